@@ -1,0 +1,33 @@
+"""The vocabulary: every message the actors exchange, and the codec that carries it.
+
+Import the family modules here so that decoding knows every kind.
+"""
+
+from messages import control  # noqa: F401  (registers the control family)
+from messages.base import REGISTRY, message
+from messages.codec import (
+    DEFAULT_MAX_FRAME,
+    DecodeError,
+    decode,
+    decode_envelope,
+    encode,
+    encode_envelope,
+)
+from messages.envelope import ASK, BROKER, REPLY, ROLE_PREFIX, TELL, Envelope
+
+__all__ = [
+    "ASK",
+    "BROKER",
+    "DEFAULT_MAX_FRAME",
+    "REGISTRY",
+    "REPLY",
+    "ROLE_PREFIX",
+    "TELL",
+    "DecodeError",
+    "Envelope",
+    "decode",
+    "decode_envelope",
+    "encode",
+    "encode_envelope",
+    "message",
+]

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""RL-GPT as an actor system: the one entry point.
+
+    python run.py --config diamond.toml          run (a bare name is found in configs/)
+    python run.py tail [RUN_DIR]                 follow a run's events (default: latest)
+    python run.py attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR]
+    python run.py keys [--dir keys]              create CURVE keys for non-loopback use
+    python run.py actor ROLE --connect ADDR ...  (started by the head; not for people)
+
+Exit status: 0 the run finished; 1 it failed; 2 bad config or arguments; 128+N
+stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+COMMANDS = ("actor", "attach", "tail", "keys")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in COMMANDS:
+        return {"actor": cmd_actor, "attach": cmd_actor, "tail": cmd_tail, "keys": cmd_keys}[
+            argv[0]
+        ](argv[0], argv[1:])
+    return cmd_run(argv)
+
+
+def cmd_run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="run.py", description="Run RL-GPT from a config.")
+    parser.add_argument("--config", default="diamond.toml", help="TOML file or a name in configs/")
+    parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
+    args = parser.parse_args(argv)
+
+    import trio
+
+    from runtime import config
+    from runtime.head import EXIT_CONFIG, new_run_dir, run_head
+    from runtime.smoke import probe_roles
+
+    try:
+        settings = config.load(args.config)
+    except config.ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    run_id, run_dir = new_run_dir(settings)
+    print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
+    return trio.run(run_head, settings, run_dir, run_id, probe_roles)
+
+
+def _actor_parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"run.py {command}")
+    parser.add_argument("role", help="actor role, e.g. learner")
+    parser.add_argument("--connect", required=True, help="broker endpoint (tcp://HOST:PORT)")
+    parser.add_argument("--name", default="", help="actor id (default: the broker picks)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--capacity", type=int, default=1, help="jobs worked on at once")
+    parser.add_argument("--keys", default="", help="keys folder (CURVE) for a remote head")
+    parser.add_argument("--run-dir", default="", help="append events to RUN_DIR/events.jsonl")
+    parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
+    return parser
+
+
+def cmd_actor(command: str, argv: list[str]) -> int:
+    args = _actor_parser(command).parse_args(argv)
+
+    import trio
+
+    from actors import actor_class
+    from runtime import events
+    from runtime.devices import DeviceError, check_device
+    from runtime.security import CurveClient, KeysMissing, is_loopback
+
+    try:
+        cls = actor_class(args.role)
+        check_device(args.device)
+        curve = CurveClient.load(Path(args.keys)) if args.keys else None
+    except (ValueError, DeviceError, KeysMissing) as exc:
+        print(f"{command} error: {exc}", file=sys.stderr)
+        return 2
+    if curve is None and not is_loopback(args.connect):
+        print(
+            f"{command} error: {args.connect} is not loopback; pass --keys DIR with the "
+            "head's server.key and your client.key_secret (python run.py keys)",
+            file=sys.stderr,
+        )
+        return 2
+    events.configure(
+        events_file=Path(args.run_dir) / "events.jsonl" if args.run_dir else None,
+        console_level="warning" if args.quiet else "info",
+        role=cls.role,
+    )
+    actor = cls(
+        name=args.name, capacity=args.capacity, device=args.device, parent_pid=args.parent_pid
+    )
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+
+            async def on_signal() -> None:
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        actor.stop(signal.Signals(signum).name)
+                        return
+
+            nursery.start_soon(on_signal)
+            await actor.run(args.connect, curve=curve)
+            nursery.cancel_scope.cancel()
+
+    trio.run(serve)
+    return 0
+
+
+def cmd_tail(command: str, argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="run.py tail", description="Follow a run's events.")
+    parser.add_argument("run_dir", nargs="?", default="", help="run folder (default: latest)")
+    parser.add_argument("--runs-dir", default="runs", help="where runs live")
+    parser.add_argument("--no-follow", action="store_true", help="print what is there and exit")
+    parser.add_argument("--level", default="info", choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    from runtime.tail import TailError, follow
+
+    try:
+        return follow(
+            args.run_dir, args.runs_dir, keep_following=not args.no_follow, level=args.level
+        )
+    except TailError as exc:
+        print(f"tail error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_keys(command: str, argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="run.py keys", description="Create CURVE keys.")
+    parser.add_argument("--dir", default="keys", help="folder to write (default: keys)")
+    parser.add_argument("--force", action="store_true", help="replace existing keys")
+    args = parser.parse_args(argv)
+    from runtime.security import KeysMissing, create_keys
+
+    try:
+        folder = create_keys(Path(args.dir), force=args.force)
+    except KeysMissing as exc:
+        print(f"keys error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {folder}/server.key_secret (stays on the head), {folder}/server.key and "
+        f"{folder}/client.key_secret (copy both to attaching machines), "
+        f"{folder}/authorized/client.key (accepted clients).\n"
+        f'Head: set [runtime] keys_dir = "{folder}" and listen = "tcp://0.0.0.0:5555".\n'
+        f"Attach: python run.py attach learner --connect tcp://HEAD:5555 --keys {folder}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,362 @@
+"""The actor base class: a mailbox, handlers per message type, request/reply.
+
+An actor connects a DEALER socket to the broker, registers its role and capacity, and
+then serves its mailbox. A subclass declares handlers::
+
+    class Echo(Actor):
+        role = "echo"
+
+        @handles(Probe)
+        async def on_probe(self, msg: Probe, env: Envelope) -> ProbeReply:
+            return ProbeReply(msg.seq, msg.payload, self.actor_id)
+
+A handler's return value is the reply to an ASK; if it raises, the asker gets a
+``control.failure`` with the trimmed traceback instead of silence. Blocking work goes
+through :meth:`Actor.run_blocking` (a worker thread) so heartbeats and other messages
+keep flowing while it runs. Lifecycle: :meth:`setup` → serve → :meth:`teardown`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
+
+import trio
+import zmq
+
+from messages import (
+    ASK,
+    BROKER,
+    DEFAULT_MAX_FRAME,
+    REPLY,
+    TELL,
+    DecodeError,
+    Envelope,
+    decode,
+    decode_envelope,
+    encode,
+    encode_envelope,
+)
+from messages.control import (
+    Failure,
+    Heartbeat,
+    Probe,
+    ProbeReply,
+    Register,
+    Registered,
+    Shutdown,
+)
+from runtime.events import bind, log
+from runtime.security import CurveClient
+from runtime.zmqtrio import TrioSocket
+
+M = TypeVar("M")
+Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
+
+# How long an actor waits for the broker to answer its registration before trying
+# again; ZeroMQ reconnects underneath, so a late broker is simply waited for.
+REGISTER_RETRY_S = 2.0
+# Mailbox depth before the socket owner stops reading (ZeroMQ's own queue then fills and
+# pushes back on the broker).
+MAILBOX_DEPTH = 10_000
+
+
+class RemoteFailure(Exception):
+    """The other side answered an ask with ``control.failure``."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(
+            f"{failure.reason}: {failure.detail}" if failure.detail else failure.reason
+        )
+        self.failure = failure
+
+
+def handles(msg_type: type) -> Callable[[Handler], Handler]:
+    """Mark a method as the handler for one message type."""
+
+    def mark(fn: Handler) -> Handler:
+        fn.__handles__ = msg_type  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+class _Pending:
+    __slots__ = ("event", "env", "body")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.env: Envelope | None = None
+        self.body = b""
+
+
+class Actor:
+    role: ClassVar[str] = "actor"
+    """Role name that ``@role`` addresses reach."""
+    _handlers: ClassVar[dict[type, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        handlers = dict(cls._handlers)
+        for name, fn in vars(cls).items():
+            msg_type = getattr(fn, "__handles__", None)
+            if msg_type is not None:
+                handlers[msg_type] = name
+        cls._handlers = handlers
+
+    def __init__(
+        self,
+        *,
+        name: str = "",
+        capacity: int = 1,
+        device: str = "cpu",
+        max_frame_bytes: int = DEFAULT_MAX_FRAME,
+        parent_pid: int | None = None,
+    ) -> None:
+        self.requested_name = name
+        self.actor_id = name
+        self.capacity = capacity
+        self.device = device
+        self.max_frame_bytes = max_frame_bytes
+        self.parent_pid = parent_pid
+        self.run_id = ""
+        self.inflight = 0
+        self._ids = itertools.count()
+        self._pending: dict[str, _Pending] = {}
+        self._sock: TrioSocket | None = None
+        self._mail_send, self._mail_recv = trio.open_memory_channel[tuple[Envelope, bytes]](
+            MAILBOX_DEPTH
+        )
+        self._scope: trio.CancelScope | None = None
+        self._registered = trio.Event()
+        self.heartbeat_interval = 1.0
+        self.stop_reason = ""
+
+    # -- hooks for subclasses --------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Runs after registration, before the mailbox is served."""
+
+    async def teardown(self) -> None:
+        """Runs on the way out, even after an error; keep it short."""
+
+    # -- the public API ----------------------------------------------------------------
+
+    def tell(self, to: str, msg: Any) -> None:
+        """Send one-way. ``to``: actor id, ``@role`` or ``broker``."""
+        self._send(Envelope(TELL, self._next_id(), to), msg)
+
+    async def ask(self, to: str, msg: Any, *, timeout: float | None = None) -> Any:
+        """Send a request and wait for its reply. Raises :class:`RemoteFailure` if the
+        other side failed, ``trio.TooSlowError`` after ``timeout`` seconds."""
+        msg_id = self._next_id()
+        pending = self._pending[msg_id] = _Pending()
+        try:
+            self._send(Envelope(ASK, msg_id, to), msg)
+            if timeout is None:
+                await pending.event.wait()
+            else:
+                with trio.fail_after(timeout):
+                    await pending.event.wait()
+        finally:
+            self._pending.pop(msg_id, None)
+        try:
+            reply = decode(pending.body, self.max_frame_bytes)
+        except DecodeError as exc:
+            log.warning("message_rejected", reason=exc.reason, detail=exc.detail, re=msg_id)
+            raise RemoteFailure(Failure("bad_reply", str(exc))) from None
+        if isinstance(reply, Failure):
+            raise RemoteFailure(reply)
+        return reply
+
+    async def run_blocking(self, fn: Callable[..., M], *args: Any) -> M:
+        """Run ``fn(*args)`` in a worker thread; the actor keeps serving meanwhile.
+        If the actor is cancelled the thread is abandoned (it cannot be interrupted),
+        so long work should check a flag of its own to stop early."""
+        return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+    def stop(self, reason: str = "") -> None:
+        """Leave the serve loop cleanly (teardown runs)."""
+        self.stop_reason = reason
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def run(
+        self,
+        endpoint: str,
+        *,
+        context: zmq.Context | None = None,
+        curve: CurveClient | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Connect, register, serve until stopped or cancelled, then tear down."""
+        ctx = context or zmq.Context.instance()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        # Queue deep rather than drop: messages are jobs and replies, not samples.
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        if curve is not None:
+            curve.apply(sock)
+        sock.connect(endpoint)
+        self._sock = TrioSocket(sock, self._on_frames)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                nursery.start_soon(self._sock.run)
+                await self._register()
+                bind(actor=self.actor_id, role=self.role)
+                log.info("actor_started", pid=os.getpid(), device=self.device)
+                nursery.start_soon(self._heartbeat)
+                await self.setup()
+                task_status.started()
+                nursery.start_soon(self._serve, nursery)
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.teardown()
+                finally:
+                    log.info("actor_stopped", reason=self.stop_reason or "cancelled")
+                    sock.close(linger=0)
+
+    async def _register(self) -> None:
+        hello = Register(
+            role=self.role,
+            name=self.requested_name,
+            capacity=self.capacity,
+            device=self.device,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
+        while True:
+            try:
+                reply = await self.ask(BROKER, hello, timeout=REGISTER_RETRY_S)
+            except trio.TooSlowError:
+                log.info("broker_unreachable", retry_s=REGISTER_RETRY_S, role=self.role)
+                continue
+            if isinstance(reply, Registered):
+                self.actor_id = reply.actor_id
+                self.run_id = reply.run_id
+                self.heartbeat_interval = reply.heartbeat_interval
+                self._registered.set()
+                return
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_interval)
+            if self.parent_pid is not None and os.getppid() != self.parent_pid:
+                # Our head died without telling us (kill -9): do not linger as an orphan.
+                self.stop("head_gone")
+                return
+            self.tell(BROKER, Heartbeat(self.inflight))
+
+    async def _serve(self, nursery: trio.Nursery) -> None:
+        async for env, body in self._mail_recv:
+            try:
+                msg = decode(body, self.max_frame_bytes)
+            except DecodeError as exc:
+                log.warning("message_rejected", reason=exc.reason, detail=exc.detail, frm=env.frm)
+                if env.mode == ASK:
+                    self._reply(env, Failure("bad_message", str(exc)))
+                continue
+            if isinstance(msg, Shutdown):
+                self.stop(msg.reason or "shutdown")
+                return
+            if isinstance(msg, Failure) and msg.reason == "not_registered":
+                nursery.start_soon(self._reregister)
+                continue
+            name = self._handlers.get(type(msg))
+            if name is None:
+                log.warning("message_unhandled", kind=env.kind, frm=env.frm)
+                if env.mode == ASK:
+                    self._reply(
+                        env, Failure("no_handler", f"{self.role} does not handle {env.kind}")
+                    )
+                continue
+            nursery.start_soon(self._handle, getattr(self, name), msg, env)
+
+    async def _reregister(self) -> None:
+        if not self._registered.is_set():
+            return  # a registration is already under way
+        self._registered = trio.Event()
+        log.warning("broker_forgot_us")
+        await self._register()
+
+    async def _handle(self, handler: Handler, msg: Any, env: Envelope) -> None:
+        if env.mode == ASK:
+            self.inflight += 1
+        try:
+            result = await handler(msg, env)
+        except Exception as exc:
+            log.exception("handler_failed", kind=env.kind, frm=env.frm)
+            if env.mode == ASK:
+                self._reply(env, Failure("handler_error", _trim(exc)))
+        else:
+            if env.mode == ASK:
+                self._reply(env, result if result is not None else Failure("no_reply"))
+        finally:
+            if env.mode == ASK:
+                self.inflight -= 1
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            log.warning("message_rejected", reason="bad_frames", detail=str(len(frames)))
+            return
+        try:
+            env = decode_envelope(frames[0])
+        except DecodeError as exc:
+            log.warning("message_rejected", reason=exc.reason, detail=exc.detail)
+            return
+        if env.mode == REPLY:
+            pending = self._pending.get(env.re)
+            if pending is not None:
+                pending.env, pending.body = env, frames[1]
+                pending.event.set()
+            return
+        try:
+            self._mail_send.send_nowait((env, frames[1]))
+        except trio.WouldBlock:
+            log.warning("mailbox_full", kind=env.kind, frm=env.frm)
+            if env.mode == ASK:
+                self._reply(env, Failure("overloaded", f"{self.actor_id} mailbox is full"))
+
+    def _reply(self, env: Envelope, msg: Any) -> None:
+        self._send(Envelope(REPLY, self._next_id(), env.frm, "", env.id), msg)
+
+    def _send(self, env: Envelope, msg: Any) -> None:
+        assert self._sock is not None, "the actor is not running: call run() first"
+        env.kind = type(msg).__message_kind__
+        self._sock.send([encode_envelope(env), encode(msg)])
+
+    def _next_id(self) -> str:
+        return f"{self.actor_id or os.getpid()}.{next(self._ids)}"
+
+    # -- handlers every actor has ----------------------------------------------------
+
+    @handles(Probe)
+    async def on_probe(self, msg: Probe, env: Envelope) -> ProbeReply:
+        if msg.crash:
+            log.warning("probe_crash_requested", frm=env.frm)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if msg.hold_s > 0:
+            await self.run_blocking(time.sleep, msg.hold_s)
+        return ProbeReply(msg.seq, msg.payload, self.actor_id)
+
+
+def _trim(exc: BaseException, limit: int = 2000) -> str:
+    text = "".join(traceback.format_exception(exc, limit=-4))
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+# The base class's own handlers (``__init_subclass__`` only runs for subclasses).
+Actor._handlers = {Probe: "on_probe"}

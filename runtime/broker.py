@@ -1,0 +1,336 @@
+"""The broker: one ROUTER socket in the head process that routes every message.
+
+Actors connect with DEALER sockets and register a role. An ASK addressed to ``@role`` is
+a *job*: it goes to an actor of that role with spare capacity, waits in the role's queue
+when none has any (including before any such actor exists), and is taken back and
+handed to another actor when its actor dies or stops heartbeating. A job that has been
+handed out ``max_job_tries`` times without an answer fails with a ``control.failure``
+reply to its requester. Only the first reply to a job is forwarded, so a requester
+never sees a job answered twice.
+
+The broker reads envelopes only; bodies pass through untouched (their addressee
+validates them), except for messages addressed to the broker itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+import trio
+import zmq
+
+from messages import (
+    ASK,
+    BROKER,
+    DEFAULT_MAX_FRAME,
+    REPLY,
+    ROLE_PREFIX,
+    TELL,
+    DecodeError,
+    Envelope,
+    decode,
+    decode_envelope,
+    encode,
+    encode_envelope,
+)
+from messages.control import (
+    ActorInfo,
+    Failure,
+    Heartbeat,
+    Register,
+    Registered,
+    Shutdown,
+    StatusQuery,
+    StatusReply,
+)
+from runtime.events import log
+from runtime.zmqtrio import TrioSocket
+
+
+@dataclass
+class BrokerSettings:
+    heartbeat_interval: float = 1.0
+    heartbeat_timeout: float = 5.0
+    max_job_tries: int = 3
+    max_frame_bytes: int = DEFAULT_MAX_FRAME
+    run_id: str = ""
+
+
+@dataclass(eq=False)
+class Peer:
+    identity: bytes
+    actor_id: str
+    role: str
+    capacity: int
+    device: str
+    last_seen: float
+    inflight: dict[tuple[str, str], Job] = field(default_factory=dict)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - len(self.inflight)
+
+
+@dataclass(eq=False)
+class Job:
+    key: tuple[str, str]
+    """(requester id, message id): unique even if two requesters pick the same id."""
+    queue: str
+    """Where it waits: ``@role`` or an actor id."""
+    header: bytes
+    body: bytes
+    attempts: int = 0
+    assigned: Peer | None = None
+
+
+class Broker:
+    def __init__(self, settings: BrokerSettings, sock: zmq.Socket) -> None:
+        self.settings = settings
+        self.sock = TrioSocket(sock, self._on_frames)
+        self.peers: dict[str, Peer] = {}
+        self.by_identity: dict[bytes, Peer] = {}
+        self.roles: dict[str, list[Peer]] = {}
+        self.queues: dict[str, deque[Job]] = {}
+        self.jobs: dict[tuple[str, str], Job] = {}
+        self.completed = 0
+        self.failed = 0
+        self.requeued = 0
+        self.rejected = 0
+        self._names = itertools.count()
+        self._watchers: list[tuple[str, int, trio.Event]] = []
+        self._now = trio.current_time
+
+    # -- running -------------------------------------------------------------------
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.sock.run)
+            nursery.start_soon(self._reap_silent_peers)
+            task_status.started()
+
+    async def _reap_silent_peers(self) -> None:
+        while True:
+            await trio.sleep(self.settings.heartbeat_interval)
+            deadline = self._now() - self.settings.heartbeat_timeout
+            for peer in [p for p in self.peers.values() if p.last_seen < deadline]:
+                self.remove(peer, "heartbeat_missed")
+
+    async def wait_for_actors(self, role: str, count: int) -> None:
+        """Return once ``count`` actors of ``role`` are registered."""
+        while len(self.roles.get(role, ())) < count:
+            event = trio.Event()
+            self._watchers.append((role, count, event))
+            await event.wait()
+
+    def shutdown_all(self, reason: str, *, keep: frozenset[str] = frozenset({"head"})) -> None:
+        """Tell every actor to exit, except the ids in ``keep`` (the head's own client)."""
+        for peer in list(self.peers.values()):
+            if peer.actor_id in keep:
+                continue
+            self._send(peer.identity, Envelope(TELL, "", peer.actor_id, BROKER), Shutdown(reason))
+
+    # -- inbound -------------------------------------------------------------------
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        if len(frames) != 3:
+            return self._reject(frames[0] if frames else b"", "bad_frames", f"{len(frames)}")
+        identity, header, body = frames
+        try:
+            env = decode_envelope(header)
+        except DecodeError as exc:
+            return self._reject(identity, exc.reason, exc.detail)
+        if len(body) > self.settings.max_frame_bytes:
+            return self._reject(identity, "oversize", f"{len(body)} bytes")
+        peer = self.by_identity.get(identity)
+        if peer is None:
+            return self._from_stranger(identity, env, body)
+        peer.last_seen = self._now()
+        env.frm = peer.actor_id
+        if env.to == BROKER:
+            return self._to_broker(peer, env, body)
+        if env.mode == REPLY:
+            return self._reply(peer, env, body)
+        if env.mode == ASK:
+            return self._job(env, body)
+        self._tell(env, body)
+
+    def _reject(self, identity: bytes, reason: str, detail: str = "") -> None:
+        self.rejected += 1
+        log.warning("message_rejected", reason=reason, detail=detail[:200], peer=identity.hex())
+
+    def _from_stranger(self, identity: bytes, env: Envelope, body: bytes) -> None:
+        if env.to == BROKER and env.kind == Register.__message_kind__ and env.mode == ASK:
+            try:
+                msg = decode(body, self.settings.max_frame_bytes)
+            except DecodeError as exc:
+                return self._reject(identity, exc.reason, exc.detail)
+            if isinstance(msg, Register):
+                return self._register(identity, env, msg)
+        # Someone we forgot (heartbeats missed) or never knew: tell it to register again.
+        self._reject(identity, "not_registered", env.kind)
+        self._send(identity, Envelope(TELL, "", "", BROKER), Failure("not_registered"))
+
+    def _to_broker(self, peer: Peer, env: Envelope, body: bytes) -> None:
+        if env.kind == Heartbeat.__message_kind__:
+            return  # last_seen is already updated; no need to decode
+        try:
+            msg = decode(body, self.settings.max_frame_bytes)
+        except DecodeError as exc:
+            return self._reject(peer.identity, exc.reason, exc.detail)
+        if isinstance(msg, StatusQuery) and env.mode == ASK:
+            reply = Envelope(REPLY, "", env.frm, BROKER, env.id)
+            return self._send(peer.identity, reply, self.status())
+        if isinstance(msg, Register):
+            return self._register(peer.identity, env, msg)
+        self._reject(peer.identity, "not_for_broker", env.kind)
+
+    # -- registration and death ----------------------------------------------------
+
+    def _register(self, identity: bytes, env: Envelope, msg: Register) -> None:
+        name = msg.name or f"{msg.role}-{next(self._names)}"
+        old = self.peers.get(name)
+        if old is not None:
+            self.remove(old, "replaced")
+        if identity in self.by_identity:
+            self.remove(self.by_identity[identity], "reregistered")
+        peer = Peer(identity, name, msg.role, max(1, msg.capacity), msg.device, self._now())
+        self.peers[name] = peer
+        self.by_identity[identity] = peer
+        self.roles.setdefault(msg.role, []).append(peer)
+        log.info(
+            "actor_registered",
+            actor_id=name,
+            role=msg.role,
+            capacity=peer.capacity,
+            device=msg.device,
+            pid=msg.pid,
+            host=msg.host,
+        )
+        reply = Envelope(REPLY, "", name, BROKER, env.id)
+        welcome = Registered(name, self.settings.heartbeat_interval, self.settings.run_id)
+        self._send(identity, reply, welcome)
+        for watcher in [w for w in self._watchers if w[0] == msg.role]:
+            if len(self.roles[msg.role]) >= watcher[1]:
+                watcher[2].set()
+                self._watchers.remove(watcher)
+        self._dispatch(peer)
+
+    def actor_exited(self, actor_id: str, reason: str) -> None:
+        """The supervisor saw the process exit: take its jobs back now."""
+        peer = self.peers.get(actor_id)
+        if peer is not None:
+            self.remove(peer, reason)
+
+    def remove(self, peer: Peer, reason: str) -> None:
+        if self.peers.get(peer.actor_id) is not peer:
+            return
+        del self.peers[peer.actor_id]
+        self.by_identity.pop(peer.identity, None)
+        self.roles[peer.role].remove(peer)
+        log.info("actor_lost", actor_id=peer.actor_id, reason=reason, jobs=len(peer.inflight))
+        for job in peer.inflight.values():
+            job.assigned = None
+            if job.attempts >= self.settings.max_job_tries:
+                self._fail(job, f"its actor died {job.attempts} times (last: {reason})")
+            else:
+                self.requeued += 1
+                log.info("job_requeued", job=job.key[1], queue=job.queue, attempts=job.attempts)
+                self.queues.setdefault(job.queue, deque()).appendleft(job)
+        peer.inflight.clear()
+        for role_peer in list(self.roles.get(peer.role, ())):
+            self._dispatch(role_peer)
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def _job(self, env: Envelope, body: bytes) -> None:
+        key = (env.frm, env.id)
+        if key in self.jobs:
+            return self._reject(b"", "duplicate_job", env.id)
+        header = encode_envelope(env)
+        if env.to.startswith(ROLE_PREFIX):
+            job = Job(key, env.to, header, body)
+            self.jobs[key] = job
+            peers = self.roles.get(env.to[1:])
+            target = max(peers, key=_spare) if peers else None
+        else:
+            job = Job(key, env.to, header, body)
+            self.jobs[key] = job
+            target = self.peers.get(env.to)
+        if target is not None and target.free > 0 and not self.queues.get(job.queue):
+            self._hand(target, job)
+        else:
+            self.queues.setdefault(job.queue, deque()).append(job)
+
+    def _hand(self, peer: Peer, job: Job) -> None:
+        job.attempts += 1
+        job.assigned = peer
+        peer.inflight[job.key] = job
+        self.sock.send([peer.identity, job.header, job.body])
+
+    def _dispatch(self, peer: Peer) -> None:
+        """Give ``peer`` queued work up to its capacity: its own queue first."""
+        for name in (peer.actor_id, ROLE_PREFIX + peer.role):
+            queue = self.queues.get(name)
+            while queue and peer.free > 0:
+                self._hand(peer, queue.popleft())
+
+    def _reply(self, peer: Peer, env: Envelope, body: bytes) -> None:
+        job = peer.inflight.pop((env.to, env.re), None)
+        if job is None:
+            # An answer to a job we took back (the actor was presumed dead) or never
+            # gave: the job's live copy answers instead.
+            log.info("reply_dropped", job=env.re, actor_id=peer.actor_id)
+            return
+        del self.jobs[job.key]
+        self.completed += 1
+        requester = self.peers.get(env.to)
+        if requester is not None:
+            self.sock.send([requester.identity, encode_envelope(env), body])
+        else:
+            log.warning("reply_undeliverable", job=env.re, requester=env.to)
+        self._dispatch(peer)
+
+    def _fail(self, job: Job, detail: str) -> None:
+        self.jobs.pop(job.key, None)
+        self.failed += 1
+        requester, job_id = job.key
+        log.error("job_failed", job=job_id, queue=job.queue, attempts=job.attempts, detail=detail)
+        peer = self.peers.get(requester)
+        if peer is not None:
+            reply = Envelope(REPLY, "", requester, BROKER, job_id)
+            self._send(peer.identity, reply, Failure("job_failed", detail, job.attempts))
+
+    def _tell(self, env: Envelope, body: bytes) -> None:
+        if env.to.startswith(ROLE_PREFIX):
+            peers = self.roles.get(env.to[1:])
+            target = max(peers, key=_spare) if peers else None
+        else:
+            target = self.peers.get(env.to)
+        if target is None:
+            log.info("message_undeliverable", to=env.to, kind=env.kind, frm=env.frm)
+            return
+        self.sock.send([target.identity, encode_envelope(env), body])
+
+    def _send(self, identity: bytes, env: Envelope, msg: object) -> None:
+        env.kind = type(msg).__message_kind__
+        self.sock.send([identity, encode_envelope(env), encode(msg)])
+
+    # -- introspection ---------------------------------------------------------------
+
+    def status(self) -> StatusReply:
+        return StatusReply(
+            actors=[
+                ActorInfo(p.actor_id, p.role, p.capacity, len(p.inflight), p.device)
+                for p in self.peers.values()
+            ],
+            queued={k: len(q) for k, q in self.queues.items() if q},
+            completed=self.completed,
+            failed=self.failed,
+            requeued=self.requeued,
+        )
+
+
+def _spare(peer: Peer) -> float:
+    return peer.free / peer.capacity

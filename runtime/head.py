@@ -1,0 +1,207 @@
+"""The head process: broker, supervisor and the run's driver under one trio nursery.
+
+``run_head`` lays out ``runs/<run-id>/``, binds the broker (an ipc socket file for local
+actors, ``inproc`` for in-process ones, and optionally a tcp endpoint for attached
+actors), starts the configured actor processes, runs the *driver* — the coroutine that
+does the run's actual work through an in-process client actor — and then shuts every
+actor down. Ctrl-C or SIGTERM at any point stops everything the same way and the
+run's exit status says it did not finish.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import secrets
+import signal
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import trio
+import zmq
+
+from runtime import events
+from runtime.actor import Actor
+from runtime.broker import Broker, BrokerSettings
+from runtime.config import Settings
+from runtime.events import log
+from runtime.security import Authenticator, CurveServer, is_loopback
+from runtime.supervisor import ChildSpec, RestartIntensityExceeded, Supervisor, actor_argv
+
+# Exit statuses of ``python run.py``: 0 finished; these otherwise.
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+# How long the head waits for its configured actors to register before giving up: a
+# cold actor process imports torch and crafter, which takes a few seconds on 2 cores.
+REGISTER_TIMEOUT_S = 120.0
+
+
+class Client(Actor):
+    """The head's own in-process actor: the driver sends work through it."""
+
+    role = "head"
+
+
+@dataclass
+class Head:
+    """What a driver gets: the client to send work with, and the run's places."""
+
+    client: Client
+    broker: Broker
+    settings: Settings
+    run_dir: Path
+    run_id: str
+    endpoint: str
+    """The ipc endpoint local actors use."""
+    listen: str
+    """The tcp endpoint attached actors use, or ''."""
+
+    async def wait_for(self, role: str, count: int, timeout: float = REGISTER_TIMEOUT_S) -> None:
+        """Wait until ``count`` actors of ``role`` are registered (or fail clearly)."""
+        with trio.move_on_after(timeout):
+            await self.broker.wait_for_actors(role, count)
+            return
+        have = len(self.broker.roles.get(role, ()))
+        raise RuntimeError(
+            f"only {have} of {count} {role} actors registered within {timeout:g} s; "
+            "see actor_process_exited events in events.jsonl"
+        )
+
+
+Driver = Callable[[Head], Awaitable[dict]]
+
+
+def new_run_dir(settings: Settings) -> tuple[str, Path]:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    run_id = f"{settings.run.name}-{stamp}-{secrets.token_hex(2)}"
+    run_dir = Path(settings.run.runs_dir) / run_id
+    run_dir.mkdir(parents=True)
+    return run_id, run_dir
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)  # never leave a half-written file behind
+
+
+async def run_head(settings: Settings, run_dir: Path, run_id: str, driver: Driver) -> int:
+    """Run one head to completion; returns the process exit status."""
+    events.configure(events_file=run_dir / "events.jsonl", run=run_id)
+    events.bind(actor="head", role="head")
+    _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
+    rt = settings.runtime
+    ctx = zmq.Context()
+    ipc_path = Path(tempfile.gettempdir()) / f"rlgpt-{run_id}.ipc"
+    endpoint = f"ipc://{ipc_path}"
+    inproc = f"inproc://broker-{run_id}"
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 100_000)
+    sock.setsockopt(zmq.RCVHWM, 100_000)
+    status = {"code": EXIT_FAILED, "why": "did not finish"}
+    try:
+        curve = CurveServer.load(Path(rt.keys_dir)) if rt.keys_dir else None
+        auth = Authenticator(ctx, curve)
+        sock.bind(inproc)
+        sock.bind(endpoint)
+        listen = ""
+        if rt.listen:
+            # CURVE applies to binds made after it is set: local ipc/inproc stay plain.
+            if curve is not None:
+                curve.apply(sock)
+            elif not is_loopback(rt.listen):
+                raise RuntimeError(f"{rt.listen} is not loopback and no keys_dir is set")
+            sock.bind(rt.listen.replace(":0", ":*") if rt.listen.endswith(":0") else rt.listen)
+            listen = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        _write_json(
+            run_dir / "endpoint.json",
+            {"ipc": endpoint, "listen": listen, "curve": curve is not None, "pid": os.getpid()},
+        )
+        broker = Broker(
+            BrokerSettings(
+                heartbeat_interval=rt.heartbeat_interval,
+                heartbeat_timeout=rt.heartbeat_timeout,
+                max_job_tries=rt.max_job_tries,
+                max_frame_bytes=rt.max_frame_bytes,
+                run_id=run_id,
+            ),
+            sock,
+        )
+        supervisor = Supervisor(
+            limit=rt.restart_limit,
+            window=rt.restart_window,
+            grace=rt.shutdown_grace,
+            on_exit=broker.actor_exited,
+        )
+        log.info("run_started", run_dir=str(run_dir), endpoint=endpoint, listen=listen)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_signals, nursery.cancel_scope, status)
+            nursery.start_soon(auth.run)
+            await nursery.start(broker.serve)
+            client = Client(max_frame_bytes=rt.max_frame_bytes, name="head")
+            await nursery.start(functools.partial(client.run, inproc, context=ctx))
+            children_done = trio.Event()
+
+            async def supervise_all() -> None:
+                try:
+                    async with trio.open_nursery() as kids:
+                        for role, spec in settings.actors.items():
+                            for i in range(spec.count):
+                                name = f"{role}-{i}"
+                                argv = actor_argv(
+                                    role, name, endpoint, run_dir=run_dir,
+                                    capacity=spec.capacity, device=spec.device,
+                                )  # fmt: skip
+                                kids.start_soon(supervisor.supervise, ChildSpec(name, role, argv))
+                finally:
+                    children_done.set()
+
+            nursery.start_soon(supervise_all)
+            head = Head(client, broker, settings, run_dir, run_id, endpoint, listen)
+            started = time.monotonic()
+            report = await driver(head)
+            report.setdefault("wall_s", round(time.monotonic() - started, 3))
+            report.setdefault("restarts", supervisor.restart_count)
+            _write_json(run_dir / "report.json", report)
+            log.info("run_finished", **{k: v for k, v in report.items() if _scalar(v)})
+            status.update(code=0, why="finished")
+            # Ask actors to leave on their own first, then stop what remains.
+            supervisor.stopping = True
+            broker.shutdown_all("run_finished")
+            await broker.sock.flush()
+            with trio.move_on_after(rt.shutdown_grace):
+                await children_done.wait()
+            nursery.cancel_scope.cancel()
+    except RestartIntensityExceeded as exc:
+        log.error("run_failed", reason="restart_intensity", detail=str(exc))
+        status.update(code=EXIT_FAILED, why=str(exc))
+    except Exception as exc:
+        log.exception("run_failed", reason=type(exc).__name__, detail=str(exc))
+        status.update(code=EXIT_FAILED, why=str(exc))
+    finally:
+        ctx.destroy(linger=0)
+        ipc_path.unlink(missing_ok=True)
+        if status["code"] != 0:
+            log.error("run_stopped", status=status["code"], why=status["why"])
+        events.close()
+    return int(status["code"])
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, (int, float, str, bool))
+
+
+async def _watch_signals(scope: trio.CancelScope, status: dict) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            log.warning("run_interrupted", signal=name)
+            status.update(code=128 + signum, why=f"interrupted by {name}")
+            scope.cancel()
+            return

@@ -1,0 +1,167 @@
+"""CURVE keys and the authentication handler that refuses unknown peers.
+
+Loopback and ipc endpoints need no keys. Binding anything else requires CURVE: the
+broker holds the server key pair and accepts only clients whose public key is in the
+``authorized/`` folder of the keys directory. ``python run.py keys`` lays it out::
+
+    keys/server.key            server public key  (copy to every attaching machine)
+    keys/server.key_secret     server key pair    (stays on the head)
+    keys/client.key_secret     client key pair    (copy to attaching machines)
+    keys/authorized/client.key client public key  (what the head accepts)
+
+The handler answers ZeroMQ's ZAP requests (RFC 27) on a ROUTER socket driven through
+the trio bridge, and logs every refusal as a ``peer_refused`` event.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import zmq
+import zmq.auth
+
+from runtime.events import log
+from runtime.zmqtrio import TrioSocket
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # fixed by the ZAP specification
+ZAP_VERSION = b"1.0"
+
+
+class KeysMissing(Exception):
+    """Keys are missing or unreadable; the message says which file and what to run."""
+
+
+def is_loopback(endpoint: str) -> bool:
+    """True for ipc://, inproc:// and tcp:// on a loopback address."""
+    scheme = endpoint.split("://", 1)[0]
+    if scheme in ("ipc", "inproc"):
+        return True
+    host = urlsplit(endpoint).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def create_keys(keys_dir: Path, *, force: bool = False) -> Path:
+    """Write a server key pair, a client key pair and the authorized folder."""
+    if (keys_dir / "server.key_secret").exists() and not force:
+        raise KeysMissing(f"{keys_dir}/server.key_secret exists; pass --force to replace it")
+    keys_dir.mkdir(parents=True, exist_ok=True)
+    zmq.auth.create_certificates(keys_dir, "server")
+    zmq.auth.create_certificates(keys_dir, "client")
+    authorized = keys_dir / "authorized"
+    authorized.mkdir(exist_ok=True)
+    shutil.copy(keys_dir / "client.key", authorized / "client.key")
+    for secret in keys_dir.glob("*.key_secret"):
+        secret.chmod(0o600)
+    return keys_dir
+
+
+def _load(path: Path, *, secret: bool) -> tuple[bytes, bytes | None]:
+    if not path.exists():
+        raise KeysMissing(
+            f"{path} not found; create keys with `python run.py keys --dir {path.parent}`"
+        )
+    try:
+        public, private = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise KeysMissing(f"{path}: not a ZeroMQ certificate ({exc})") from None
+    if secret and private is None:
+        raise KeysMissing(f"{path} holds no secret key; use the .key_secret file")
+    return public, private
+
+
+@dataclass(frozen=True)
+class CurveClient:
+    """What an attaching actor needs: its own key pair and the server's public key."""
+
+    public: bytes
+    secret: bytes
+    server_public: bytes
+
+    @classmethod
+    def load(cls, keys_dir: Path, name: str = "client") -> CurveClient:
+        public, secret = _load(keys_dir / f"{name}.key_secret", secret=True)
+        server_public, _ = _load(keys_dir / "server.key", secret=False)
+        assert secret is not None
+        return cls(public, secret, server_public)
+
+    def apply(self, sock: zmq.Socket) -> None:
+        sock.curve_publickey = self.public
+        sock.curve_secretkey = self.secret
+        sock.curve_serverkey = self.server_public
+
+
+@dataclass(frozen=True)
+class CurveServer:
+    """The head's key pair and the set of client keys it accepts."""
+
+    public: bytes
+    secret: bytes
+    authorized: frozenset[bytes]
+
+    @classmethod
+    def load(cls, keys_dir: Path) -> CurveServer:
+        public, secret = _load(keys_dir / "server.key_secret", secret=True)
+        assert secret is not None
+        folder = keys_dir / "authorized"
+        keys = frozenset(_load(p, secret=False)[0] for p in sorted(folder.glob("*.key")))
+        if not keys:
+            raise KeysMissing(
+                f"{folder} holds no client keys; run `python run.py keys --dir {keys_dir}`"
+            )
+        return cls(public, secret, keys)
+
+    def apply(self, sock: zmq.Socket) -> None:
+        sock.curve_server = True
+        sock.curve_publickey = self.public
+        sock.curve_secretkey = self.secret
+
+
+class Authenticator:
+    """ZAP handler: accepts NULL (loopback/ipc) and CURVE with an authorized key."""
+
+    def __init__(self, context: zmq.Context, server: CurveServer | None) -> None:
+        self.server = server
+        self.refused = 0
+        sock = context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(ZAP_ENDPOINT)
+        self.sock = TrioSocket(sock, self._on_request)
+
+    async def run(self) -> None:
+        try:
+            await self.sock.run()
+        finally:
+            self.sock.sock.close(linger=0)
+
+    def _on_request(self, frames: list[bytes]) -> None:
+        # [routing id, empty, version, request id, domain, address, identity, mechanism, creds...]
+        if len(frames) < 8 or frames[2] != ZAP_VERSION:
+            log.warning("zap_request_malformed", frames=len(frames))
+            return
+        route, request_id, address, mechanism = frames[0], frames[3], frames[5], frames[7]
+        credentials = frames[8:]
+        ok, why = self._check(mechanism, credentials)
+        if not ok:
+            self.refused += 1
+            log.warning("peer_refused", address=address.decode(errors="replace"), reason=why)
+        status, text = (b"200", b"OK") if ok else (b"400", why.encode())
+        self.sock.send([route, b"", ZAP_VERSION, request_id, status, text, b"", b""])
+
+    def _check(self, mechanism: bytes, credentials: list[bytes]) -> tuple[bool, str]:
+        if mechanism == b"NULL":
+            # NULL only reaches sockets that are not CURVE servers: ipc/loopback binds.
+            return True, ""
+        if mechanism == b"CURVE" and self.server is not None and credentials:
+            if credentials[0] in self.server.authorized:
+                return True, ""
+            return False, "unknown client key"
+        return False, f"mechanism {mechanism.decode(errors='replace')} not accepted"

@@ -1,0 +1,143 @@
+"""The supervisor: starts actor processes, restarts crashed ones, stops them all.
+
+Each child runs ``python run.py actor ROLE --connect ADDR --name ID ...`` in its own
+process group, so a Ctrl-C at the terminal reaches only the head, which then stops the
+children in order (SIGTERM, then SIGKILL after the grace period). Restarts obey an
+intensity limit as in OTP: more than ``limit`` restarts within ``window`` seconds means
+something is systematically wrong, and the run stops with :class:`RestartIntensityExceeded`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from runtime.events import log
+
+RUN_PY = Path(__file__).resolve().parent.parent / "run.py"
+
+
+class RestartIntensityExceeded(Exception):
+    """Actors crashed more often than the restart limit allows."""
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    """Actor id; a restarted child registers under the same id."""
+    role: str
+    """Role it plays."""
+    argv: list[str]
+    """Command line."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment variables."""
+
+
+def actor_argv(
+    role: str, name: str, endpoint: str, *, run_dir: Path, capacity: int, device: str
+) -> list[str]:
+    return [
+        sys.executable, str(RUN_PY), "actor", role,
+        "--connect", endpoint,
+        "--name", name,
+        "--capacity", str(capacity),
+        "--device", device,
+        "--run-dir", str(run_dir),
+        "--parent-pid", str(os.getpid()),
+    ]  # fmt: skip
+
+
+def _backoff(attempt: int) -> float:
+    # 0.1 s, 0.2 s, 0.4 s ... capped at 5 s: quick first retry, no tight crash loop.
+    return min(5.0, 0.1 * 2**attempt)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        limit: int,
+        window: float,
+        grace: float,
+        on_exit: Callable[[str, str], None],
+    ) -> None:
+        self.limit = limit
+        self.window = window
+        self.grace = grace
+        self.on_exit = on_exit
+        self.restarts: deque[float] = deque()
+        self.restart_count = 0
+        self.procs: dict[str, trio.Process] = {}
+        self.stopping = False
+        """Set when the run is ending: a child that exits now is not restarted."""
+
+    async def supervise(self, spec: ChildSpec) -> None:
+        """Run one child forever (until cancelled), restarting it when it dies."""
+        for attempt in range(1_000_000):
+            proc = await trio.lowlevel.open_process(
+                spec.argv,
+                env={**os.environ, **spec.env},
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+            )
+            self.procs[spec.name] = proc
+            log.info("actor_process_started", actor_id=spec.name, pid=proc.pid, attempt=attempt)
+            try:
+                code = await proc.wait()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._stop(proc)
+                    self.procs.pop(spec.name, None)
+            cause = _describe_exit(code)
+            self.on_exit(spec.name, cause)
+            if self.stopping:
+                log.info("actor_process_exited", actor_id=spec.name, pid=proc.pid, cause=cause)
+                return
+            log.warning("actor_process_exited", actor_id=spec.name, pid=proc.pid, cause=cause)
+            self._count_restart(spec.name)
+            await trio.sleep(_backoff(attempt))
+
+    def _count_restart(self, name: str) -> None:
+        now = trio.current_time()
+        self.restarts.append(now)
+        while self.restarts and self.restarts[0] < now - self.window:
+            self.restarts.popleft()
+        self.restart_count += 1
+        if len(self.restarts) > self.limit:
+            raise RestartIntensityExceeded(
+                f"{len(self.restarts)} actor restarts within {self.window:g} s (limit "
+                f"{self.limit}); last was {name}. See the actor_process_exited events; raise "
+                "[runtime] restart_limit only if the crashes are expected."
+            )
+
+    async def _stop(self, proc: trio.Process) -> None:
+        """SIGTERM, wait up to the grace period, then SIGKILL; always reaps."""
+        if proc.returncode is not None:
+            return
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        with trio.move_on_after(self.grace):
+            await proc.wait()
+            return
+        log.warning("actor_process_killed", pid=proc.pid, grace_s=self.grace)
+        proc.kill()
+        await proc.wait()
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
