@@ -165,7 +165,7 @@ def _nested(cls: type) -> Validator:
             raise SchemaError(path, f"a {cls.__name__} map", value)
         if depth > MAX_DEPTH:
             raise SchemaError(path, f"nesting of at most {MAX_DEPTH}", value)
-        return build(cls, value, path, depth + 1)
+        return build(cls, value, f"{path}.", depth + 1)
 
     return check_nested
 

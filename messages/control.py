@@ -110,6 +110,8 @@ class ActorInfo:
     """Jobs it holds now."""
     device: str
     """Its compute device."""
+    pid: int = 0
+    """Its OS process id (on its own host)."""
 
 
 @message("control.status_reply")

@@ -65,6 +65,7 @@ class Peer:
     role: str
     capacity: int
     device: str
+    pid: int
     last_seen: float
     inflight: dict[tuple[str, str], Job] = field(default_factory=dict)
 
@@ -195,7 +196,9 @@ class Broker:
             self.remove(old, "replaced")
         if identity in self.by_identity:
             self.remove(self.by_identity[identity], "reregistered")
-        peer = Peer(identity, name, msg.role, max(1, msg.capacity), msg.device, self._now())
+        peer = Peer(
+            identity, name, msg.role, max(1, msg.capacity), msg.device, msg.pid, self._now()
+        )
         self.peers[name] = peer
         self.by_identity[identity] = peer
         self.roles.setdefault(msg.role, []).append(peer)
@@ -322,7 +325,7 @@ class Broker:
     def status(self) -> StatusReply:
         return StatusReply(
             actors=[
-                ActorInfo(p.actor_id, p.role, p.capacity, len(p.inflight), p.device)
+                ActorInfo(p.actor_id, p.role, p.capacity, len(p.inflight), p.device, p.pid)
                 for p in self.peers.values()
             ],
             queued={k: len(q) for k, q in self.queues.items() if q},

@@ -178,12 +178,13 @@ async def run_head(settings: Settings, run_dir: Path, run_id: str, driver: Drive
             with trio.move_on_after(rt.shutdown_grace):
                 await children_done.wait()
             nursery.cancel_scope.cancel()
-    except RestartIntensityExceeded as exc:
-        log.error("run_failed", reason="restart_intensity", detail=str(exc))
-        status.update(code=EXIT_FAILED, why=str(exc))
     except Exception as exc:
-        log.exception("run_failed", reason=type(exc).__name__, detail=str(exc))
-        status.update(code=EXIT_FAILED, why=str(exc))
+        cause = _root_cause(exc)
+        if isinstance(cause, RestartIntensityExceeded):
+            log.error("run_failed", reason="restart_intensity", detail=str(cause))
+        else:
+            log.error("run_failed", reason=type(cause).__name__, detail=str(cause), exc_info=exc)
+        status.update(code=EXIT_FAILED, why=str(cause))
     finally:
         ctx.destroy(linger=0)
         ipc_path.unlink(missing_ok=True)
@@ -191,6 +192,25 @@ async def run_head(settings: Settings, run_dir: Path, run_id: str, driver: Drive
             log.error("run_stopped", status=status["code"], why=status["why"])
         events.close()
     return int(status["code"])
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The error that matters inside (possibly nested) exception groups from nurseries:
+    a restart-intensity stop if there is one, else the first leaf that is not a
+    cancellation."""
+    leaves: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        e = stack.pop(0)
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        else:
+            leaves.append(e)
+    for leaf in leaves:
+        if isinstance(leaf, RestartIntensityExceeded):
+            return leaf
+    real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+    return (real or leaves or [exc])[0]
 
 
 def _scalar(value: object) -> bool:

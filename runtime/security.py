@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import zmq
 import zmq.auth
+from zmq.utils import z85
 
 from runtime.events import log
 from runtime.zmqtrio import TrioSocket
@@ -161,7 +162,8 @@ class Authenticator:
             # NULL only reaches sockets that are not CURVE servers: ipc/loopback binds.
             return True, ""
         if mechanism == b"CURVE" and self.server is not None and credentials:
-            if credentials[0] in self.server.authorized:
+            # ZAP hands over the raw 32-byte key; certificate files hold it Z85-encoded.
+            if z85.encode(credentials[0]) in self.server.authorized:
                 return True, ""
             return False, "unknown client key"
         return False, f"mechanism {mechanism.decode(errors='replace')} not accepted"

@@ -1,0 +1,256 @@
+"""The runtime end to end: a real head, real actor processes, real ZeroMQ sockets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import trio
+from conftest import ROOT, make_settings, run_head_with
+
+from messages.control import Failure, Probe, ProbeReply
+from runtime.actor import RemoteFailure
+from runtime.config import ActorSettings
+from runtime.head import Head
+from runtime.security import create_keys
+
+JOBS = 10_000
+WINDOW = 256  # jobs in flight at once: keeps every actor busy without flooding queues
+
+
+def test_ten_thousand_role_routed_jobs_none_lost_or_duplicated(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, {"probe": ActorSettings(count=3, capacity=8)})
+    answers: list[int] = []
+    by_actor: Counter[str] = Counter()
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 3)
+        window = trio.Semaphore(WINDOW)
+
+        async def one(seq: int) -> None:
+            try:
+                reply = await head.client.ask("@probe", Probe(seq=seq, payload=b"%d" % seq))
+                assert isinstance(reply, ProbeReply) and reply.payload == b"%d" % seq
+                answers.append(reply.seq)
+                by_actor[reply.actor_id] += 1
+            finally:
+                window.release()
+
+        async with trio.open_nursery() as nursery:
+            for seq in range(JOBS):
+                await window.acquire()
+                nursery.start_soon(one, seq)
+        status = head.broker.status()
+        return {"completed": status.completed, "requeued": status.requeued}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert len(answers) == JOBS
+    assert sorted(answers) == list(range(JOBS))  # none lost, none twice
+    assert set(by_actor) == {"probe-0", "probe-1", "probe-2"}  # all three did work
+    assert run.report["completed"] == JOBS
+
+
+def test_kill_9_mid_job_restarts_the_actor_and_the_job_completes(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, {"probe": ActorSettings(count=2, capacity=1)})
+    replies: list[ProbeReply] = []
+    killed: list[str] = []
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 2)
+
+        async def one(seq: int) -> None:
+            replies.append(await head.client.ask("@probe", Probe(seq=seq, hold_s=1.5)))
+
+        async with trio.open_nursery() as nursery:
+            for seq in range(4):
+                nursery.start_soon(one, seq)
+            await trio.sleep(0.5)  # both actors are now holding a job
+            busy = [a for a in head.broker.status().actors if a.role == "probe" and a.inflight]
+            assert busy, "no actor was working"
+            os.kill(busy[0].pid, signal.SIGKILL)
+            killed.append(busy[0].actor_id)
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert sorted(r.seq for r in replies) == [0, 1, 2, 3]
+    exits = run.named("actor_process_exited")
+    assert any(e["actor_id"] == killed[0] and e["cause"] == "signal SIGKILL" for e in exits)
+    assert run.named("job_requeued"), "the killed actor's job was not requeued"
+    registrations = [e for e in run.named("actor_registered") if e["actor_id"] == killed[0]]
+    assert len(registrations) == 2  # the same id came back after the restart
+
+
+def test_a_job_that_keeps_killing_its_actor_fails_after_max_tries(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path, {"probe": ActorSettings(count=1)}, max_job_tries=2, restart_limit=10
+    )
+    outcome: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 1)
+        try:
+            await head.client.ask("@probe", Probe(seq=1, crash=True), timeout=60)
+        except RemoteFailure as exc:
+            outcome["failure"] = exc.failure
+        # The run carries on: the restarted actor serves the next job.
+        outcome["after"] = await head.client.ask("@probe", Probe(seq=2), timeout=60)
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    failure = outcome["failure"]
+    assert isinstance(failure, Failure)
+    assert failure.reason == "job_failed" and failure.attempts == 2
+    assert outcome["after"].seq == 2
+    failed = run.named("job_failed")
+    assert len(failed) == 1 and failed[0]["attempts"] == 2
+
+
+def test_restart_intensity_exceeded_stops_the_run_with_an_error(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path, {"probe": ActorSettings(count=1)}, max_job_tries=5, restart_limit=1
+    )
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 1)
+        await head.client.ask("@probe", Probe(crash=True), timeout=60)
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 1
+    failed = run.named("run_failed")
+    assert failed and failed[0]["reason"] == "restart_intensity"
+    assert "restart_limit" in failed[0]["detail"]
+    assert not (run.run_dir / "report.json").exists()
+
+
+def test_blocking_work_does_not_stop_heartbeats(tmp_path: Path) -> None:
+    # A 2.5 s job on an actor whose heartbeat timeout is 1 s: it must not be presumed dead.
+    settings = make_settings(
+        tmp_path, {"probe": ActorSettings(count=1)}, heartbeat_interval=0.1, heartbeat_timeout=1.0
+    )
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 1)
+        reply = await head.client.ask("@probe", Probe(seq=9, hold_s=2.5), timeout=30)
+        return {"seq": reply.seq}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0 and run.report["seq"] == 9
+    assert not [e for e in run.named("actor_lost") if e["reason"] == "heartbeat_missed"]
+
+
+def test_queued_job_goes_to_an_actor_attached_over_curve_and_a_wrong_key_is_refused(
+    tmp_path: Path,
+) -> None:
+    keys = create_keys(tmp_path / "keys")
+    wrong = create_keys(tmp_path / "wrong-keys")
+    # The impostor knows the head's public key but holds a client key the head never saw.
+    (wrong / "server.key").write_bytes((keys / "server.key").read_bytes())
+    settings = make_settings(tmp_path, listen="tcp://127.0.0.1:0", keys_dir=str(keys))
+    seen: dict = {}
+
+    async def attach(head: Head, keys_dir: Path) -> trio.Process:
+        argv = [sys.executable, str(ROOT / "run.py"), "attach", "probe", "--connect", head.listen]
+        return await trio.lowlevel.open_process([*argv, "--keys", str(keys_dir), "--quiet"])
+
+    async def driver(head: Head) -> dict:
+        assert head.listen.startswith("tcp://127.0.0.1:")
+        async with trio.open_nursery() as nursery:
+
+            async def ask() -> None:
+                seen["reply"] = await head.client.ask("@probe", Probe(seq=42), timeout=60)
+
+            nursery.start_soon(ask)
+            await trio.sleep(0.2)
+            assert head.broker.status().queued == {"@probe": 1}  # waiting, not lost
+            impostor = await attach(head, wrong)
+            with trio.fail_after(30):
+                while not _events_named(head.run_dir, "peer_refused"):
+                    await trio.sleep(0.1)
+            seen["registered_while_impostor"] = len(head.broker.peers)
+            impostor.kill()
+            await impostor.wait()
+            friend = await attach(head, keys)
+            try:
+                with trio.fail_after(60):
+                    while "reply" not in seen:
+                        await trio.sleep(0.05)
+            finally:
+                friend.terminate()
+                await friend.wait()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert seen["reply"].seq == 42
+    assert seen["registered_while_impostor"] == 1  # only the head's own client
+    refused = run.named("peer_refused")
+    assert refused and refused[0]["reason"] == "unknown client key"
+
+
+def _events_named(run_dir: Path, name: str) -> list[str]:
+    path = run_dir / "events.jsonl"
+    return [line for line in path.read_text().splitlines() if f'"event":"{name}"' in line]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead but not yet reaped by its parent; only our own children can be.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+def _start_head(tmp_path: Path, count: int) -> tuple[subprocess.Popen, Path]:
+    config = tmp_path / "hold.toml"
+    config.write_text(
+        f'[run]\nname = "hold"\nruns_dir = "{tmp_path / "runs"}"\n[actors.probe]\ncount = {count}\n'
+    )
+    head = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "head_until_signal.py"), str(config)],
+        stderr=subprocess.DEVNULL,
+    )
+    return head, tmp_path / "runs"
+
+
+def _wait_for_event(runs: Path, name: str, timeout: float = 60) -> Path:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for events in runs.glob("*/events.jsonl"):
+            if f'"event":"{name}"' in events.read_text():
+                return events.parent
+        time.sleep(0.1)
+    raise AssertionError(f"no {name} event within {timeout} s")
+
+
+def test_sigterm_to_the_head_leaves_no_child_process_and_no_ipc_file(tmp_path: Path) -> None:
+    for signum, expected in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        case = tmp_path / signum.name
+        case.mkdir()
+        head, runs = _start_head(case, count=3)
+        try:
+            run_dir = _wait_for_event(runs, "actors_ready")
+            from conftest import read_events
+
+            pids = [e["pid"] for e in read_events(run_dir) if e["event"] == "actor_process_started"]
+            ipc = next(e["endpoint"] for e in read_events(run_dir) if e["event"] == "run_started")
+            assert len(pids) == 3 and all(_alive(p) for p in pids)
+            head.send_signal(signum)
+            assert head.wait(timeout=30) == expected
+        finally:
+            head.kill()
+        assert not [p for p in pids if _alive(p)], "an actor process outlived the head"
+        assert not Path(ipc.removeprefix("ipc://")).exists()
+        stopped = [e for e in read_events(run_dir) if e["event"] == "run_stopped"]
+        assert stopped and stopped[0]["status"] == expected
