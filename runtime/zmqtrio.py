@@ -98,11 +98,11 @@ class TrioSocket:
                     # Let the tasks we just fed run before we look again (fairness).
                     await trio.lowlevel.checkpoint()
                     continue
-                # Nothing to do until the FD fires or someone queues a message.
+                # Nothing to do until the FD fires (a message arrived, or room to send
+                # opened up) or someone queues a message (send() cancels this wait).
                 self._wake = trio.CancelScope()
                 with self._wake:
-                    if not outbox:
-                        await trio.lowlevel.wait_readable(fd)
+                    await trio.lowlevel.wait_readable(fd)
                 self._wake = None
         finally:
             self._closed = True

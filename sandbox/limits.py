@@ -1,0 +1,29 @@
+"""Size limits that bound what one operation of agent code may create."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-namespace limits; the defaults suit Crafter policies and reward functions."""
+
+    max_items: int = 2_000_000
+    """Longest str/bytes/list/... one operation may build (`'a' * n`, `l + l`, `s.ljust(n)`).
+    A Crafter map is 64×64 = 4096 tiles: 2e6 is ~500× any legitimate need and at most
+    ~16 MiB of pointers, so a single op cannot hurt the host."""
+    max_int_bits: int = 1_000_000
+    """Largest int `*`, `**`, `<<` may produce (~125 KiB; arithmetic on it takes ms, while
+    `10 ** 10 ** 10` would take hours and gigabytes)."""
+    max_format_width: int = 100_000
+    """Largest width/precision in f-strings and `%`-formatting (`f"{x:>{10**10}}"`)."""
+    max_math_n: int = 10_000
+    """Largest n for math.factorial/comb/perm (10000! has 35,660 digits, ~ms to compute)."""
+    memory_bytes: int = 512 * 2**20
+    """Growth of the process's resident memory allowed during one call into agent code.
+    Crafter's env actor itself sits at ~200 MiB; 512 MiB leaves room for legitimate tables
+    while keeping several actors safe on a small machine."""
+    max_output_chars: int = 64 * 1024
+    """Printed output kept per namespace: enough to debug thousands of steps, small enough
+    to ship in a rollout message."""

@@ -1,0 +1,143 @@
+"""Wall-clock and memory budgets for agent code: a cheap `tick` the compiler plants in it.
+
+Mechanism (chosen over the alternatives; see sandbox/README.md):
+the compiler inserts a call `_tick_()` at the top of every function body, loop body and
+`except` handler, and as an always-true condition in every comprehension. Every
+`TICKS_PER_CHECK` ticks the meter reads the monotonic clock; every `TICKS_PER_MEMORY_CHECK`
+ticks (or sooner when guarded operations report big allocations) it reads the process's
+resident set size. Over budget, it *trips*: it records a `Failure` and raises `Abort`.
+Tripping is sticky: every later tick raises again, so agent code that swallows `Abort` with
+a bare `except:` or `finally: return` is stopped at its next loop iteration, call or
+handler, and the driver reads the recorded failure whatever the agent did with the
+exception.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from sandbox.failures import Cause, Failure, agent_line_of_caller
+
+# A tick is ~60 ns; 256 trivial loop iterations take ~30 µs, so a timeout is seen within
+# microseconds of the deadline while the clock read (~50 ns) costs < 1 % of tick time.
+TICKS_PER_CHECK = 256
+# Reading /proc/self/statm costs a few µs: every 16 clock checks (~4k ticks) keeps that
+# near 1 % on tight loops. Big allocations force an earlier check (see `note_alloc`).
+CLOCK_CHECKS_PER_MEMORY_CHECK = 16
+# Estimated bytes allocated by guarded operations after which memory is re-read at once,
+# so a loop of large allocations cannot run far past the budget between periodic checks.
+ALLOC_BYTES_PER_MEMORY_CHECK = 16 * 2**20
+
+
+class Abort(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Raised into agent code to stop it; a BaseException so `except Exception` passes it."""
+
+
+def _resident_bytes_reader():
+    """A function returning this process's resident set size in bytes (0 if unknown)."""
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    try:
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
+    except OSError:  # not Linux: memory growth is then bounded only by the operation guards
+        return lambda: 0
+    os.set_inheritable(fd, False)
+
+    def resident() -> int:
+        return int(os.pread(fd, 64, 0).split()[1]) * page
+
+    return resident
+
+
+resident_bytes = _resident_bytes_reader()
+
+
+class Meter:
+    """Budget state of one `Namespace`; used by one thread at a time.
+
+    Disarmed (outside `arm`/`disarm`) every tick raises: agent code that runs when the
+    host did not ask it to (e.g. a generator's `finally` run by the garbage collector)
+    is stopped at once.
+    """
+
+    def __init__(self, filename: str, memory_bytes: int):
+        self.filename = filename
+        self.memory_bytes = memory_bytes
+        self.failure: Failure | None = None
+        self._deadline = 0.0
+        self._wall_s = 0.0
+        self._memory_base = 0
+        self._alloc_since_check = 0
+        self._armed = False
+        self.tick = self._make_tick()
+
+    def _make_tick(self):
+        countdown = 0
+        clock_checks = 0
+        monotonic = time.monotonic
+        meter = self
+
+        # Kept tiny and closure-based: this runs on every loop iteration of agent code.
+        def tick() -> bool:
+            nonlocal countdown, clock_checks
+            countdown -= 1
+            if countdown <= 0:
+                countdown = TICKS_PER_CHECK
+                if meter.failure is not None or not meter._armed:
+                    meter._reraise()
+                if monotonic() > meter._deadline:
+                    meter.trip("timeout", f"wall-clock budget of {meter._wall_s:g} s exceeded")
+                clock_checks += 1
+                if clock_checks >= CLOCK_CHECKS_PER_MEMORY_CHECK:
+                    clock_checks = 0
+                    meter.check_memory()
+            return True
+
+        def reset() -> None:
+            nonlocal countdown
+            countdown = 0  # the next tick checks at once
+
+        self._reset_tick = reset
+        return tick
+
+    def arm(self, deadline: float, wall_s: float) -> None:
+        """Start metering agent code until the monotonic `deadline`."""
+        self._deadline = deadline
+        self._wall_s = wall_s
+        self._memory_base = resident_bytes()
+        self._alloc_since_check = 0
+        self._armed = True
+        self._reset_tick()
+
+    def disarm(self) -> None:
+        self._armed = False
+        self._reset_tick()
+
+    def trip(self, cause: Cause, detail: str) -> None:
+        """Record the first failure and raise `Abort` into the agent's code."""
+        if self.failure is None:
+            self.failure = Failure(cause, detail, agent_line_of_caller(self.filename))
+        self._reset_tick()
+        raise Abort(self.failure.cause)
+
+    def _reraise(self) -> None:
+        self._reset_tick()
+        raise Abort(self.failure.cause if self.failure else "not running")
+
+    def note_alloc(self, nbytes: int) -> None:
+        """Guarded operations report the estimated size of what they create."""
+        self._alloc_since_check += nbytes
+        if self._alloc_since_check >= ALLOC_BYTES_PER_MEMORY_CHECK:
+            self.check_memory()
+
+    def check_memory(self) -> None:
+        self._alloc_since_check = 0
+        if not self._armed:
+            return
+        grown = resident_bytes() - self._memory_base
+        if grown > self.memory_bytes:
+            self.trip(
+                "memory",
+                f"memory grew by {grown // 2**20} MiB, over the budget of "
+                f"{self.memory_bytes // 2**20} MiB",
+            )

@@ -1,0 +1,297 @@
+"""The sandbox runs well-behaved agent code correctly and reports failures as values."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from sandbox import (
+    CAUSES,
+    Failure,
+    Limits,
+    ReadOnlyProxy,
+    SandboxError,
+    compile_code,
+    freeze,
+    load,
+    run_policy,
+)
+from sandbox.testing import TINY_ACTIONS, TinySkills
+
+
+def policy(source: str):
+    return compile_code(textwrap.dedent(source))
+
+
+def drive(source: str, *, max_steps=100, wall_s=2.0, done_after=None, skills=None):
+    actions: list[str] = []
+
+    def step(action: str) -> bool:
+        actions.append(action)
+        return done_after is not None and len(actions) >= done_after
+
+    outcome = run_policy(
+        policy(source),
+        skills or TinySkills(),
+        step,
+        max_steps=max_steps,
+        wall_s=wall_s,
+        allowed_actions=TINY_ACTIONS,
+    )
+    return outcome, actions
+
+
+def test_policy_using_every_allowed_module_runs_to_completion():
+    outcome, actions = drive("""
+        import math, random, itertools, heapq, operator
+        from collections import deque, Counter, defaultdict
+        from functools import reduce, lru_cache
+
+        @lru_cache(maxsize=None)
+        def steps_to(x, y):
+            return abs(x) + abs(y)
+
+        def run(skills):
+            random.seed(1)
+            x, y = skills.nearest("tree")
+            heap = []
+            for d in (3, 1, 2):
+                heapq.heappush(heap, d)
+            counts = Counter(["a", "b", "a"])
+            grid = defaultdict(int)
+            grid[(0, 0)] += 1
+            total = reduce(operator.add, range(5)) + math.floor(math.sqrt(16))
+            pairs = list(itertools.islice(itertools.count(), 3))
+            queue = deque(pairs)
+            assert total == 14 and heapq.heappop(heap) == 1 and counts["a"] == 2
+            assert queue.popleft() == 0 and steps_to(x, y) == 7
+            for _ in range(x):
+                yield "move_left"
+            yield from skills.collect("tree", 1)
+            yield random.choice(["noop", "do"])
+        """)
+    assert outcome.failure is None
+    assert actions[:5] == ["move_left"] * 3 + ["move_left", "do"]
+    assert outcome.steps == 6 and not outcome.episode_done
+
+
+def test_skill_results_are_copies_so_agent_cannot_mutate_world_state():
+    skills = TinySkills()
+    outcome, _ = drive(
+        """
+        def run(skills):
+            inv = skills.inventory()
+            inv["wood"] = 999
+            skills.view()[0][0] = "diamond"
+            yield "noop"
+        """,
+        skills=skills,
+    )
+    assert outcome.failure is None
+    assert skills.inventory() == {"wood": 2, "stone": 0}
+
+
+def test_read_only_proxy_exposes_public_methods_only():
+    proxy = ReadOnlyProxy(TinySkills())
+    assert sorted(dir(proxy)) == ["collect", "inventory", "nearest", "view"]
+    with pytest.raises(AttributeError):
+        proxy.world_handle  # noqa: B018
+    with pytest.raises(AttributeError):
+        proxy.inventory = None
+
+
+def test_freeze_turns_numpy_into_plain_data():
+    np = pytest.importorskip("numpy")
+    frozen = freeze({"view": np.zeros((2, 2), dtype=np.int64), "hp": np.float32(9)})
+    assert frozen == {"view": [[0, 0], [0, 0]], "hp": 9.0}
+    assert type(frozen["hp"]) is float
+
+
+def test_print_is_collected_not_written_to_stdout(capsys):
+    outcome, _ = drive("""
+        def run(skills):
+            print("hello", 42)
+            yield "noop"
+        """)
+    assert outcome.output == "hello 42\n"
+    assert capsys.readouterr().out == ""
+
+
+def test_policy_that_uses_exactly_its_step_budget_succeeds():
+    outcome, actions = drive(
+        "def run(skills):\n    for _ in range(5):\n        yield 'noop'\n", max_steps=5
+    )
+    assert outcome.failure is None and len(actions) == 5
+
+
+def test_episode_end_stops_the_policy_and_its_cleanup_cannot_hang():
+    started = time.monotonic()
+    outcome, actions = drive(
+        """
+        def run(skills):
+            try:
+                while True:
+                    yield "noop"
+            finally:
+                while True:
+                    pass
+        """,
+        done_after=3,
+    )
+    assert outcome.failure is None and outcome.episode_done and len(actions) == 3
+    assert time.monotonic() - started < 1.0
+
+
+def test_exception_traceback_names_only_agent_lines():
+    outcome, _ = drive("""
+        def helper(d):
+            return d["missing"]
+
+        def run(skills):
+            helper({})
+            yield "noop"
+        """)
+    failure = outcome.failure
+    assert failure.cause == "exception" and failure.line == 3
+    assert "KeyError" in failure.detail
+    assert "line 6, in run" in failure.traceback and "line 3, in helper" in failure.traceback
+    assert "sandbox" not in failure.traceback and ".py" not in failure.traceback
+
+
+def test_syntax_error_reports_line():
+    with pytest.raises(SandboxError) as err:
+        compile_code("def run(skills):\n    yield 'noop'\n    x = = 1\n")
+    assert (err.value.cause, err.value.line) == ("syntax", 3)
+
+
+def test_missing_run_is_a_failure_not_a_crash():
+    outcome, _ = drive("def helper():\n    return 1\n")
+    assert outcome.failure.cause == "exception" and "run" in outcome.failure.detail
+
+
+def test_reward_function_gets_snapshots_it_cannot_tamper_with():
+    ns = load(
+        policy("""
+        def reward(before, after):
+            before["inventory"]["wood"] = 100
+            return float(after["inventory"]["wood"] - 2)
+        """)
+    )
+    before = {"inventory": {"wood": 2}}
+    after = {"inventory": {"wood": 3}}
+    result = ns.call("reward", before, after, wall_s=0.5)
+    assert result.failure is None and result.value == 1.0
+    assert before == {"inventory": {"wood": 2}}
+
+
+def test_timeout_sticks_to_the_namespace():
+    ns = load(policy("def spin():\n    while True:\n        pass\n\ndef ok():\n    return 1\n"))
+    first = ns.call("spin", wall_s=0.1)
+    assert first.failure.cause == "timeout"
+    assert ns.call("ok", wall_s=0.1).failure == first.failure
+
+
+def test_agent_functions_do_not_run_outside_the_meter():
+    ns = load(policy("def ok():\n    return 1\n"))
+    with pytest.raises(BaseException):  # noqa: B017 - the meter's Abort signal
+        ns.functions["ok"]()
+    assert ns.call("ok", wall_s=0.1).value == 1
+
+
+def test_recursion_bomb_leaves_the_recursion_limit_alone():
+    limit = sys.getrecursionlimit()
+    outcome, _ = drive("def run(skills):\n    yield from run(skills)\n")
+    assert outcome.failure.cause == "recursion"
+    assert sys.getrecursionlimit() == limit
+
+
+def test_timeout_works_from_a_worker_thread():
+    # Actors run sandboxed code off their event loop, in a worker thread.
+    results = []
+    thread = threading.Thread(
+        target=lambda: results.append(
+            drive("def run(skills):\n    while True:\n        pass\n    yield 1", wall_s=0.2)
+        )
+    )
+    thread.start()
+    thread.join(timeout=5)
+    assert results and results[0][0].failure.cause == "timeout"
+
+
+def test_slow_environment_steps_count_against_the_wall_budget():
+    outcome = run_policy(
+        policy("def run(skills):\n    while True:\n        yield 'noop'\n"),
+        TinySkills(),
+        lambda action: time.sleep(0.05) or False,
+        max_steps=1000,
+        wall_s=0.2,
+        allowed_actions=TINY_ACTIONS,
+    )
+    assert outcome.failure.cause == "timeout" and 2 <= outcome.steps <= 6
+
+
+def test_memory_growth_over_the_budget_is_stopped():
+    # Many allocations each under the per-operation limit: caught by the RSS check.
+    # A 64 MiB budget keeps the test light on a small machine.
+    outcome = run_policy(
+        policy("""
+            def run(skills):
+                hoard = []
+                while True:
+                    hoard.append("x" * 1000000 + str(len(hoard)))
+                yield "noop"
+            """),
+        TinySkills(),
+        lambda action: False,
+        max_steps=10,
+        wall_s=5.0,
+        allowed_actions=TINY_ACTIONS,
+        limits=Limits(memory_bytes=64 * 2**20),
+    )
+    assert outcome.failure.cause == "memory"
+
+
+def test_failure_causes_are_the_documented_set():
+    assert CAUSES == {
+        "syntax", "forbidden", "exception", "timeout", "memory", "recursion",
+        "invalid_action", "step_budget", "output_limit",
+    }  # fmt: skip
+    assert Failure("timeout", "x").line is None
+
+
+def test_compiled_code_lists_its_functions():
+    compiled = policy("def helper():\n    return 1\n\ndef run(skills):\n    yield 'noop'\n")
+    assert compiled.functions == ("helper", "run")
+
+
+def test_policy_runs_against_the_real_skill_api_and_crafter():
+    pytest.importorskip("crafter")
+    crafter_world = pytest.importorskip("envs.crafter_world")
+    skills_module = pytest.importorskip("envs.skills")
+    world = crafter_world.CrafterWorld()
+    skills = skills_module.Skills(world.reset(0), world.action_names, seed=0)
+
+    def step(action: str) -> bool:
+        obs, _, done, info = world.step(action)
+        skills._observe(obs, info)  # host side: the driver feeds observations back
+        return done
+
+    outcome = run_policy(
+        policy("""
+            def run(skills):
+                got = yield from skills.collect("tree", 1)
+                print("got", got, skills.inventory()["wood"])
+            """),
+        skills,
+        step,
+        max_steps=300,
+        wall_s=20.0,
+        allowed_actions=world.action_names,
+    )
+    assert outcome.failure is None, outcome.failure
+    assert outcome.output == "got True 1\n"
+    assert skills.inventory()["wood"] == 1
