@@ -1,0 +1,132 @@
+"""run.py as a person uses it: a whole run, tail, config errors, attach errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+RUN = [sys.executable, str(ROOT / "run.py")]
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*RUN, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_a_run_from_a_config_finishes_and_tail_shows_it(tmp_path: Path) -> None:
+    config = tmp_path / "smoke.toml"
+    config.write_text('[run]\nname = "smoke"\n[actors.probe]\ncount = 2\ncapacity = 2\n')
+    done = _run(["--config", str(config)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["roles"]["probe"]["jobs"] == 40
+    assert set(report["roles"]["probe"]["actors"]) == {"probe-0", "probe-1"}
+    assert json.loads((run_dir / "config.json").read_text())["source"] == str(config)
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert {"ts", "level", "run", "actor", "role", "event"} <= set(events[0])
+    assert {e["actor"] for e in events} >= {"head", "probe-0", "probe-1"}
+    tail = _run(["tail", "--no-follow"], cwd=tmp_path)
+    assert tail.returncode == 0
+    lines = tail.stdout.splitlines()
+    assert any("run_finished" in line and line.split()[1] == "head" for line in lines)
+    assert any("actor_started" in line and "probe-1" in line for line in lines)
+    # The follower stops by itself once the head's last event is in.
+    follow = _run(["tail", str(run_dir)], cwd=tmp_path, timeout=30)
+    assert follow.returncode == 0 and "run_finished" in follow.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        (
+            "[runtime]\nheartbeat_interval = 'fast'\n",
+            "runtime.heartbeat_interval: expected a number",
+        ),
+        ("[runtime]\nheartbeat_intervall = 1.0\n", "did you mean 'heartbeat_interval'?"),
+        ("[actors.prob]\ncount = 1\n", "did you mean 'probe'?"),
+        ("[actors.probe]\ncount = 'two'\n", "actors.probe.count: expected an integer"),
+        ("[runtime]\nlisten = 'tcp://0.0.0.0:5555'\n", "python run.py keys"),
+        ("[run\nname = 1\n", "expected valid TOML"),
+        ("runtime = 3\n", "expected a table"),
+    ],
+)
+def test_bad_config_exits_2_naming_file_key_and_fix(tmp_path: Path, text: str, expect: str) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    done = _run(["--config", str(config)], cwd=tmp_path)
+    assert done.returncode == 2
+    assert str(config) in done.stderr and expect in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def test_missing_config_lists_the_configs_that_exist(tmp_path: Path) -> None:
+    done = _run(["--config", "nonesuch.toml"], cwd=tmp_path)
+    assert done.returncode == 2 and "diamond.toml" in done.stderr
+
+
+def test_bare_config_name_resolves_in_configs(tmp_path: Path) -> None:
+    from runtime.config import find_config
+
+    assert find_config("diamond.toml") == ROOT / "configs" / "diamond.toml"
+
+
+def test_attach_refuses_a_device_this_machine_lacks(tmp_path: Path) -> None:
+    done = _run(
+        ["attach", "probe", "--connect", "tcp://127.0.0.1:1", "--device", "cuda:3"], cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert "cuda:3" in done.stderr and (
+        "no usable CUDA" in done.stderr or "cuda:0.." in done.stderr
+    )
+    bad = _run(
+        ["attach", "probe", "--connect", "tcp://127.0.0.1:1", "--device", "gpu"], cwd=tmp_path
+    )
+    assert bad.returncode == 2 and "expected cpu, cuda or cuda:N" in bad.stderr
+
+
+def test_attach_to_a_remote_host_without_keys_is_refused(tmp_path: Path) -> None:
+    done = _run(["attach", "probe", "--connect", "tcp://192.0.2.1:5555"], cwd=tmp_path)
+    assert done.returncode == 2 and "--keys" in done.stderr
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+
+
+def test_an_actor_waiting_for_an_absent_broker_sleeps_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    # Nothing listens on this port: the actor's registration can only wait.
+    proc = subprocess.Popen(
+        [*RUN, "attach", "probe", "--connect", "tcp://127.0.0.1:9"],
+        cwd=tmp_path,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(2.0)  # imports and first registration attempt
+        before = _cpu_seconds(proc.pid)
+        time.sleep(2.0)
+        assert _cpu_seconds(proc.pid) - before < 0.3, "waiting actor burns CPU"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+
+
+def test_keys_command_writes_a_usable_layout(tmp_path: Path) -> None:
+    done = _run(["keys", "--dir", "k"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for name in ("server.key", "server.key_secret", "client.key_secret", "authorized/client.key"):
+        assert (tmp_path / "k" / name).exists(), name
+    again = _run(["keys", "--dir", "k"], cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
