@@ -1,0 +1,108 @@
+"""Rollout family: evaluate a policy in the world and report what happened."""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from messages.base import message
+from messages.task import Subtask
+
+
+@message("rollout.request")
+class RolloutRequest:
+    """fast agent/head → environment: run a policy on a subtask for some episodes."""
+
+    subtask: Subtask
+    """What success means; its ``max_steps`` caps each episode."""
+    code: str = ""
+    """Policy source defining ``run(skills)`` (code-as-policy); runs in the sandbox."""
+    policy_path: str = ""
+    """Or: a trained policy artifact (SB3 zip) to run instead of code."""
+    policy_sha256: str = ""
+    """The artifact's expected hash; a mismatch fails the rollout."""
+    seeds: list[int] = field(default_factory=lambda: [0])
+    """One episode per seed; a seed gives the same world every time."""
+    wall_s: float = 60.0
+    """Wall-clock budget per episode, the policy's own code and the world's steps together."""
+    frames: bool = False
+    """Also return the first episode's frames (for a video); rendering is slow."""
+    world: str = "crafter"
+    """World backend: crafter or minedojo."""
+
+
+@message("rollout.glimpse")
+class Glimpse:
+    """What the player knew at one moment: enough for a critic, far smaller than a frame."""
+
+    step: int
+    """Primitive steps taken so far in the episode."""
+    inventory: dict[str, int]
+    """Non-zero inventory items."""
+    status: dict[str, float]
+    """Health, food, drink, energy."""
+    near: list[str]
+    """Tile and creature kinds in the local view, nearest first."""
+    facing: str
+    """What the player faces."""
+
+
+@message("rollout.segment")
+class Segment:
+    """One high-level action of an episode: what it was and what the player saw around it."""
+
+    action: str
+    """Skill call or option name, e.g. ``collect('tree', 1)``."""
+    steps: int
+    """Primitive steps it took."""
+    before: Glimpse
+    """The player's view when it started."""
+    after: Glimpse
+    """The player's view when it ended."""
+
+
+@message("rollout.episode")
+class EpisodeReport:
+    """environment → asker: one episode's outcome."""
+
+    seed: int
+    """World seed."""
+    success: bool
+    """Whether the subtask's success test held at the end."""
+    steps: int
+    """Primitive steps taken."""
+    reward: float
+    """Sum of the world's own rewards."""
+    achievements: list[str]
+    """Achievements unlocked, in order."""
+    cause: str
+    """Why it ended: success, policy_finished, step_budget, episode_done (death), or a
+    sandbox failure cause (syntax, forbidden, exception, timeout, memory, recursion,
+    invalid_action, output_limit, actor_crashed)."""
+    detail: str = ""
+    """The failure's detail (a trimmed traceback, the forbidden name, ...)."""
+    line: int = 0
+    """Line of the policy code the failure points at (0: none)."""
+    trace: list[Segment] = field(default_factory=list)
+    """High-level actions with what the player saw before and after each."""
+    wall_s: float = 0.0
+    """Seconds the episode took."""
+
+
+@message("rollout.result")
+class RolloutResult:
+    """environment → asker: every episode of a rollout request."""
+
+    subtask: str
+    """The subtask's name."""
+    episodes: list[EpisodeReport]
+    """One per seed, in order."""
+    success_rate: float
+    """Fraction of episodes that succeeded."""
+    steps: int
+    """Primitive steps taken in all (counts toward the run's step budget)."""
+    actor_id: str
+    """Which environment actor ran it."""
+    output: str = ""
+    """What the policy printed (bounded)."""
+    frames: bytes = b""
+    """First episode's RGB frames as an .npz (uint8, T×H×W×3), when asked for."""
