@@ -98,7 +98,11 @@ def cmd_actor(command: str, argv: list[str]) -> int:
         role=cls.role,
     )
     actor = cls(
-        name=args.name, capacity=args.capacity, device=args.device, parent_pid=args.parent_pid
+        name=args.name,
+        capacity=args.capacity,
+        device=args.device,
+        parent_pid=args.parent_pid,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
     )
 
     async def serve() -> None:

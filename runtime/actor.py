@@ -11,13 +11,17 @@ then serves its mailbox. A subclass declares handlers::
             return ProbeReply(msg.seq, msg.payload, self.actor_id)
 
 A handler's return value is the reply to an ASK; if it raises, the asker gets a
-``control.failure`` with the trimmed traceback instead of silence. Blocking work goes
+``control.failure`` with the trimmed traceback instead of silence. An ``async`` handler
+runs in a task of its own; a plain handler runs at once, inside the socket's receive
+loop (it must not block), and may return an awaitable to finish in a task — this skips
+a task switch for the many messages that need no waiting. Blocking work goes
 through :meth:`Actor.run_blocking` (a worker thread) so heartbeats and other messages
 keep flowing while it runs. Lifecycle: :meth:`setup` → serve → :meth:`teardown`.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import signal
@@ -25,6 +29,7 @@ import socket
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import trio
@@ -62,9 +67,9 @@ Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
 # How long an actor waits for the broker to answer its registration before trying
 # again; ZeroMQ reconnects underneath, so a late broker is simply waited for.
 REGISTER_RETRY_S = 2.0
-# Mailbox depth before the socket owner stops reading (ZeroMQ's own queue then fills and
-# pushes back on the broker).
-MAILBOX_DEPTH = 10_000
+# Messages that arrive before setup() finishes wait in memory; past this many the actor
+# refuses further asks (the broker's capacity accounting normally keeps it far lower).
+EARLY_MAIL_LIMIT = 10_000
 
 
 class RemoteFailure(Exception):
@@ -118,8 +123,11 @@ class Actor:
         device: str = "cpu",
         max_frame_bytes: int = DEFAULT_MAX_FRAME,
         parent_pid: int | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.requested_name = name
+        self.run_dir = run_dir
+        """Where the actor may write artifacts (None when attached from elsewhere)."""
         self.actor_id = name
         self.capacity = capacity
         self.device = device
@@ -130,9 +138,9 @@ class Actor:
         self._ids = itertools.count()
         self._pending: dict[str, _Pending] = {}
         self._sock: TrioSocket | None = None
-        self._mail_send, self._mail_recv = trio.open_memory_channel[tuple[Envelope, bytes]](
-            MAILBOX_DEPTH
-        )
+        self._nursery: trio.Nursery | None = None
+        self._ready = False
+        self._early: list[tuple[Envelope, bytes]] = []
         self._scope: trio.CancelScope | None = None
         self._registered = trio.Event()
         self.heartbeat_interval = 1.0
@@ -211,6 +219,7 @@ class Actor:
         try:
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
+                self._nursery = nursery
                 nursery.start_soon(self._sock.run)
                 await self._register()
                 bind(actor=self.actor_id, role=self.role)
@@ -218,7 +227,10 @@ class Actor:
                 nursery.start_soon(self._heartbeat)
                 await self.setup()
                 task_status.started()
-                nursery.start_soon(self._serve, nursery)
+                self._ready = True  # from now on, _on_frames dispatches to handlers
+                early, self._early = self._early, []
+                for env, body in early:
+                    self._dispatch(env, body)
         finally:
             with trio.CancelScope(shield=True):
                 try:
@@ -258,31 +270,6 @@ class Actor:
                 return
             self.tell(BROKER, Heartbeat(self.inflight))
 
-    async def _serve(self, nursery: trio.Nursery) -> None:
-        async for env, body in self._mail_recv:
-            try:
-                msg = decode(body, self.max_frame_bytes)
-            except DecodeError as exc:
-                log.warning("message_rejected", reason=exc.reason, detail=exc.detail, frm=env.frm)
-                if env.mode == ASK:
-                    self._reply(env, Failure("bad_message", str(exc)))
-                continue
-            if isinstance(msg, Shutdown):
-                self.stop(msg.reason or "shutdown")
-                return
-            if isinstance(msg, Failure) and msg.reason == "not_registered":
-                nursery.start_soon(self._reregister)
-                continue
-            name = self._handlers.get(type(msg))
-            if name is None:
-                log.warning("message_unhandled", kind=env.kind, frm=env.frm)
-                if env.mode == ASK:
-                    self._reply(
-                        env, Failure("no_handler", f"{self.role} does not handle {env.kind}")
-                    )
-                continue
-            nursery.start_soon(self._handle, getattr(self, name), msg, env)
-
     async def _reregister(self) -> None:
         if not self._registered.is_set():
             return  # a registration is already under way
@@ -290,21 +277,25 @@ class Actor:
         log.warning("broker_forgot_us")
         await self._register()
 
-    async def _handle(self, handler: Handler, msg: Any, env: Envelope) -> None:
+    async def _handle(self, work: Awaitable[Any], env: Envelope) -> None:
+        bind(actor=self.actor_id, role=self.role)  # this task was started by the socket's
         if env.mode == ASK:
             self.inflight += 1
         try:
-            result = await handler(msg, env)
+            result = await work
         except Exception as exc:
-            log.exception("handler_failed", kind=env.kind, frm=env.frm)
-            if env.mode == ASK:
-                self._reply(env, Failure("handler_error", _trim(exc)))
+            self._failed(env, exc)
         else:
             if env.mode == ASK:
                 self._reply(env, result if result is not None else Failure("no_reply"))
         finally:
             if env.mode == ASK:
                 self.inflight -= 1
+
+    def _failed(self, env: Envelope, exc: Exception) -> None:
+        log.error("handler_failed", kind=env.kind, frm=env.frm, exc_info=exc)
+        if env.mode == ASK:
+            self._reply(env, Failure("handler_error", _trim(exc)))
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -323,12 +314,45 @@ class Actor:
                 pending.env, pending.body = env, frames[1]
                 pending.event.set()
             return
+        if not self._ready:
+            # Work that arrives while setup() runs waits for it, in order.
+            if len(self._early) < EARLY_MAIL_LIMIT:
+                self._early.append((env, frames[1]))
+            elif env.mode == ASK:
+                self._reply(env, Failure("overloaded", f"{self.actor_id} is still starting"))
+            return
+        self._dispatch(env, frames[1])
+
+    def _dispatch(self, env: Envelope, body: bytes) -> None:
+        """Decode one message and start its handler (the mailbox is the nursery)."""
         try:
-            self._mail_send.send_nowait((env, frames[1]))
-        except trio.WouldBlock:
-            log.warning("mailbox_full", kind=env.kind, frm=env.frm)
+            msg = decode(body, self.max_frame_bytes)
+        except DecodeError as exc:
+            log.warning("message_rejected", reason=exc.reason, detail=exc.detail, frm=env.frm)
             if env.mode == ASK:
-                self._reply(env, Failure("overloaded", f"{self.actor_id} mailbox is full"))
+                self._reply(env, Failure("bad_message", str(exc)))
+            return
+        if isinstance(msg, Shutdown):
+            self.stop(msg.reason or "shutdown")
+            return
+        if isinstance(msg, Failure) and msg.reason == "not_registered":
+            self._nursery.start_soon(self._reregister)
+            return
+        name = self._handlers.get(type(msg))
+        if name is None:
+            log.warning("message_unhandled", kind=env.kind, frm=env.frm)
+            if env.mode == ASK:
+                self._reply(env, Failure("no_handler", f"{self.role} does not handle {env.kind}"))
+            return
+        try:
+            result = getattr(self, name)(msg, env)
+        except Exception as exc:  # a plain (non-async) handler failed
+            self._failed(env, exc)
+            return
+        if inspect.isawaitable(result):
+            self._nursery.start_soon(self._handle, result, env)
+        elif env.mode == ASK:
+            self._reply(env, result if result is not None else Failure("no_reply"))
 
     def _reply(self, env: Envelope, msg: Any) -> None:
         self._send(Envelope(REPLY, self._next_id(), env.frm, "", env.id), msg)
@@ -344,12 +368,16 @@ class Actor:
     # -- handlers every actor has ----------------------------------------------------
 
     @handles(Probe)
-    async def on_probe(self, msg: Probe, env: Envelope) -> ProbeReply:
+    def on_probe(self, msg: Probe, env: Envelope) -> Any:
         if msg.crash:
             log.warning("probe_crash_requested", frm=env.frm)
             os.kill(os.getpid(), signal.SIGKILL)
         if msg.hold_s > 0:
-            await self.run_blocking(time.sleep, msg.hold_s)
+            return self._hold(msg)
+        return ProbeReply(msg.seq, msg.payload, self.actor_id)
+
+    async def _hold(self, msg: Probe) -> ProbeReply:
+        await self.run_blocking(time.sleep, msg.hold_s)
         return ProbeReply(msg.seq, msg.payload, self.actor_id)
 
 

@@ -4,10 +4,16 @@ A ZeroMQ socket exposes one file descriptor that becomes readable when the socke
 state *may* have changed; it is edge-triggered and says nothing about what changed. So
 the rules are: read ``zmq.EVENTS`` before waiting (a message may already be there), and
 again after every send or receive (doing either can consume the edge that would have
-woken us). A socket is also not safe to use from two tasks waiting at once, so each
-socket has exactly one owner task, :meth:`TrioSocket.run`, which does all receiving and
-sending. Other tasks hand it frames with :meth:`TrioSocket.send` (never blocks) and get
-frames through the ``on_frames`` callback given at construction.
+woken us).
+
+Ownership: exactly one task, :meth:`TrioSocket.run`, ever *waits* on the socket, and it
+does all receiving. Sending is synchronous and never blocks: :meth:`TrioSocket.send`
+hands the frames to ZeroMQ at once when nothing is queued ahead of them (a non-blocking
+call on the same thread, so it cannot interleave with the owner's calls), and otherwise
+queues them for the owner, which sends when ZeroMQ has room. Sending inline matters: it
+saves a task wake-up per message, which is most of the cost of a hop (see
+``benchmarks/bench_runtime.py``). After an inline send the owner is woken only if input
+arrived meanwhile, since the send may have consumed the FD's edge.
 
 No polling with sleeps: the owner sleeps in ``wait_readable`` until the FD fires or a
 sender wakes it by cancelling that wait.
@@ -24,13 +30,41 @@ import zmq
 # Receive at most this many messages before letting other tasks run: large enough to
 # amortise the wake-up, small enough that a flood cannot starve the actor's other tasks.
 RECV_BATCH = 256
+# Plain ints: zmq's flag enums cost ~1 µs per bitwise operation on the hot path.
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
+_EHOSTUNREACH = zmq.EHOSTUNREACH
+_SNDMORE = int(zmq.SNDMORE)
+_RCVMORE = int(zmq.RCVMORE)
+# The Cython methods under pyzmq's Python wrappers: the wrappers' argument handling and
+# flag enums cost ~6 µs per message (measured), a sizeable share of a broker hop.
+_raw_send = zmq.backend.Socket.send
+_raw_recv = zmq.backend.Socket.recv
+
+
+def send_frames(sock: zmq.Socket, frames: list[bytes]) -> None:
+    """``send_multipart(frames, NOBLOCK)`` without the wrapper's overhead."""
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
+        _raw_send(sock, frame, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK, True, False)
+
+
+def recv_frames(sock: zmq.Socket) -> list[bytes]:
+    """``recv_multipart(NOBLOCK)`` without the wrapper's overhead (call on POLLIN only:
+    the rest of a multipart message is always there once its first frame is)."""
+    frames = [_raw_recv(sock, _NOBLOCK, True, False)]
+    while sock.getsockopt(_RCVMORE):
+        frames.append(_raw_recv(sock, _NOBLOCK, True, False))
+    return frames
 
 
 class TrioSocket:
     """One ZeroMQ socket driven by one trio task.
 
     ``on_frames(frames)`` is called synchronously for every received multipart message;
-    it must not block (hand work to a channel or a nursery if it is slow).
+    it must not block (start a task if the work is slow). It may call :meth:`send`.
     """
 
     def __init__(self, sock: zmq.Socket, on_frames: Callable[[list[bytes]], None]) -> None:
@@ -42,12 +76,32 @@ class TrioSocket:
         self._drained: trio.Event | None = None
         self.sent = 0
         self.received = 0
+        self.dropped = 0
 
     def send(self, frames: list[bytes]) -> None:
-        """Queue a multipart message; the owner task sends it. Never blocks."""
+        """Send a multipart message now, or queue it behind earlier ones. Never blocks."""
         if self._closed:
             raise trio.ClosedResourceError("socket is closed")
-        self._outbox.append(frames)
+        if self._outbox:
+            self._outbox.append(frames)  # keep order: the owner sends the queue first
+            return
+        try:
+            send_frames(self.sock, frames)
+        except zmq.Again:
+            # High-water mark reached: the owner sends it when ZeroMQ has room.
+            self._outbox.append(frames)
+            self._wake_owner()
+            return
+        except zmq.ZMQError as exc:
+            if exc.errno != _EHOSTUNREACH:
+                raise
+            self.dropped += 1  # ROUTER_MANDATORY: that peer is gone
+            return
+        self.sent += 1
+        if self._wake is not None and self.sock.getsockopt(_EVENTS) & _POLLIN:
+            self._wake_owner()
+
+    def _wake_owner(self) -> None:
         if self._wake is not None:
             self._wake.cancel()
 
@@ -57,49 +111,32 @@ class TrioSocket:
         return len(self._outbox)
 
     async def run(self) -> None:
-        """Own the socket until cancelled: receive, send, and sleep on the FD."""
+        """Own the socket until cancelled: receive, send what is queued, sleep on the FD."""
         sock = self.sock
         fd = sock.getsockopt(zmq.FD)
-        recv = sock.recv_multipart
-        send = sock.send_multipart
+        getsockopt = sock.getsockopt
         outbox = self._outbox
         on_frames = self._on_frames
         try:
             while True:
-                events = sock.getsockopt(zmq.EVENTS)
-                progressed = False
-                if events & zmq.POLLIN:
-                    for _ in range(RECV_BATCH):
-                        try:
-                            frames = recv(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self.received += 1
-                        on_frames(frames)
-                    progressed = True
-                if outbox and events & zmq.POLLOUT:
-                    while outbox:
-                        try:
-                            send(outbox[0], zmq.NOBLOCK)
-                        except zmq.Again:
-                            break  # high-water mark: wait for the FD to say POLLOUT again
-                        except zmq.ZMQError as exc:
-                            if exc.errno != zmq.EHOSTUNREACH:
-                                raise
-                            # ROUTER_MANDATORY: the peer is gone; the broker learns of
-                            # dead peers through heartbeats and the supervisor.
-                        outbox.popleft()
-                        self.sent += 1
-                    if not outbox and self._drained is not None:
-                        self._drained.set()
-                        self._drained = None
-                    progressed = True
-                if progressed:
-                    # Let the tasks we just fed run before we look again (fairness).
-                    await trio.lowlevel.checkpoint()
+                events = getsockopt(_EVENTS)
+                received = 0
+                while events & _POLLIN and received < RECV_BATCH:
+                    frames = recv_frames(sock)
+                    received += 1
+                    on_frames(frames)
+                    events = getsockopt(_EVENTS)
+                self.received += received
+                if outbox and events & _POLLOUT:
+                    self._send_queued()
+                    continue
+                if received >= RECV_BATCH:
+                    await trio.lowlevel.checkpoint()  # fairness under a flood
+                    continue
+                if events & _POLLIN:
                     continue
                 # Nothing to do until the FD fires (a message arrived, or room to send
-                # opened up) or someone queues a message (send() cancels this wait).
+                # opened up) or a sender wakes us (send() cancels this wait).
                 self._wake = trio.CancelScope()
                 with self._wake:
                     await trio.lowlevel.wait_readable(fd)
@@ -108,8 +145,25 @@ class TrioSocket:
             self._closed = True
             self._wake = None
 
+    def _send_queued(self) -> None:
+        outbox = self._outbox
+        while outbox:
+            try:
+                send_frames(self.sock, outbox[0])
+                self.sent += 1
+            except zmq.Again:
+                break  # full again: wait for the FD to report POLLOUT
+            except zmq.ZMQError as exc:
+                if exc.errno != _EHOSTUNREACH:
+                    raise
+                self.dropped += 1
+            outbox.popleft()
+        if not outbox and self._drained is not None:
+            self._drained.set()
+            self._drained = None
+
     async def flush(self, timeout: float = 1.0) -> bool:
-        """Wait until the outbox has been handed to ZeroMQ; False on timeout."""
+        """Wait until everything queued has been handed to ZeroMQ; False on timeout."""
         with trio.move_on_after(timeout):
             if self._outbox:
                 self._drained = self._drained or trio.Event()
