@@ -7,6 +7,7 @@ import importlib
 
 ROLES: dict[str, str] = {
     "probe": "actors.probe:ProbeActor",
+    "environment": "actors.environment:EnvironmentActor",
 }
 
 

@@ -1,0 +1,294 @@
+"""The environment actor: runs code-as-policy rollouts in the world and reports them.
+
+One actor process owns one world (Crafter by default) and serves one rollout request at
+a time. Policy code is untrusted: it is compiled and driven by :mod:`sandbox`, in a
+worker thread so the actor keeps heartbeating. Every failure of the code is an episode
+outcome, never an exception. If the worker thread stops answering its own budget (a
+single C call that runs away), the actor answers with a ``timeout`` result and then
+exits, so that the supervisor replaces it with a clean process.
+
+Per-episode achievement stats go to ``<run dir>/rollouts/stats.jsonl`` in Crafter's own
+``Recorder`` format, so Crafter's analysis scripts read them unchanged.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import trio
+
+import sandbox
+from envs.crafter_world import CrafterWorld
+from envs.skills import Skills
+from envs.stats import StatsWriter
+from messages import Envelope
+from messages.rollout import EpisodeReport, Glimpse, RolloutRequest, RolloutResult, Segment
+from messages.task import Subtask
+from runtime.actor import Actor, handles
+from runtime.events import log
+
+# Beyond its own budget, how long a rollout may run before the actor presumes its worker
+# thread stuck in a C call: generous, since world steps also count in the budget.
+WATCHDOG_GRACE_S = 10.0
+# Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
+MAX_FRAMES = 1000
+# Skill calls that make a trace segment (the high-level actions a critic reads about).
+TRACED_SKILLS = ("path_to", "approach", "face", "explore", "attack", "collect", "place", "make")
+# Segments kept per episode: a critic needs the story, not every detail of a long one.
+MAX_SEGMENTS = 64
+
+
+def glimpse(skills: Skills) -> Glimpse:
+    """What the player knows now, compactly: inventory, vitals, nearby kinds, facing."""
+    near: dict[str, int] = {}
+    view = skills.view()
+    cy, cx = len(view) // 2, len(view[0]) // 2
+    for row, line in enumerate(view):
+        for col, name in enumerate(line):
+            dist = abs(row - cy) + abs(col - cx)
+            if (row, col) != (cy, cx) and dist < near.get(name, 99):
+                near[name] = dist
+    for kind, dx, dy in skills.creatures():
+        near[kind] = min(near.get(kind, 99), abs(dx) + abs(dy))
+    return Glimpse(
+        step=skills.steps(),
+        inventory={k: v for k, v in skills.inventory().items() if v},
+        status=dict(skills.status()),
+        near=sorted(near, key=lambda k: (near[k], k)),
+        facing=skills.facing_tile(),
+    )
+
+
+class TracingSkills(Skills):
+    """The skill API, recording each top-level skill call as a trace segment."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._segments: list[Segment] = []
+        self._depth = 0
+
+    def _traced(self, label: str, gen: Any) -> Any:
+        if self._depth:
+            return (yield from gen)  # a skill inside a skill: part of the outer segment
+        before = glimpse(self)
+        self._depth += 1
+        try:
+            result = yield from gen
+        finally:
+            self._depth -= 1
+            if len(self._segments) < MAX_SEGMENTS:
+                after = glimpse(self)
+                self._segments.append(Segment(label, after.step - before.step, before, after))
+        return result
+
+
+def _traced_method(name: str) -> Any:
+    base = getattr(Skills, name)
+
+    def method(self: TracingSkills, *args: Any, **kwargs: Any) -> Any:
+        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        return self._traced(f"{name}({shown})", base(self, *args, **kwargs))
+
+    method.__name__ = name
+    method.__doc__ = base.__doc__
+    return method
+
+
+for _name in TRACED_SKILLS:
+    setattr(TracingSkills, _name, _traced_method(_name))
+
+
+def subtask_met(subtask: Subtask, skills: Skills) -> bool:
+    """The subtask's success test, from what the player knows."""
+    if subtask.achievement and skills.achievements().get(subtask.achievement, 0) > 0:
+        return True
+    if not subtask.goal:
+        return False
+    inventory = skills.inventory()
+    return all(inventory.get(item, 0) >= n for item, n in subtask.goal.items())
+
+
+def frames_npz(frames: list[np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, frames=np.stack(frames).astype(np.uint8))
+    return buffer.getvalue()
+
+
+class EnvironmentActor(Actor):
+    role = "environment"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.world = CrafterWorld()
+        self.stats: StatsWriter | None = None
+        if self.run_dir is not None:
+            path = self.run_dir / "rollouts" / "stats.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.stats = StatsWriter(path, self.world.achievement_names)
+        self._lock = threading.Lock()  # one rollout at a time touches the world
+
+    async def setup(self) -> None:
+        # The first reset compiles Crafter's world generator (numba, ~4 s); do it now so
+        # the first rollout's wall budget does not pay for it.
+        await self.run_blocking(self.world.reset, 0)
+
+    @handles(RolloutRequest)
+    async def on_rollout(self, req: RolloutRequest, env: Envelope) -> RolloutResult:
+        if req.world != "crafter":
+            raise ValueError(f"this environment actor runs crafter, not {req.world!r}")
+        if req.policy_path:
+            raise ValueError("trained-policy rollouts are served by learners' evaluation")
+        budget = req.wall_s * len(req.seeds) + WATCHDOG_GRACE_S
+        log.info("rollout_started", subtask=req.subtask.name, episodes=len(req.seeds), frm=env.frm)
+        with trio.move_on_after(budget):
+            result = await self.run_blocking(self.rollout, req)
+            log.info(
+                "rollout_finished",
+                subtask=req.subtask.name,
+                success_rate=result.success_rate,
+                steps=result.steps,
+                causes=sorted({e.cause for e in result.episodes}),
+            )
+            return result
+        # The worker thread ignored its budget (stuck in one C call). Answer, then make
+        # way for a fresh process: this one has a thread we cannot stop.
+        log.error("rollout_stuck", subtask=req.subtask.name, budget_s=budget)
+        episodes = [
+            EpisodeReport(s, False, 0, 0.0, [], "timeout", "the policy stopped answering")
+            for s in req.seeds
+        ]
+        self._reply(env, RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id))
+        await self._sock.flush()
+        os._exit(70)  # EX_SOFTWARE; the supervisor restarts us
+
+    def rollout(self, req: RolloutRequest) -> RolloutResult:
+        """Run every episode of ``req`` (blocking; called in a worker thread)."""
+        with self._lock:
+            try:
+                compiled = sandbox.compile_code(req.code, filename=f"<{req.subtask.name}>")
+            except sandbox.SandboxError as err:
+                f = err.failure
+                episodes = [
+                    EpisodeReport(s, False, 0, 0.0, [], f.cause, f.detail, f.line or 0)
+                    for s in req.seeds
+                ]
+                return RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id)
+            episodes, output, frames = [], [], []
+            for i, seed in enumerate(req.seeds):
+                report, printed = self._episode(
+                    req, compiled, seed, frames if i == 0 and req.frames else None
+                )
+                episodes.append(report)
+                if printed:
+                    output.append(printed)
+            wins = sum(e.success for e in episodes)
+            return RolloutResult(
+                subtask=req.subtask.name,
+                episodes=episodes,
+                success_rate=wins / len(episodes) if episodes else 0.0,
+                steps=sum(e.steps for e in episodes),
+                actor_id=self.actor_id,
+                output="\n".join(output)[-sandbox.Limits().max_output_chars :],
+                frames=frames_npz(frames) if frames else b"",
+            )
+
+    def _episode(
+        self,
+        req: RolloutRequest,
+        compiled: sandbox.CompiledCode,
+        seed: int,
+        frames: list[np.ndarray] | None,
+    ) -> tuple[EpisodeReport, str]:
+        started = time.monotonic()
+        world = self.world
+        obs = world.reset(seed)
+        skills = TracingSkills(obs, world.action_names, seed=seed)
+        unlocked: list[str] = []
+        reward = 0.0
+        length = 0
+        counts = dict.fromkeys(world.achievement_names, 0)
+        state = {"success": False}
+        if frames is not None:
+            frames.append(world.render())
+
+        def step(action: str) -> bool:
+            nonlocal reward, length
+            obs, r, done, info = world.step(action)
+            skills._observe(obs, info)
+            reward += r
+            length += 1
+            for name in info.get("achievements", ()):
+                counts[name] = counts.get(name, 0) + 1
+                unlocked.append(name)
+            if frames is not None and len(frames) < MAX_FRAMES:
+                frames.append(world.render())
+            state["success"] = subtask_met(req.subtask, skills)
+            return done or state["success"]
+
+        outcome = sandbox.run_policy(
+            compiled,
+            skills,
+            step,
+            max_steps=req.subtask.max_steps,
+            wall_s=req.wall_s,
+            allowed_actions=world.action_names,
+        )
+        failure = outcome.failure
+        if state["success"]:
+            cause, detail, line = "success", "", 0
+        elif failure is not None:
+            cause, detail, line = failure.cause, failure.detail, failure.line or 0
+        elif outcome.episode_done:
+            cause, detail, line = "episode_done", "the player died", 0
+        else:
+            cause, detail, line = "policy_finished", "the policy returned before success", 0
+        if self.stats is not None:
+            self.stats.write(length, reward, counts)
+        report = EpisodeReport(
+            seed=seed,
+            success=state["success"],
+            steps=outcome.steps,
+            reward=reward,
+            achievements=unlocked,
+            cause=cause,
+            detail=detail,
+            line=line,
+            trace=skills._segments,
+            wall_s=round(time.monotonic() - started, 4),
+        )
+        return report, outcome.output
+
+
+async def rollout_split(client: Actor, req: RolloutRequest, parts: int) -> RolloutResult:
+    """Run ``req`` as ``parts`` jobs on environment actors in parallel; merge the results
+    in seed order. Parts go to whichever environment actors are idle."""
+    chunks = [req.seeds[i::parts] for i in range(parts) if req.seeds[i::parts]]
+    results: list[RolloutResult] = []
+
+    async def one(seeds: list[int]) -> None:
+        part = RolloutRequest(**{**_fields(req), "seeds": seeds, "frames": False})
+        results.append(await client.ask("@environment", part))
+
+    async with trio.open_nursery() as nursery:
+        for seeds in chunks:
+            nursery.start_soon(one, seeds)
+    order = {seed: i for i, seed in enumerate(req.seeds)}
+    episodes = sorted((e for r in results for e in r.episodes), key=lambda e: order[e.seed])
+    wins = sum(e.success for e in episodes)
+    return RolloutResult(
+        subtask=req.subtask.name,
+        episodes=episodes,
+        success_rate=wins / len(episodes) if episodes else 0.0,
+        steps=sum(r.steps for r in results),
+        actor_id=",".join(sorted({r.actor_id for r in results})),
+        output="\n".join(r.output for r in results if r.output),
+    )
+
+
+def _fields(msg: Any) -> dict[str, Any]:
+    return {name: getattr(msg, name) for name in msg.__dataclass_fields__}

@@ -1,0 +1,142 @@
+"""Environment actors as real processes: coded policies, hostile code, traces, stats."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_settings, run_head_with
+
+from actors.environment import rollout_split
+from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
+from messages.rollout import RolloutRequest, RolloutResult
+from messages.task import Subtask
+from runtime.config import ActorSettings
+from runtime.head import Head
+
+WOOD = Subtask("collect_wood", goal={"wood": 1}, max_steps=500)
+TABLE = Subtask("place_table", achievement="place_table", max_steps=500)
+FRESH_SEEDS = list(range(5000, 5010))  # never used by the policies' own tests
+
+
+def _run(tmp_path: Path, driver, count: int = 1):
+    settings = make_settings(
+        tmp_path, {"environment": ActorSettings(count=count)}, heartbeat_timeout=10.0
+    )
+
+    async def wrapped(head: Head) -> dict:
+        await head.wait_for("environment", count)
+        return await driver(head)
+
+    run = run_head_with(settings, wrapped)
+    assert run.code == 0, [e for e in run.events if e["level"] == "error"]
+    return run
+
+
+def test_coded_wood_and_table_policies_succeed_on_fresh_seeds(tmp_path: Path) -> None:
+    results: dict[str, RolloutResult] = {}
+
+    async def driver(head: Head) -> dict:
+        for subtask, code in ((WOOD, COLLECT_WOOD_SOURCE), (TABLE, PLACE_TABLE_SOURCE)):
+            req = RolloutRequest(subtask, code=code, seeds=FRESH_SEEDS, wall_s=30)
+            results[subtask.name] = await head.client.ask("@environment", req, timeout=300)
+        return {name: r.success_rate for name, r in results.items()}
+
+    run = _run(tmp_path, driver)
+    print("success rates on fresh seeds:", run.report)
+    for name in ("collect_wood", "place_table"):
+        result = results[name]
+        assert len(result.episodes) == len(FRESH_SEEDS)
+        assert result.success_rate >= 0.7, (name, [e.cause for e in result.episodes])
+        assert result.steps == sum(e.steps for e in result.episodes) > 0
+    wood = results["collect_wood"].episodes[0]
+    if wood.success:
+        assert wood.cause == "success"
+        assert "collect_wood" in wood.achievements
+        # The trace tells the critic what happened around the high-level action.
+        (segment,) = wood.trace
+        assert segment.action == "collect('tree', 1)"
+        assert segment.before.inventory.get("wood", 0) == 0
+        assert segment.after.inventory.get("wood", 0) >= 1
+        assert segment.steps == segment.after.step - segment.before.step
+    # Per-episode stats in Crafter's Recorder format, one line per episode.
+    lines = (run.run_dir / "rollouts" / "stats.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * len(FRESH_SEEDS)
+    first = json.loads(lines[0])
+    assert {"length", "reward", "achievement_collect_wood"} <= set(first)
+
+
+HOSTILE = {
+    "import_os": ("import os\ndef run(skills):\n    yield 'noop'\n", "forbidden"),
+    "open_file": ("def run(skills):\n    open('/tmp/x', 'w')\n    yield 'noop'\n", "forbidden"),
+    "dunder_walk": (
+        "def run(skills):\n    x = ().__class__.__base__.__subclasses__()\n    yield 'noop'\n",
+        "forbidden",
+    ),
+    "syntax": ("def run(skills)\n    yield 'noop'\n", "syntax"),
+    "spin_no_yield": (
+        "def run(skills):\n    while True:\n        pass\n    yield 'noop'\n",
+        "timeout",
+    ),
+    "huge_alloc": ("def run(skills):\n    x = 'a' * (10 ** 11)\n    yield 'noop'\n", "memory"),
+    "recursion": (
+        "def f(n):\n    return f(n + 1)\ndef run(skills):\n    f(0)\n    yield 1\n",
+        "recursion",
+    ),
+    "invalid_action": ("def run(skills):\n    yield 'teleport'\n", "invalid_action"),
+    "reach_world": ("def run(skills):\n    w = skills._world\n    yield 'noop'\n", "forbidden"),
+    "raises": ("def run(skills):\n    yield 'noop'\n    raise ValueError('boom')\n", "exception"),
+    "idle_forever": ("def run(skills):\n    while True:\n        yield 'noop'\n", "step_budget"),
+}
+
+
+def test_hostile_code_fails_with_its_cause_and_the_actor_keeps_serving(tmp_path: Path) -> None:
+    canary = tmp_path / "canary.txt"
+    canary.write_text("untouched")
+    outcomes: dict[str, RolloutResult] = {}
+    short = Subtask("hostile", goal={"diamond": 1}, max_steps=50)
+
+    async def driver(head: Head) -> dict:
+        for name, (code, _) in HOSTILE.items():
+            req = RolloutRequest(short, code=code, seeds=[1], wall_s=3)
+            outcomes[name] = await head.client.ask("@environment", req, timeout=120)
+        # ...and the same actor still does honest work.
+        req = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
+        outcomes["after"] = await head.client.ask("@environment", req, timeout=120)
+        return {}
+
+    run = _run(tmp_path, driver)
+    for name, (_, cause) in HOSTILE.items():
+        (episode,) = outcomes[name].episodes
+        assert not episode.success
+        assert episode.cause == cause, (name, episode.cause, episode.detail)
+    assert outcomes["syntax"].episodes[0].line == 1
+    assert outcomes["after"].success_rate == 1.0
+    assert canary.read_text() == "untouched"
+    assert not Path("/tmp/x").exists()
+    crashed = [e for e in run.named("actor_process_exited") if e["level"] != "info"]
+    assert not crashed  # nothing hostile cost a process (info: the clean exit at the end)
+
+
+@pytest.mark.parametrize("actors", [2])
+def test_two_actors_split_a_rollout_and_frames_come_back(tmp_path: Path, actors: int) -> None:
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        req = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=list(range(20, 26)), wall_s=30)
+        seen["split"] = await rollout_split(head.client, req, parts=actors)
+        framed = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[3], frames=True)
+        seen["framed"] = await head.client.ask("@environment", framed, timeout=120)
+        return {}
+
+    _run(tmp_path, driver, count=actors)
+    split = seen["split"]
+    assert [e.seed for e in split.episodes] == list(range(20, 26))
+    assert len(split.actor_id.split(",")) == 2  # both actors took a share
+    framed = seen["framed"]
+    frames = np.load(io.BytesIO(framed.frames))["frames"]
+    assert frames.dtype == np.uint8 and frames.shape[1:] == (64, 64, 3)
+    assert len(frames) == framed.episodes[0].steps + 1  # the reset frame, then one per step
