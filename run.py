@@ -14,6 +14,7 @@ stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -51,7 +52,8 @@ def cmd_run(argv: list[str]) -> int:
         return EXIT_CONFIG
     run_id, run_dir = new_run_dir(settings)
     print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
-    return trio.run(run_head, settings, run_dir, run_id, probe_roles)
+    level = "warning" if args.quiet else "info"
+    return trio.run(run_head, settings, run_dir, run_id, probe_roles, level)
 
 
 def _actor_parser(command: str) -> argparse.ArgumentParser:
@@ -94,7 +96,7 @@ def cmd_actor(command: str, argv: list[str]) -> int:
         return 2
     events.configure(
         events_file=Path(args.run_dir) / "events.jsonl" if args.run_dir else None,
-        console_level="warning" if args.quiet else "info",
+        console_level="warning" if args.quiet else os.environ.get("RLGPT_CONSOLE_LEVEL", "info"),
         role=cls.role,
     )
     actor = cls(

@@ -16,7 +16,7 @@ runs in a task of its own; a plain handler runs at once, inside the socket's rec
 loop (it must not block), and may return an awaitable to finish in a task — this skips
 a task switch for the many messages that need no waiting. Blocking work goes
 through :meth:`Actor.run_blocking` (a worker thread) so heartbeats and other messages
-keep flowing while it runs. Lifecycle: :meth:`setup` → serve → :meth:`teardown`.
+keep flowing while it runs. Lifecycle: :meth:`setup` → register → serve → :meth:`teardown`.
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ class Actor:
     # -- hooks for subclasses --------------------------------------------------------
 
     async def setup(self) -> None:
-        """Runs after registration, before the mailbox is served."""
+        """Runs before the actor registers (so before any work arrives): load models,
+        warm caches. The socket is already connected; ``actor_id`` is not yet known."""
 
     async def teardown(self) -> None:
         """Runs on the way out, even after an error; keep it short."""
@@ -221,11 +222,12 @@ class Actor:
                 self._scope = nursery.cancel_scope
                 self._nursery = nursery
                 nursery.start_soon(self._sock.run)
+                # Set up before registering: the broker hands work only to ready actors.
+                await self.setup()
                 await self._register()
                 bind(actor=self.actor_id, role=self.role)
                 log.info("actor_started", pid=os.getpid(), device=self.device)
                 nursery.start_soon(self._heartbeat)
-                await self.setup()
                 task_status.started()
                 self._ready = True  # from now on, _on_frames dispatches to handlers
                 early, self._early = self._early, []

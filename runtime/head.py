@@ -35,6 +35,8 @@ from runtime.supervisor import ChildSpec, RestartIntensityExceeded, Supervisor, 
 # Exit statuses of ``python run.py``: 0 finished; these otherwise.
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
+CONSOLE_ENV = "RLGPT_CONSOLE_LEVEL"
+"""Environment variable carrying the console verbosity to actor processes."""
 # How long the head waits for its configured actors to register before giving up: a
 # cold actor process imports torch and crafter, which takes a few seconds on 2 cores.
 REGISTER_TIMEOUT_S = 120.0
@@ -89,9 +91,12 @@ def _write_json(path: Path, data: object) -> None:
     os.replace(tmp, path)  # never leave a half-written file behind
 
 
-async def run_head(settings: Settings, run_dir: Path, run_id: str, driver: Driver) -> int:
+async def run_head(
+    settings: Settings, run_dir: Path, run_id: str, driver: Driver, console_level: str = "info"
+) -> int:
     """Run one head to completion; returns the process exit status."""
-    events.configure(events_file=run_dir / "events.jsonl", run=run_id)
+    events.configure(events_file=run_dir / "events.jsonl", run=run_id, console_level=console_level)
+    os.environ[CONSOLE_ENV] = console_level  # actor processes inherit the head's verbosity
     events.bind(actor="head", role="head")
     _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
     rt = settings.runtime
