@@ -128,3 +128,13 @@ class StatusReply:
     """Jobs that failed after their last try."""
     requeued: int
     """Times a job was taken back from a dead actor."""
+
+
+@message("control.cancel")
+class Cancel:
+    """requester → broker → working actor: stop the job with this id; its reply becomes
+    ``control.failure`` with reason ``cancelled``. Sent automatically when an ask is
+    abandoned (timeout or cancellation)."""
+
+    job: str
+    """The id of the ASK to cancel."""

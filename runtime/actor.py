@@ -49,6 +49,7 @@ from messages import (
     encode_envelope,
 )
 from messages.control import (
+    Cancel,
     Failure,
     Heartbeat,
     Probe,
@@ -141,6 +142,7 @@ class Actor:
         self._nursery: trio.Nursery | None = None
         self._ready = False
         self._early: list[tuple[Envelope, bytes]] = []
+        self._running: dict[tuple[str, str], trio.CancelScope] = {}
         self._scope: trio.CancelScope | None = None
         self._registered = trio.Event()
         self.heartbeat_interval = 1.0
@@ -175,6 +177,9 @@ class Actor:
                     await pending.event.wait()
         finally:
             self._pending.pop(msg_id, None)
+            if pending.env is None and to != BROKER and not self._sock_closed():
+                # Abandoned (timeout or cancellation): don't leave the work running.
+                self._send(Envelope(TELL, self._next_id(), BROKER), Cancel(msg_id))
         try:
             reply = decode(pending.body, self.max_frame_bytes)
         except DecodeError as exc:
@@ -281,18 +286,27 @@ class Actor:
 
     async def _handle(self, work: Awaitable[Any], env: Envelope) -> None:
         bind(actor=self.actor_id, role=self.role)  # this task was started by the socket's
-        if env.mode == ASK:
-            self.inflight += 1
+        if env.mode != ASK:
+            try:
+                await work
+            except Exception as exc:
+                self._failed(env, exc)
+            return
+        key = (env.frm, env.id)
+        self.inflight += 1
+        self._running[key] = scope = trio.CancelScope()
         try:
-            result = await work
+            with scope:
+                result = await work
+                self._reply(env, result if result is not None else Failure("no_reply"))
+            if scope.cancelled_caught:
+                log.info("job_cancelled", kind=env.kind, frm=env.frm)
+                self._reply(env, Failure("cancelled", f"{self.actor_id} stopped it on request"))
         except Exception as exc:
             self._failed(env, exc)
-        else:
-            if env.mode == ASK:
-                self._reply(env, result if result is not None else Failure("no_reply"))
         finally:
-            if env.mode == ASK:
-                self.inflight -= 1
+            self.inflight -= 1
+            self._running.pop(key, None)
 
     def _failed(self, env: Envelope, exc: Exception) -> None:
         log.error("handler_failed", kind=env.kind, frm=env.frm, exc_info=exc)
@@ -337,6 +351,11 @@ class Actor:
         if isinstance(msg, Shutdown):
             self.stop(msg.reason or "shutdown")
             return
+        if isinstance(msg, Cancel):
+            scope = self._running.get((env.frm, msg.job))
+            if scope is not None:
+                scope.cancel()
+            return
         if isinstance(msg, Failure) and msg.reason == "not_registered":
             self._nursery.start_soon(self._reregister)
             return
@@ -363,6 +382,9 @@ class Actor:
         assert self._sock is not None, "the actor is not running: call run() first"
         env.kind = type(msg).__message_kind__
         self._sock.send([encode_envelope(env), encode(msg)])
+
+    def _sock_closed(self) -> bool:
+        return self._sock is None or self._sock._closed
 
     def _next_id(self) -> str:
         return f"{self.actor_id or os.getpid()}.{next(self._ids)}"

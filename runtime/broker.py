@@ -37,6 +37,7 @@ from messages import (
 )
 from messages.control import (
     ActorInfo,
+    Cancel,
     Failure,
     Heartbeat,
     Register,
@@ -185,6 +186,8 @@ class Broker:
             return self._send(peer.identity, reply, self.status())
         if isinstance(msg, Register):
             return self._register(peer.identity, env, msg)
+        if isinstance(msg, Cancel):
+            return self._cancel(peer, msg.job)
         self._reject(peer.identity, "not_for_broker", env.kind)
 
     # -- registration and death ----------------------------------------------------
@@ -304,6 +307,21 @@ class Broker:
         if peer is not None:
             reply = Envelope(REPLY, "", requester, BROKER, job_id)
             self._send(peer.identity, reply, Failure("job_failed", detail, job.attempts))
+
+    def _cancel(self, requester: Peer, job_id: str) -> None:
+        """A queued job is dropped here; a running one is told to stop (its actor then
+        answers with a ``cancelled`` failure, which completes the job as usual)."""
+        job = self.jobs.get((requester.actor_id, job_id))
+        if job is None:
+            return  # already answered: nothing to cancel
+        log.info("job_cancelled", job=job_id, queue=job.queue, running=job.assigned is not None)
+        if job.assigned is None:
+            self.queues[job.queue].remove(job)
+            del self.jobs[job.key]
+            reply = Envelope(REPLY, "", requester.actor_id, BROKER, job_id)
+            return self._send(requester.identity, reply, Failure("cancelled", "while queued"))
+        env = Envelope(TELL, "", job.assigned.actor_id, requester.actor_id)
+        self._send(job.assigned.identity, env, Cancel(job_id))
 
     def _tell(self, env: Envelope, body: bytes) -> None:
         if env.to.startswith(ROLE_PREFIX):

@@ -254,3 +254,40 @@ def test_sigterm_to_the_head_leaves_no_child_process_and_no_ipc_file(tmp_path: P
         assert not Path(ipc.removeprefix("ipc://")).exists()
         stopped = [e for e in read_events(run_dir) if e["event"] == "run_stopped"]
         assert stopped and stopped[0]["status"] == expected
+
+
+def test_an_abandoned_ask_cancels_its_job_queued_or_running(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, {"probe": ActorSettings(count=1)})
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 1)
+        async with trio.open_nursery() as nursery:
+            # The first holds the only actor for 30 s; the second waits in the queue.
+            nursery.start_soon(_expect_timeout, head, 1, seen, 1.0)
+            with trio.fail_after(5):
+                while not head.broker.status().actors[-1].inflight:
+                    await trio.sleep(0.01)
+            nursery.start_soon(_expect_timeout, head, 2, seen, 0.3)
+        started = trio.current_time()
+        reply = await head.client.ask("@probe", Probe(seq=3), timeout=10)
+        seen["free_after_s"] = trio.current_time() - started
+        seen["reply"] = reply.seq
+        seen["status"] = head.broker.status()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert seen[1] == seen[2] == "timed out"
+    assert seen["reply"] == 3 and seen["free_after_s"] < 5  # the 30 s job really stopped
+    assert seen["status"].queued == {} and seen["status"].actors[-1].inflight == 0
+    broker_side = [e for e in run.named("job_cancelled") if e["actor"] == "head"]
+    assert sorted(e["running"] for e in broker_side) == [False, True]
+    assert [e for e in run.named("job_cancelled") if e["actor"] == "probe-0"]
+
+
+async def _expect_timeout(head: Head, seq: int, seen: dict, timeout: float) -> None:
+    try:
+        await head.client.ask("@probe", Probe(seq=seq, hold_s=30), timeout=timeout)
+    except trio.TooSlowError:
+        seen[seq] = "timed out"
