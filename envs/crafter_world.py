@@ -22,6 +22,8 @@ The map itself (``info['semantic']``, the world's material map) never leaves thi
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 import crafter
@@ -29,6 +31,16 @@ import numpy as np
 from crafter import constants
 
 from envs.world import VOID, Observation, StepResult, UnknownActionError, freeze_view
+
+# Generating a Crafter world runs per-tile Python noise code: ~0.1 s, most of a short
+# episode's cost. Worlds reset by seed are kept (a pristine copy, ~50 KB each) and
+# restored by copying (~1.5 ms), so training on a pool of worlds pays generation once
+# per world. 1,024 worlds is ~50 MB, larger than any training pool we use.
+WORLD_CACHE_SIZE = 1024
+_WORLDS: OrderedDict[tuple, dict] = OrderedDict()
+# Stands for "the world that restores this copy" inside cached copies: game objects point
+# at their world, and a copy must point at whichever live world it is restored into.
+_THIS_WORLD = object()
 
 VITALS = ("health", "food", "drink", "energy")
 """Crafter keeps these in the inventory; we report them as status instead."""
@@ -100,13 +112,33 @@ class CrafterWorld:
         center = (env._world.area[0] // 2, env._world.area[1] // 2)
         env._episode += 1
         env._step = 0
-        env._world.reset(seed=hash((env._seed, env._episode)) % (2**31 - 1))
-        env._update_time()
-        env._player = crafter.objects.Player(env._world, center)
+        world = env._world
+        key = (env._seed, env._episode, tuple(world.area)) if seed is not None else None
+        cached = _WORLDS.get(key) if key is not None else None
+        if cached is not None:
+            # A world generated before: restore a copy of it as it was, random state
+            # included, so what follows is exactly what a fresh generation would give.
+            _WORLDS.move_to_end(key)
+            fresh = copy.deepcopy(cached, memo={id(_THIS_WORLD): world})
+            world.__dict__.clear()
+            world.__dict__.update(fresh["world"])
+            env._player = fresh["player"]
+            env._update_time()
+        else:
+            world.reset(seed=hash((env._seed, env._episode)) % (2**31 - 1))
+            env._update_time()
+            env._player = crafter.objects.Player(world, center)
+            world.add(env._player)
+            crafter.worldgen.generate_world(world, env._player)
+            if key is not None:
+                _WORLDS[key] = copy.deepcopy(
+                    {"world": world.__dict__, "player": env._player},
+                    memo={id(world): _THIS_WORLD},
+                )
+                if len(_WORLDS) > WORLD_CACHE_SIZE:
+                    _WORLDS.popitem(last=False)
         env._last_health = env._player.health
-        env._world.add(env._player)
         env._unlocked = set()
-        crafter.worldgen.generate_world(env._world, env._player)
         self._names = tuple(
             VOID if env._world._mat_names[i] is None else env._world._mat_names[i]
             for i in range(len(env._world._mat_names))
