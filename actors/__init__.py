@@ -8,6 +8,7 @@ import importlib
 ROLES: dict[str, str] = {
     "probe": "actors.probe:ProbeActor",
     "environment": "actors.environment:EnvironmentActor",
+    "learner": "actors.learner:LearnerActor",
 }
 
 

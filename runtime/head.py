@@ -20,12 +20,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 import zmq
 
+from messages import Envelope
+from messages.train import TrainProgress
 from runtime import events
-from runtime.actor import Actor
+from runtime.actor import Actor, handles
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import Settings
 from runtime.events import log
@@ -43,9 +46,27 @@ REGISTER_TIMEOUT_S = 120.0
 
 
 class Client(Actor):
-    """The head's own in-process actor: the driver sends work through it."""
+    """The head's own in-process actor: the driver sends work through it, and the
+    progress that workers report back lands here."""
 
     role = "head"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.progress: dict[str, TrainProgress] = {}
+        """Latest training progress per job name."""
+
+    @handles(TrainProgress)
+    def on_progress(self, msg: TrainProgress, env: Envelope) -> None:
+        self.progress[msg.name] = msg
+        log.info(
+            "training_progress",
+            job=msg.name,
+            learner=env.frm,
+            steps=msg.steps,
+            steps_per_s=msg.steps_per_s,
+            success_rate=round(msg.success_rate, 3),
+        )
 
 
 @dataclass

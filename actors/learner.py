@@ -1,0 +1,354 @@
+"""The learner actor: trains stable-baselines3 PPO on one subtask at a time.
+
+A ``train.request`` names a job, carries the subtask's RL config (the paper's RL
+interface: observation, primitives plus coded options, reward) and a budget. The learner
+builds the vectorized :class:`envs.rl_env.SubtaskEnv`, trains in a worker thread (so
+heartbeats and progress keep flowing), checkpoints every ``checkpoint_every`` decisions
+into ``<run dir>/learners/<job>/``, and answers with a ``train.result``: the SB3 zip
+(path and sha256, plus the bytes when the learner is remote), the success rate on
+held-out worlds and where the TensorBoard logs are.
+
+A re-delivered job (its first learner died) finds the checkpoints of its earlier attempt
+and resumes from the newest; the result reports the decisions lost to the crash. An
+abandoned job (the asker cancelled or timed out) stops at the next env step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trio
+from stable_baselines3.common.callbacks import BaseCallback
+
+from messages import Envelope
+from messages.train import TrainProgress, TrainRequest, TrainResult
+from runtime.actor import Actor, handles
+from runtime.devices import check_device
+from runtime.events import log
+
+# Finished episodes averaged in progress reports (SB3's own window is 100 as well).
+PROGRESS_WINDOW = 100
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def latest_checkpoint(folder: Path) -> tuple[Path, int] | None:
+    """The newest ``ckpt-<steps>.zip`` in ``folder``, with its step count."""
+    found = []
+    for path in folder.glob("ckpt-*.zip"):
+        try:
+            found.append((int(path.stem.split("-", 1)[1]), path))
+        except ValueError:
+            continue
+    if not found:
+        return None
+    steps, path = max(found)
+    return path, steps
+
+
+def store_artifact(run_dir: Path, result: TrainResult) -> Path:
+    """Where a result's policy lives in ``run_dir``: a local learner's path as it is, a
+    remote learner's bytes written to ``policies/<job>.zip`` after checking the hash."""
+    if not result.policy_bytes:
+        return Path(result.policy_path)
+    digest = hashlib.sha256(result.policy_bytes).hexdigest()
+    if digest != result.sha256:
+        raise ValueError(f"policy of {result.name} arrived corrupted: sha256 {digest}")
+    path = run_dir / "policies" / f"{result.name}.zip"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(result.policy_bytes)
+    os.replace(tmp, path)
+    return path
+
+
+class LearnerActor(Actor):
+    role = "learner"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        check_device(self.device)
+        self.workdir = self.run_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "rlgpt-learner"
+
+    @handles(TrainRequest)
+    async def on_train(self, req: TrainRequest, env: Envelope) -> TrainResult:
+        device = check_device(req.device or self.device)
+        stop = threading.Event()
+        log.info("training_started", job=req.name, steps=req.total_steps, device=device)
+        try:
+            result = await self.run_blocking(self.train, req, device, stop, env.frm)
+        except BaseException:
+            stop.set()  # cancelled or failed: make the worker thread stop at its next step
+            raise
+        log.info(
+            "training_finished",
+            job=req.name,
+            steps=result.steps,
+            eval_success=result.eval_success_rate,
+            steps_lost=result.steps_lost,
+            wall_s=result.wall_s,
+        )
+        return result
+
+    def train(
+        self, req: TrainRequest, device: str, stop: threading.Event, asker: str
+    ) -> TrainResult:
+        """Train and evaluate (blocking; runs in a worker thread)."""
+        from stable_baselines3 import PPO
+
+        from envs.rl_env import make_vec_env
+
+        started = time.monotonic()
+        folder = self.workdir / "learners" / req.name
+        folder.mkdir(parents=True, exist_ok=True)
+        attempts = folder / "attempts.jsonl"
+        reached = _furthest(attempts)
+        vec = make_vec_env(
+            req.config, req.n_envs, req.seed, subproc=req.subproc, world_pool=training_worlds(req)
+        )
+        try:
+            found = latest_checkpoint(folder)
+            if found is not None:
+                path, resumed_from = found
+                model = PPO.load(path, env=vec, device=device)
+                log.info("training_resumed", job=req.name, from_steps=resumed_from)
+            else:
+                resumed_from = 0
+                model = self._new_model(PPO, req, vec, device, folder)
+            steps_lost = max(0, reached - resumed_from)
+            _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
+            callback = Progress(self, req, asker, stop, folder, attempts, resumed_from)
+            remaining = max(0, req.total_steps - resumed_from)
+            learn_started = time.monotonic()
+            if remaining:
+                model.learn(remaining, callback=callback, reset_num_timesteps=resumed_from == 0)
+            train_s = time.monotonic() - learn_started
+            if stop.is_set():
+                raise RuntimeError("training cancelled")
+            policy = folder / "policy.zip"
+            tmp = folder / "policy.part.zip"
+            model.save(tmp)
+            os.replace(tmp, policy)
+            success, eval_steps = evaluate(model, req)
+            digest = sha256_of(policy)
+            return TrainResult(
+                name=req.name,
+                policy_path=str(policy),
+                sha256=digest,
+                steps=int(model.num_timesteps),
+                primitive_steps=callback.primitive_steps,
+                eval_success_rate=success,
+                eval_episodes=req.eval_episodes,
+                eval_primitive_steps=eval_steps,
+                resumed_from=resumed_from,
+                steps_lost=steps_lost,
+                tensorboard_dir=str(folder / "tensorboard"),
+                wall_s=round(time.monotonic() - started, 3),
+                train_s=round(train_s, 3),
+                device=str(model.device),
+                actor_id=self.actor_id,
+                policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
+            )
+        finally:
+            vec.close()
+
+    def _new_model(self, ppo: Any, req: TrainRequest, vec: Any, device: str, folder: Path) -> Any:
+        p = req.ppo
+        policy = (
+            "MultiInputPolicy" if type(vec.observation_space).__name__ == "Dict" else "MlpPolicy"
+        )
+        return ppo(
+            policy,
+            vec,
+            n_steps=p.n_steps,
+            batch_size=p.batch_size,
+            n_epochs=p.n_epochs,
+            learning_rate=p.learning_rate,
+            gamma=p.gamma,
+            gae_lambda=p.gae_lambda,
+            clip_range=p.clip_range,
+            ent_coef=p.ent_coef,
+            policy_kwargs={"net_arch": list(p.net_arch)},
+            seed=req.seed,
+            device=device,
+            tensorboard_log=str(folder / "tensorboard"),
+            verbose=0,
+        )
+
+
+# Training pools start at seed × this, so pools of different seeds do not overlap and
+# stay far below the held-out seeds (TrainRequest.eval_seed, 1,000,000 by default).
+POOL_STRIDE = 10_000
+
+
+def training_worlds(req: TrainRequest) -> range:
+    """The world seeds a job trains on."""
+    if req.train_worlds > POOL_STRIDE:
+        raise ValueError(f"train_worlds is at most {POOL_STRIDE}, not {req.train_worlds}")
+    start = req.seed * POOL_STRIDE
+    pool = range(start, start + req.train_worlds)
+    if req.train_worlds and req.eval_seed < pool.stop and req.eval_seed + req.eval_episodes > start:
+        raise ValueError(f"held-out seeds from {req.eval_seed} overlap the training worlds {pool}")
+    return pool
+
+
+def evaluate(model: Any, req: TrainRequest, episodes: int | None = None) -> tuple[float, int]:
+    """Success rate of ``model`` on held-out world seeds, and the world steps it took.
+
+    Actions are sampled from the policy, as in training: a policy trained briefly on a
+    sparse reward often has a near-tie between actions, and its argmax can loop where
+    the sampled policy succeeds. Sampling is seeded, so the figure is reproducible."""
+    import torch
+
+    from envs.rl_env import make_env
+
+    torch.manual_seed(req.seed)
+    episodes = req.eval_episodes if episodes is None else episodes
+    env = make_env(req.config)
+    wins = steps = 0
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=req.eval_seed + i)
+            while True:
+                action, _ = model.predict(obs, deterministic=False)
+                obs, _, terminated, truncated, info = env.step(int(action))
+                steps += int(info.get("primitive_steps", 1))
+                if terminated or truncated:
+                    wins += bool(info.get("is_success"))
+                    break
+    finally:
+        env.close()
+    return (wins / episodes if episodes else 0.0), steps
+
+
+def random_success(req: TrainRequest, episodes: int, seed: int = 0) -> float:
+    """The same held-out evaluation for a uniformly random policy: the bar to beat."""
+    from envs.rl_env import make_env
+
+    env = make_env(req.config)
+    rng = np.random.default_rng(seed)
+    wins = 0
+    try:
+        for i in range(episodes):
+            env.reset(seed=req.eval_seed + i)
+            while True:
+                _, _, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+                if terminated or truncated:
+                    wins += bool(info.get("is_success"))
+                    break
+    finally:
+        env.close()
+    return wins / episodes if episodes else 0.0
+
+
+def _furthest(path: Path) -> int:
+    """The most decisions any earlier attempt of a job reported reaching."""
+    if not path.exists():
+        return 0
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return max((r.get("reached", 0) for r in records), default=0)
+
+
+def _append(path: Path, record: dict) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+class Progress(BaseCallback):
+    """SB3 callback: counts world steps and episodes, checkpoints, reports progress,
+    and stops training when the job is cancelled."""
+
+    def __init__(
+        self,
+        actor: LearnerActor,
+        req: TrainRequest,
+        asker: str,
+        stop: threading.Event,
+        folder: Path,
+        attempts: Path,
+        resumed_from: int,
+    ) -> None:
+        super().__init__()
+        self.actor, self.req, self.asker, self.stop = actor, req, asker, stop
+        self.folder, self.attempts = folder, attempts
+        self.last_checkpoint = resumed_from
+        self.primitive_steps = 0
+        self.episodes = 0
+        self.successes: list[float] = []
+        self.returns: list[float] = []
+        self.losses: dict[str, float] = {}
+        self.last_report = time.monotonic()
+        self.last_steps = resumed_from
+
+    def _on_rollout_start(self) -> None:
+        # Losses of the update that just ran (SB3 records them during train()).
+        values = self.model.logger.name_to_value
+        self.losses = {
+            k.split("/", 1)[1]: float(v) for k, v in values.items() if k.startswith("train/")
+        }
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", ()):
+            self.primitive_steps += int(info.get("primitive_steps", 1))
+            episode = info.get("episode")
+            if episode is not None:
+                self.episodes += 1
+                self.returns = (self.returns + [float(episode["r"])])[-PROGRESS_WINDOW:]
+                won = float(bool(info.get("is_success")))
+                self.successes = (self.successes + [won])[-PROGRESS_WINDOW:]
+        steps = int(self.num_timesteps)
+        if steps - self.last_checkpoint >= self.req.checkpoint_every:
+            self._checkpoint(steps)
+        now = time.monotonic()
+        if now - self.last_report >= self.req.progress_every_s:
+            self._report(steps, now)
+        return not self.stop.is_set()
+
+    def _checkpoint(self, steps: int) -> None:
+        path = self.folder / f"ckpt-{steps}.zip"
+        tmp = self.folder / f"ckpt-{steps}.part.zip"
+        self.model.save(tmp)
+        os.replace(tmp, path)  # a crash mid-save never leaves a half checkpoint
+        for old in self.folder.glob("ckpt-*.zip"):
+            if old != path and ".part" not in old.name:
+                old.unlink(missing_ok=True)
+        self.last_checkpoint = steps
+        _append(self.attempts, {"actor": self.actor.actor_id, "reached": steps})
+
+    def _report(self, steps: int, now: float) -> None:
+        rate = (steps - self.last_steps) / max(now - self.last_report, 1e-9)
+        self.last_report, self.last_steps = now, steps
+        progress = TrainProgress(
+            name=self.req.name,
+            steps=steps,
+            primitive_steps=self.primitive_steps,
+            steps_per_s=round(rate, 1),
+            episodes=self.episodes,
+            success_rate=float(np.mean(self.successes)) if self.successes else 0.0,
+            mean_reward=float(np.mean(self.returns)) if self.returns else 0.0,
+            losses=self.losses,
+        )
+        try:
+            trio.from_thread.run_sync(self.actor.tell, self.asker, progress)
+        except trio.RunFinishedError:
+            self.stop.set()
+        log.info(
+            "training_progress",
+            job=self.req.name,
+            steps=steps,
+            steps_per_s=progress.steps_per_s,
+            success_rate=round(progress.success_rate, 3),
+        )

@@ -1,0 +1,742 @@
+"""The paper's RL interface: a gymnasium env built from an :class:`~messages.task.RLConfig`.
+
+RL-GPT's fast agent does not train a policy itself; it writes an RL configuration — the
+subtask and its success test, the observation, an action space of primitive actions plus
+*coded high-level actions*, a reward function, and optional setup code — and a learner
+trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.Env``:
+
+- **episode** — ``reset(seed)`` builds the world for that seed (the same seed, the same
+  world), then runs ``setup_code`` (if any) through the sandbox to bring the world to the
+  subtask's start. The episode *terminates* on success or death and *truncates* after
+  ``subtask.max_steps`` primitive steps (setup steps excluded). ``reset()`` without a seed
+  draws a fresh world seed from the env's seeded generator: one world per episode.
+- **success** — every ``subtask.goal`` inventory count holds, or ``subtask.achievement``
+  happened after setup. Reward ``success_reward`` on that step.
+- **observation** — the parts named in ``config.observation``, each a flat float32 vector
+  in [0, 1] (a ``spaces.Dict`` for SB3's ``MultiInputPolicy``, or one concatenated ``Box``
+  with ``flatten=True`` for ``MlpPolicy``):
+
+  ``view``       one-hot of the 9×7 local view, channel-last: per tile, one channel per
+                 tile kind (13 for Crafter), one per creature kind (6: cow, zombie, …)
+                 and one for any other creature; a creature sets its channel on top of
+                 the tile it stands on. Index ``(row * 9 + col) * 20 + channel``; 63 × 20 =
+                 1260 floats: a small MLP input that trains well on CPU, where a Box of
+                 tile ids would ask the network to learn that id 6 and id 7 are unrelated.
+  ``inventory``  item counts / 9 (Crafter caps every item at 9).
+  ``status``     health, food, drink, energy / 9.
+  ``facing``     one-hot of left, right, up, down (what 'do' hits).
+  ``daylight``   0 (night) … 1 (day).
+
+  Everything comes from :class:`~envs.world.Observation` — never the map.
+- **actions** — ``Discrete(len(primitives) + len(coded_actions))``: first the primitive
+  actions (all of the world's when ``config.primitives`` is empty), then the coded
+  actions. A coded action runs as an *option*: its ``run(skills)`` generator, in the
+  sandbox, drives the world for up to ``max_steps`` primitive steps, until it returns, or
+  until the episode ends. Options may yield any of the world's actions (the primitive
+  list only limits what the learner picks directly). Each call starts the code afresh;
+  what persists is the :class:`~envs.skills.Skills` object of the episode, so the map
+  remembered during earlier steps (primitive or coded) is there to plan with.
+  A coded action failing in the sandbox (exception, timeout, invalid action) ends that
+  option, not the episode: its steps so far stand, ``info["option_failure"]`` says why
+  and ``info["option_failures"]`` counts them in the episode — a learner can use the
+  action again, and the critic reads the count. An option that takes no step (it fails
+  or returns at once) costs one idle step (``noop``) so that every ``env.step`` moves
+  the world on and the step cap is always reached.
+- **reward** — ``success_reward`` on the success step, plus ``reward(before, after)``
+  from ``reward_code`` on *every primitive step*, an option's reward being the sum over
+  its steps: the same world trajectory earns the same return whether it was walked with
+  primitives or with options, and a per-step cost charges an option for the steps it
+  spends. ``before``/``after`` are snapshots ``{"inventory", "status", "achievements"
+  (counts this episode, setup included), "steps" (subtask steps so far)}``. A reward
+  function that fails (or returns a non-finite or non-number) gives 0 for that step and
+  is counted in ``info["reward_failures"]``.
+
+Errors: bad code in the config (syntax, forbidden constructs, a module body that fails,
+a missing ``run``/``reward``) raises :class:`CodeError` at construction, with the
+sandbox's :class:`~sandbox.Failure` (cause, detail, line). A setup that fails (the code
+fails, the player dies, the step budget runs out) raises :class:`SetupError` from
+``reset``, unless ``setup_retries`` allows trying further seeds derived from the asked
+one (deterministically, so the same seed still gives the same episode).
+
+Crafter is the only backend with a ready :class:`Layout`; other worlds need an explicit
+``world_factory`` and ``layout``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
+from envs.skills import Skills
+from envs.world import VOID, Observation, World
+from messages import decode, encode
+from messages.task import RLConfig
+from sandbox import (
+    CompiledCode,
+    Failure,
+    Namespace,
+    ReadOnlyProxy,
+    SandboxError,
+    compile_code,
+    load,
+)
+from sandbox import run_policy as run_sandboxed
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.vec_env import VecEnv
+
+OBSERVATION_PARTS = ("view", "inventory", "status", "facing", "daylight")
+"""The parts ``RLConfig.observation`` may name."""
+
+FACINGS: tuple[tuple[int, int], ...] = ((-1, 0), (1, 0), (0, -1), (0, 1))
+"""Order of the ``facing`` one-hot: left, right, up, down."""
+
+# Crafter caps every inventory item at 9 (data.yaml, `max: 9`) and vitals run 0–9: /9
+# maps both onto [0, 1]; larger counts (other worlds) are clipped.
+COUNT_SCALE = 9.0
+# Wall-clock budget of one option call, env steps included: a coded action of 50 steps
+# takes ~50 ms (path planning ~1 ms a step); 5 s is far above that yet stops a hang
+# before it stalls a PPO rollout, and stays clear of spurious trips on a loaded machine.
+DEFAULT_OPTION_WALL_S = 5.0
+# Reward functions run on every primitive step: 0.1 s is ~1000× a dict comparison.
+DEFAULT_REWARD_WALL_S = 0.1
+# Setup may gather resources across the map (e.g. wood for a table: ~10–60 steps);
+# 2000 steps and 30 s leave plenty for chains of several subtasks.
+DEFAULT_SETUP_MAX_STEPS = 2000
+DEFAULT_SETUP_WALL_S = 30.0
+# World seeds are drawn below 2**31 - 1, the range Crafter hashes seeds into.
+MAX_SEED = 2**31 - 1
+# Stride between the seeds tried after a failed setup: a large odd number keeps the
+# retried worlds unrelated to the seeds of neighbouring vectorised envs (seed + i).
+RETRY_SEED_STRIDE = 1_000_003
+IDLE_ACTION = "noop"
+"""What a step-less option costs (falls back to the first primitive without one)."""
+
+
+class CodeError(ValueError):
+    """Code in an RLConfig was refused by the sandbox (raised when the env is built)."""
+
+    def __init__(self, part: str, failure: Failure) -> None:
+        where = f" (line {failure.line})" if failure.line else ""
+        super().__init__(f"{part}: {failure.cause}: {failure.detail}{where}")
+        self.part = part
+        """Which code: ``setup_code``, ``reward_code`` or ``coded_actions[i] 'name'``."""
+        self.failure = failure
+        """The sandbox's verdict: cause, detail, line, traceback."""
+
+
+class SetupError(RuntimeError):
+    """``setup_code`` could not bring the world to the subtask's start (from ``reset``)."""
+
+    def __init__(self, seed: int, steps: int, reason: str, failure: Failure | None) -> None:
+        super().__init__(f"setup failed for world seed {seed} after {steps} steps: {reason}")
+        self.seed = seed
+        """World seed of the (last) failed attempt."""
+        self.steps = steps
+        """Primitive steps the failed setup took."""
+        self.reason = reason
+        """What went wrong, in one line."""
+        self.failure = failure
+        """The sandbox failure when the code failed; None when the player died."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Layout:
+    """Names that fix the observation's shape before any episode is played."""
+
+    tile_names: tuple[str, ...]
+    """Tile id → name, as ``Observation.names`` reports them."""
+    creature_kinds: tuple[str, ...]
+    """Creature kinds with a view channel of their own; others share an ``other`` channel."""
+    inventory_names: tuple[str, ...]
+    """Items of ``Observation.inventory``, in observation order."""
+    status_names: tuple[str, ...]
+    """Keys of ``Observation.status``, in observation order."""
+    view_shape: tuple[int, int] = (VIEW_ROWS, VIEW_COLS)
+    """(rows, cols) of the local view."""
+
+    @property
+    def view_channels(self) -> int:
+        return len(self.tile_names) + len(self.creature_kinds) + 1
+
+
+def crafter_layout() -> Layout:
+    """Crafter's names, read from its own data (``crafter.constants``)."""
+    from crafter import constants
+
+    return Layout(
+        tile_names=(VOID, *constants.materials),
+        # Every crafter.objects class a player can see (Fence exists, worldgen never adds it).
+        creature_kinds=("cow", "zombie", "skeleton", "arrow", "plant", "fence"),
+        inventory_names=tuple(k for k in constants.items if k not in VITALS),
+        status_names=VITALS,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Option:
+    name: str
+    compiled: CompiledCode
+    max_steps: int
+
+
+class SubtaskEnv(gym.Env):
+    """One subtask of an :class:`RLConfig` as a gymnasium env (see the module docstring).
+
+    Args:
+        config: the fast agent's RL configuration.
+        world_factory: builds the world (default: :class:`CrafterWorld` for
+            ``config.world == "crafter"``; required for any other world).
+        layout: observation names for a non-Crafter world.
+        flatten: one ``Box`` of all parts (``MlpPolicy``) instead of a ``Dict``.
+        seed: world seed of the first ``reset()`` called without one (vectorised envs
+            use ``seed + i``); later episodes draw fresh seeds from it.
+        option_wall_s: wall-clock budget of one coded-action call, its env steps included.
+        reward_wall_s: wall-clock budget of one ``reward(before, after)`` call.
+        setup_max_steps, setup_wall_s: budgets of ``setup_code`` per reset.
+        setup_retries: further seeds to try when setup fails before raising SetupError.
+        world_pool: world seeds that seedless resets draw from (empty: a fresh world every
+            episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
+            pays world generation (~0.1 s) once per world instead of once per episode.
+        render_mode: ``"rgb_array"`` or None.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(
+        self,
+        config: RLConfig,
+        *,
+        world_factory: Callable[[], World] | None = None,
+        layout: Layout | None = None,
+        flatten: bool = False,
+        seed: int | None = None,
+        option_wall_s: float = DEFAULT_OPTION_WALL_S,
+        reward_wall_s: float = DEFAULT_REWARD_WALL_S,
+        setup_max_steps: int = DEFAULT_SETUP_MAX_STEPS,
+        setup_wall_s: float = DEFAULT_SETUP_WALL_S,
+        setup_retries: int = 0,
+        world_pool: Sequence[int] = (),
+        render_mode: str | None = None,
+    ) -> None:
+        if world_factory is None:
+            if config.world != "crafter":
+                raise ValueError(
+                    f"world {config.world!r} has no RL backend yet (the MineDojo adapter is a"
+                    " stand-in, not for training): use world='crafter' or pass world_factory"
+                    " and layout"
+                )
+            world_factory = CrafterWorld
+        if layout is None:
+            if config.world != "crafter":
+                raise ValueError(f"pass a layout for world {config.world!r}")
+            layout = crafter_layout()
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', not {render_mode!r}")
+        self.config = config
+        self.layout = layout
+        self.render_mode = render_mode
+        self._flatten = flatten
+        self._option_wall_s = option_wall_s
+        self._reward_wall_s = reward_wall_s
+        self._setup_max_steps = setup_max_steps
+        self._setup_wall_s = setup_wall_s
+        self._setup_retries = setup_retries
+        self._pending_seed = seed
+        self._world_pool = tuple(int(w) for w in world_pool)
+        self._world = world_factory()
+        self._world_actions = tuple(self._world.action_names)
+
+        self._check_subtask()
+        self.primitives = self._check_primitives()
+        self._options = tuple(self._compile_options())
+        self.action_names: tuple[str, ...] = self.primitives + tuple(o.name for o in self._options)
+        """Action index → name: the primitives first, then the coded actions."""
+        if len(set(self.action_names)) != len(self.action_names):
+            raise ValueError(f"action names must be unique: {self.action_names}")
+        self._idle = IDLE_ACTION if IDLE_ACTION in self._world_actions else self.primitives[0]
+        self._setup = self._compile_entry("setup_code", config.setup_code, "run", True)
+        self._reward_code = self._compile_entry("reward_code", config.reward_code, "reward", False)
+
+        self._parts = self._check_parts()
+        self._tile_eye = np.eye(len(layout.tile_names), dtype=np.float32)
+        self._creature_channel = {
+            kind: len(layout.tile_names) + i for i, kind in enumerate(layout.creature_kinds)
+        }
+        self._other_channel = layout.view_channels - 1
+        part_spaces = {
+            part: spaces.Box(0.0, 1.0, (self._part_size(part),), np.float32) for part in self._parts
+        }
+        if flatten:
+            total = sum(space.shape[0] for space in part_spaces.values())
+            self.observation_space = spaces.Box(0.0, 1.0, (total,), np.float32)
+        else:
+            self.observation_space = spaces.Dict(part_spaces)
+        self.action_space = spaces.Discrete(len(self.action_names))
+
+        # Episode state, set by reset().
+        self._obs: Observation | None = None
+        self._skills: Skills | None = None
+        self._proxy: ReadOnlyProxy | None = None
+        self._reward_ns: Namespace | None = None
+        self._reward_load_failure: Failure | None = None
+        self._world_seed = 0
+        self._steps = 0
+        self._setup_steps = 0
+        self._setup_failures = 0
+        self._counts: dict[str, int] = {}
+        self._start_counts: dict[str, int] = {}
+        self._option_failures = 0
+        self._reward_failures = 0
+        self._success = False
+        self._ended = True
+        # Per env.step() accumulators.
+        self._step_reward = 0.0
+        self._step_primitives = 0
+        self._step_gained: list[str] = []
+        self._step_reward_failure: Failure | None = None
+        self._terminated = False
+        self._truncated = False
+        self._died = False
+
+    # ------------------------------------------------------------------ gymnasium API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        if seed is None and self._pending_seed is not None:
+            seed, self._pending_seed = self._pending_seed, None
+        super().reset(seed=seed)
+        base = int(seed) % MAX_SEED if seed is not None else self._draw_seed()
+        self._setup_failures = 0
+        for attempt in range(self._setup_retries + 1):
+            world_seed = (base + attempt * RETRY_SEED_STRIDE) % MAX_SEED
+            try:
+                self._start_episode(world_seed)
+                break
+            except SetupError:
+                self._setup_failures += 1
+                if attempt == self._setup_retries:
+                    raise
+        info = {
+            "seed": self._world_seed,
+            "setup_steps": self._setup_steps,
+            "setup_failures": self._setup_failures,
+        }
+        return self._encode(self._obs), info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if self._ended:
+            raise RuntimeError("the episode has ended (or not begun): call reset()")
+        index = int(action)
+        if not 0 <= index < len(self.action_names):
+            raise ValueError(f"action {action!r} outside Discrete({len(self.action_names)})")
+        self._step_reward = 0.0
+        self._step_primitives = 0
+        self._step_gained = []
+        self._step_reward_failure = None
+        option_failure: Failure | None = None
+        if index < len(self.primitives):
+            self._primitive(self.primitives[index])
+        else:
+            option_failure = self._run_option(self._options[index - len(self.primitives)])
+        info = {
+            "action": self.action_names[index],
+            "success": self._success,
+            "is_success": self._success,
+            "died": self._died,
+            "primitive_steps": self._step_primitives,
+            "steps": self._steps,
+            "setup_steps": self._setup_steps,
+            "achievements": tuple(self._step_gained),
+            "option_failure": _failure_dict(option_failure),
+            "option_failures": self._option_failures,
+            "reward_failure": _failure_dict(self._step_reward_failure),
+            "reward_failures": self._reward_failures,
+        }
+        return (
+            self._encode(self._obs),
+            float(self._step_reward),
+            self._terminated,
+            self._truncated,
+            info,
+        )
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode == "rgb_array":
+            return self._world.render()
+        return None
+
+    # ------------------------------------------------------------------ inspection
+
+    @property
+    def world(self) -> World:
+        """The world being played (tests and tools; agents see only observations)."""
+        return self._world
+
+    @property
+    def observation(self) -> Observation | None:
+        """The latest :class:`Observation` the encoded observation was built from."""
+        return self._obs
+
+    @property
+    def world_seed(self) -> int:
+        """Seed of the current episode's world."""
+        return self._world_seed
+
+    def encode(self, obs: Observation) -> Any:
+        """The policy input for ``obs`` (what ``reset``/``step`` return)."""
+        return self._encode(obs)
+
+    # ------------------------------------------------------------------ construction
+
+    def _check_subtask(self) -> None:
+        subtask = self.config.subtask
+        unknown = sorted(set(subtask.goal) - set(self.layout.inventory_names))
+        if unknown:
+            raise ValueError(f"subtask goal names unknown items {unknown}")
+        achievements = self._world.achievement_names
+        if subtask.achievement and subtask.achievement not in achievements:
+            raise ValueError(
+                f"subtask achievement {subtask.achievement!r} is not one of the world's"
+            )
+        if subtask.max_steps < 1:
+            raise ValueError(f"subtask max_steps must be positive, not {subtask.max_steps}")
+
+    def _check_primitives(self) -> tuple[str, ...]:
+        names = tuple(self.config.primitives) or self._world_actions
+        unknown = [name for name in names if name not in self._world_actions]
+        if unknown:
+            raise ValueError(f"primitives {unknown} are not actions of the world")
+        return names
+
+    def _check_parts(self) -> tuple[str, ...]:
+        parts = tuple(dict.fromkeys(self.config.observation))  # keep order, drop repeats
+        unknown = [part for part in parts if part not in OBSERVATION_PARTS]
+        if unknown or not parts:
+            raise ValueError(
+                f"observation parts must be a non-empty subset of {OBSERVATION_PARTS},"
+                f" not {list(self.config.observation)}"
+            )
+        return parts
+
+    def _compile_options(self) -> list[_Option]:
+        options = []
+        for i, coded in enumerate(self.config.coded_actions):
+            part = f"coded_actions[{i}] {coded.name!r}"
+            if coded.max_steps < 1:
+                raise ValueError(f"{part}: max_steps must be positive, not {coded.max_steps}")
+            compiled = self._compile_entry(part, coded.code, "run", True)
+            options.append(_Option(coded.name, compiled, coded.max_steps))
+        return options
+
+    def _compile_entry(
+        self, part: str, source: str, entry: str, generator: bool
+    ) -> CompiledCode | None:
+        """Compile ``source`` and check that loading it defines ``entry``; None if empty."""
+        if not source.strip():
+            return None
+        filename = f"<{part}>"
+        try:
+            compiled = compile_code(source, filename=filename)
+            namespace = load(compiled)
+        except SandboxError as err:
+            raise CodeError(part, err.failure) from None
+        func = namespace.functions.get(entry)
+        if func is None:
+            raise CodeError(part, Failure("exception", f"the code defines no function {entry!r}"))
+        if generator and not inspect.isgeneratorfunction(func):
+            detail = f"{entry!r} must be a generator (yield action names)"
+            raise CodeError(part, Failure("exception", detail, func.__code__.co_firstlineno))
+        return compiled
+
+    def _part_size(self, part: str) -> int:
+        layout = self.layout
+        rows, cols = layout.view_shape
+        return {
+            "view": rows * cols * layout.view_channels,
+            "inventory": len(layout.inventory_names),
+            "status": len(layout.status_names),
+            "facing": len(FACINGS),
+            "daylight": 1,
+        }[part]
+
+    # ------------------------------------------------------------------ episode
+
+    def _draw_seed(self) -> int:
+        if self._world_pool:
+            return self._world_pool[int(self.np_random.integers(len(self._world_pool)))]
+        return int(self.np_random.integers(0, MAX_SEED))
+
+    def _start_episode(self, world_seed: int) -> None:
+        self._ended = True  # until this episode is fully set up
+        self._world_seed = world_seed
+        self._obs = self._world.reset(world_seed)
+        self._check_layout(self._obs)
+        self._counts = {}
+        self._steps = 0
+        self._setup_steps = 0
+        self._option_failures = 0
+        self._reward_failures = 0
+        self._success = False
+        self._terminated = self._truncated = self._died = False
+        needs_skills = self._setup is not None or bool(self._options)
+        self._skills = (
+            Skills(self._obs, self._world_actions, seed=world_seed) if needs_skills else None
+        )
+        self._proxy = ReadOnlyProxy(self._skills) if needs_skills else None
+        if self._setup is not None:
+            self._run_setup(world_seed)
+        self._start_counts = dict(self._counts)
+        self._reward_ns, self._reward_load_failure = None, None
+        if self._reward_code is not None:
+            # A fresh namespace per episode: module-level state and a tripped budget
+            # do not carry over from one episode to the next.
+            try:
+                self._reward_ns = load(self._reward_code, wall_s=self._reward_wall_s)
+            except SandboxError as err:  # loaded fine at construction; counted per step
+                self._reward_load_failure = err.failure
+        self._ended = False
+
+    def _check_layout(self, obs: Observation) -> None:
+        layout = self.layout
+        if tuple(obs.names) != layout.tile_names or obs.view.shape != layout.view_shape:
+            raise ValueError("the world's tiles or view shape differ from the env's layout")
+        if tuple(obs.inventory) != layout.inventory_names:
+            raise ValueError("the world's inventory items differ from the env's layout")
+
+    def _run_setup(self, world_seed: int) -> None:
+        def step_fn(action: str) -> bool:
+            obs, _, done, info = self._world.step(action)
+            self._setup_steps += 1
+            self._observe(obs, info)
+            return done
+
+        outcome = run_sandboxed(
+            self._setup,
+            self._proxy,
+            step_fn,
+            max_steps=self._setup_max_steps,
+            wall_s=self._setup_wall_s,
+            allowed_actions=self._world_actions,
+        )
+        if outcome.failure is not None:
+            failure = outcome.failure
+            reason = f"setup_code {failure.cause}: {failure.detail}"
+            if failure.line:
+                reason += f" (line {failure.line})"
+            raise SetupError(world_seed, outcome.steps, reason, failure)
+        if outcome.episode_done:
+            raise SetupError(world_seed, outcome.steps, "the episode ended during setup", None)
+
+    def _observe(self, obs: Observation, info: Mapping[str, Any]) -> None:
+        self._obs = obs
+        for name in info.get("achievements", ()):
+            self._counts[name] = self._counts.get(name, 0) + 1
+        if self._skills is not None:
+            self._skills._observe(obs, info)
+
+    def _primitive(self, action: str) -> None:
+        """One world step with its bookkeeping: success, death, cap and reward."""
+        before = self._snapshot() if self._reward_code is not None else None
+        obs, _, done, info = self._world.step(action)
+        self._steps += 1
+        self._step_primitives += 1
+        self._step_gained.extend(info.get("achievements", ()))
+        self._observe(obs, info)
+        self._success = self._succeeded(obs)
+        self._died = bool(done) and info.get("discount", 1.0) == 0.0
+        reward = self.config.success_reward if self._success else 0.0
+        if before is not None:
+            reward += self._shaped_reward(before, self._snapshot())
+        self._step_reward += reward
+        self._terminated = self._success or self._died
+        self._truncated = not self._terminated and (
+            bool(done) or self._steps >= self.config.subtask.max_steps
+        )
+        self._ended = self._terminated or self._truncated
+
+    def _run_option(self, option: _Option) -> Failure | None:
+        """Drive one coded action as an option; returns its failure, if it failed."""
+        wall_s = self._option_wall_s
+        deadline = time.monotonic() + wall_s
+        failure: Failure | None = None
+        try:
+            namespace = load(option.compiled, wall_s=wall_s)
+        except SandboxError as err:  # the module body behaved differently this time
+            failure = err.failure
+        else:
+            stepper = namespace.start(
+                "run",
+                self._proxy,
+                allowed_actions=self._world_actions,
+                deadline=deadline,
+                wall_s=wall_s,
+            )
+            taken = 0
+            try:
+                # ALGO LOGIC: one resumption of the agent's generator, one world step.
+                while taken < option.max_steps and not self._ended:
+                    action = stepper.next_action()
+                    if action is None:
+                        failure = stepper.failure
+                        break
+                    self._primitive(action)
+                    taken += 1
+                    if time.monotonic() > deadline:  # slow steps count against it too
+                        failure = Failure("timeout", f"wall-clock budget of {wall_s:g} s exceeded")
+                        break
+            finally:
+                stepper.close()
+        if failure is not None:
+            self._option_failures += 1
+        if self._step_primitives == 0:
+            self._primitive(self._idle)
+        return failure
+
+    def _succeeded(self, obs: Observation) -> bool:
+        subtask = self.config.subtask
+        inventory = obs.inventory
+        if subtask.goal and all(inventory.get(k, 0) >= n for k, n in subtask.goal.items()):
+            return True
+        name = subtask.achievement
+        return bool(name) and self._counts.get(name, 0) > self._start_counts.get(name, 0)
+
+    def _snapshot(self) -> dict[str, Any]:
+        obs = self._obs
+        return {
+            "inventory": dict(obs.inventory),
+            "status": dict(obs.status),
+            "achievements": dict(self._counts),
+            "steps": self._steps,
+        }
+
+    def _shaped_reward(self, before: dict[str, Any], after: dict[str, Any]) -> float:
+        if self._reward_ns is None:
+            failure, value = self._reward_load_failure, None
+        else:
+            outcome = self._reward_ns.call("reward", before, after, wall_s=self._reward_wall_s)
+            failure, value = outcome.failure, outcome.value
+        if failure is None and (type(value) not in (int, float) or not math.isfinite(value)):
+            failure = Failure("exception", f"reward returned {value!r:.60}, not a finite number")
+        if failure is not None:
+            self._reward_failures += 1
+            self._step_reward_failure = failure
+            return 0.0
+        return float(value)
+
+    # ------------------------------------------------------------------ observation
+
+    def _encode(self, obs: Observation) -> Any:
+        parts = {part: self._encode_part(part, obs) for part in self._parts}
+        if self._flatten:
+            return np.concatenate([parts[part] for part in self._parts])
+        return parts
+
+    def _encode_part(self, part: str, obs: Observation) -> np.ndarray:
+        layout = self.layout
+        if part == "view":
+            rows, cols = layout.view_shape
+            channels = layout.view_channels
+            grid = np.zeros((rows * cols, channels), np.float32)
+            grid[:, : len(layout.tile_names)] = self._tile_eye[obs.view.reshape(-1)]
+            cx, cy = obs.center
+            for kind, dx, dy in obs.creatures:
+                row, col = cy + dy, cx + dx
+                if 0 <= row < rows and 0 <= col < cols:
+                    channel = self._creature_channel.get(kind, self._other_channel)
+                    grid[row * cols + col, channel] = 1.0
+            return grid.reshape(-1)
+        if part == "inventory":
+            counts = [obs.inventory.get(k, 0) for k in layout.inventory_names]
+            return _scaled(counts)
+        if part == "status":
+            return _scaled([obs.status.get(k, 0.0) for k in layout.status_names])
+        if part == "facing":
+            onehot = np.zeros(len(FACINGS), np.float32)
+            if obs.facing in FACINGS:
+                onehot[FACINGS.index(obs.facing)] = 1.0
+            return onehot
+        return np.array([min(max(obs.daylight, 0.0), 1.0)], np.float32)  # daylight
+
+
+def _scaled(values: Sequence[float]) -> np.ndarray:
+    return np.clip(np.asarray(values, np.float32) / COUNT_SCALE, 0.0, 1.0)
+
+
+def _failure_dict(failure: Failure | None) -> dict[str, Any] | None:
+    """A failure as plain data for info dicts (pickled by vector envs, logged as JSON)."""
+    if failure is None:
+        return None
+    return {"cause": failure.cause, "detail": failure.detail, "line": failure.line}
+
+
+# ---------------------------------------------------------------------- factories
+
+
+def make_env(config: RLConfig | bytes, *, seed: int | None = None, **kwargs: Any) -> SubtaskEnv:
+    """A :class:`SubtaskEnv` for ``config`` (an RLConfig or its ``messages.encode`` bytes).
+
+    ``seed`` is the world seed of the first ``reset()``; ``kwargs`` go to SubtaskEnv.
+    """
+    if isinstance(config, bytes):
+        config = decode(config)
+        if not isinstance(config, RLConfig):
+            raise TypeError(f"expected an encoded RLConfig, got {type(config).__name__}")
+    return SubtaskEnv(config, seed=seed, **kwargs)
+
+
+def env_factory(
+    config: RLConfig | bytes, *, seed: int | None = None, monitor: bool = False, **kwargs: Any
+) -> Callable[[], gym.Env]:
+    """A picklable no-argument constructor, for vector envs in other processes.
+
+    The config travels as ``messages.encode`` bytes (the wire format), so a factory
+    pickled here builds the same env in a fresh process. ``monitor`` wraps the env in
+    SB3's ``Monitor`` (episode return/length for PPO's logs; length counts decisions).
+    """
+    blob = config if isinstance(config, bytes) else encode(config)
+    return functools.partial(_build, blob, seed, monitor, kwargs)
+
+
+def _build(blob: bytes, seed: int | None, monitor: bool, kwargs: dict[str, Any]) -> gym.Env:
+    env: gym.Env = make_env(blob, seed=seed, **kwargs)
+    if monitor:
+        from stable_baselines3.common.monitor import Monitor
+
+        env = Monitor(env)
+    return env
+
+
+def make_vec_env(
+    config: RLConfig,
+    n_envs: int = 1,
+    seed: int = 0,
+    *,
+    subproc: bool = False,
+    monitor: bool = True,
+    start_method: str | None = None,
+    **kwargs: Any,
+) -> VecEnv:
+    """An SB3 vector env of ``n_envs`` copies; env ``i`` starts from world seed ``seed + i``.
+
+    ``subproc`` runs each env in its own process (``SubprocVecEnv``; ``start_method`` as
+    there); otherwise all run in this one (``DummyVecEnv``). Close it when done.
+    """
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    blob = encode(config)
+    fns = [env_factory(blob, seed=seed + i, monitor=monitor, **kwargs) for i in range(n_envs)]
+    if subproc:
+        return SubprocVecEnv(fns, start_method=start_method)
+    return DummyVecEnv(fns)

@@ -1,0 +1,127 @@
+"""Train family: PPO jobs on subtasks, their progress and their results."""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from messages.base import message
+from messages.task import RLConfig
+
+
+@message("train.ppo")
+class PPOSettings:
+    """PPO hyperparameters (names as in stable-baselines3 and the PPO paper)."""
+
+    n_steps: int = 256
+    """Env steps per env between updates (rollout length)."""
+    batch_size: int = 64
+    """Minibatch size for each gradient step."""
+    n_epochs: int = 4
+    """Passes over each rollout."""
+    learning_rate: float = 3e-4
+    """Adam step size."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE λ: bias/variance trade-off of advantage estimates."""
+    clip_range: float = 0.2
+    """PPO's clip coefficient ε."""
+    ent_coef: float = 0.01
+    """Entropy bonus: keeps exploring in a sparse-reward world."""
+    net_arch: list[int] = field(default_factory=lambda: [128, 128])
+    """Hidden layer sizes of the policy and value networks."""
+
+
+@message("train.request")
+class TrainRequest:
+    """fast agent/head → learner: train PPO on one subtask's RL config."""
+
+    name: str
+    """Job name, unique in the run; names the checkpoint folder, so a re-delivered job
+    resumes from its last checkpoint."""
+    config: RLConfig
+    """The subtask's RL interface: observation, actions (with coded options), reward."""
+    total_steps: int
+    """Training budget in agent decisions (SB3 timesteps, all envs together)."""
+    n_envs: int = 2
+    """Environments stepped together (vectorized)."""
+    subproc: bool = False
+    """Step the envs in subprocesses (worth it from ~4 envs on a multi-core box)."""
+    seed: int = 0
+    """Seed for the policy's initialisation and the training worlds."""
+    device: str = ""
+    """cpu, cuda or cuda:N; empty: the learner's own device."""
+    ppo: PPOSettings = field(default_factory=PPOSettings)
+    """PPO hyperparameters."""
+    train_worlds: int = 200
+    """Size of the pool of worlds training episodes are drawn from (0: a fresh world every
+    episode). Worlds are kept once generated, so a pool saves ~0.1 s per episode; the
+    held-out evaluation always uses worlds outside it."""
+    eval_episodes: int = 10
+    """Episodes of the held-out evaluation after training."""
+    eval_seed: int = 1_000_000
+    """First held-out world seed (training worlds are drawn far below it)."""
+    checkpoint_every: int = 4096
+    """Save a checkpoint every this many decisions: the most a crash can cost."""
+    progress_every_s: float = 2.0
+    """Seconds between progress messages."""
+
+
+@message("train.progress")
+class TrainProgress:
+    """learner → requester: how a training job is going (sent every few seconds)."""
+
+    name: str
+    """Job name."""
+    steps: int
+    """Agent decisions so far (including those before a resume)."""
+    primitive_steps: int
+    """World steps so far (a coded option takes several per decision)."""
+    steps_per_s: float
+    """Decisions per second since the last progress message."""
+    episodes: int
+    """Episodes finished so far in this attempt."""
+    success_rate: float
+    """Success rate of the last ≤100 finished episodes."""
+    mean_reward: float
+    """Mean return of the last ≤100 finished episodes."""
+    losses: dict[str, float] = field(default_factory=dict)
+    """Latest PPO losses (policy_gradient_loss, value_loss, entropy_loss, ...)."""
+
+
+@message("train.result")
+class TrainResult:
+    """learner → requester: the trained policy and how well it does on unseen worlds."""
+
+    name: str
+    """Job name."""
+    policy_path: str
+    """Where the SB3 zip is (on the learner's machine when it is remote)."""
+    sha256: str
+    """Hash of the SB3 zip."""
+    steps: int
+    """Agent decisions trained in all."""
+    primitive_steps: int
+    """World steps taken by this attempt's training."""
+    eval_success_rate: float
+    """Success rate on held-out seeds."""
+    eval_episodes: int
+    """Held-out episodes evaluated."""
+    eval_primitive_steps: int
+    """World steps the evaluation took."""
+    resumed_from: int
+    """Decisions already done by the checkpoint this attempt resumed from (0: fresh)."""
+    steps_lost: int
+    """Decisions a crash cost: trained by an earlier attempt but after its last checkpoint."""
+    tensorboard_dir: str
+    """TensorBoard logs (on the learner's machine)."""
+    wall_s: float
+    """Seconds this attempt took."""
+    train_s: float
+    """Seconds of those spent in PPO's learning loop (no env building, no evaluation)."""
+    device: str
+    """Device it trained on."""
+    actor_id: str
+    """Which learner."""
+    policy_bytes: bytes = b""
+    """The SB3 zip itself, when the learner is remote (no shared run directory)."""

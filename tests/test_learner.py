@@ -1,0 +1,167 @@
+"""Learner actors as real processes training real SB3 PPO on Crafter (small budgets)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import trio
+from conftest import ROOT, make_settings, run_head_with
+
+from actors.learner import random_success, sha256_of, store_artifact
+from envs.configs import collect_wood_with_coded
+from messages.task import RLConfig, Subtask
+from messages.train import PPOSettings, TrainRequest, TrainResult
+from runtime.config import ActorSettings
+from runtime.head import Head
+from runtime.security import create_keys
+
+# A tight cap and every primitive on offer make wood hard to get by luck: the coded
+# actions must be chosen, in order (walk to a tree, then chop it), among 19 actions,
+# without wasting the few steps there are. A random policy succeeds ~35% of the time.
+TIGHT_STEPS = 30
+SMALL_PPO = PPOSettings(n_steps=128, batch_size=64, n_epochs=4, learning_rate=1e-3)
+
+
+def tight_wood() -> RLConfig:
+    base = collect_wood_with_coded()
+    subtask = Subtask("collect_wood_tight", goal={"wood": 1}, max_steps=TIGHT_STEPS)
+    fields = {name: getattr(base, name) for name in base.__dataclass_fields__}
+    return RLConfig(**{**fields, "subtask": subtask, "primitives": []})
+
+
+def request(name: str, steps: int, **kw) -> TrainRequest:
+    # Mechanics tests need little evaluation and few distinct worlds (each is generated
+    # once, ~0.1 s); the learning test asks for more.
+    defaults = dict(n_envs=2, ppo=SMALL_PPO, eval_episodes=4, train_worlds=20, progress_every_s=0.5)
+    return TrainRequest(name=name, config=tight_wood(), total_steps=steps, **{**defaults, **kw})
+
+
+def test_a_job_trains_reports_progress_and_beats_random(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, {"learner": ActorSettings(count=1)})
+    seen: dict = {}
+    req = request("wood", 3072, eval_episodes=30, train_worlds=200)
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("learner", 1)
+        seen["result"] = await head.client.ask("@learner", req, timeout=400)
+        seen["progress"] = head.client.progress.get("wood")
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    result: TrainResult = seen["result"]
+    baseline = random_success(req, episodes=req.eval_episodes)
+    print(f"learned {result.eval_success_rate:.2f} vs random {baseline:.2f} on held-out seeds")
+    assert result.steps >= 3072 and result.primitive_steps > result.steps  # options: >1 step
+    assert result.eval_success_rate >= baseline + 0.2
+    assert result.eval_success_rate >= 0.6
+    # The artifact is a loadable SB3 policy and its hash is the file's.
+    policy = Path(result.policy_path)
+    assert policy.is_file() and sha256_of(policy) == result.sha256
+    from stable_baselines3 import PPO
+
+    PPO.load(policy, device="cpu")
+    assert Path(result.tensorboard_dir).is_dir()
+    progress = seen["progress"]
+    assert progress is not None and progress.steps > 0 and progress.steps_per_s > 0
+    assert len(run.named("training_progress")) >= 2
+
+
+def test_two_jobs_train_at_once_in_two_learner_processes(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, {"learner": ActorSettings(count=2)})
+    results: list[TrainResult] = []
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("learner", 2)
+        async with trio.open_nursery() as nursery:
+            for name in ("a", "b"):
+
+                async def one(name: str = name) -> None:
+                    results.append(await head.client.ask("@learner", request(name, 1024)))
+
+                nursery.start_soon(one)
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert sorted(r.name for r in results) == ["a", "b"]
+    assert len({r.actor_id for r in results}) == 2  # one job per learner process
+    # Concurrent: both jobs started before either finished.
+    marks = ("training_started", "training_finished")
+    order = [e["event"] for e in run.events if e["event"] in marks]
+    assert order[:2] == ["training_started", "training_started"]
+
+
+def test_a_learner_attached_over_curve_gets_queued_work_and_its_artifact_arrives(
+    tmp_path: Path,
+) -> None:
+    keys = create_keys(tmp_path / "keys")
+    settings = make_settings(tmp_path, listen="tcp://127.0.0.1:0", keys_dir=str(keys))
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        async with trio.open_nursery() as nursery:
+
+            async def ask() -> None:
+                seen["result"] = await head.client.ask("@learner", request("remote", 512))
+
+            nursery.start_soon(ask)
+            await trio.sleep(0.2)
+            assert head.broker.status().queued == {"@learner": 1}
+            argv = [sys.executable, str(ROOT / "run.py"), "attach", "learner"]
+            learner = await trio.lowlevel.open_process(
+                [*argv, "--connect", head.listen, "--keys", str(keys), "--quiet"]
+            )
+            try:
+                with trio.fail_after(300):
+                    while "result" not in seen:
+                        await trio.sleep(0.1)
+            finally:
+                learner.terminate()
+                await learner.wait()
+        seen["stored"] = store_artifact(head.run_dir, seen["result"])
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    result: TrainResult = seen["result"]
+    assert result.policy_bytes, "a remote learner sends the policy itself"
+    stored = seen["stored"]
+    assert stored == run.run_dir / "policies" / "remote.zip"
+    assert sha256_of(stored) == result.sha256
+
+
+def test_a_learner_killed_mid_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, {"learner": ActorSettings(count=1)}, heartbeat_timeout=5)
+    every = 256
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("learner", 1)
+        async with trio.open_nursery() as nursery:
+
+            async def ask() -> None:
+                req = request("resume", 1536, checkpoint_every=every, progress_every_s=0.2)
+                seen["result"] = await head.client.ask("@learner", req)
+
+            nursery.start_soon(ask)
+            with trio.fail_after(300):
+                while (p := head.client.progress.get("resume")) is None or p.steps < 2 * every:
+                    await trio.sleep(0.05)
+            (learner,) = [a for a in head.broker.status().actors if a.role == "learner"]
+            seen["killed_at"] = head.client.progress["resume"].steps
+            os.kill(learner.pid, signal.SIGKILL)
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    result: TrainResult = seen["result"]
+    assert result.resumed_from >= every  # it did not start over
+    assert result.resumed_from <= seen["killed_at"]
+    assert result.steps >= 1536
+    assert result.steps_lost <= every + 64  # one checkpoint interval (plus reporting lag)
+    assert run.named("training_resumed")
+    assert [e for e in run.named("actor_process_exited") if e["cause"] == "signal SIGKILL"]
