@@ -43,17 +43,18 @@ def cmd_run(argv: list[str]) -> int:
 
     from runtime import config
     from runtime.head import EXIT_CONFIG, new_run_dir, run_head
-    from runtime.smoke import probe_roles
 
     try:
         settings = config.load(args.config)
     except config.ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    from actors.checkup import checkup  # after the config check: it imports torch
+
     run_id, run_dir = new_run_dir(settings)
     print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
     level = "warning" if args.quiet else "info"
-    return trio.run(run_head, settings, run_dir, run_id, probe_roles, level)
+    return trio.run(run_head, settings, run_dir, run_id, checkup, level)
 
 
 def _actor_parser(command: str) -> argparse.ArgumentParser:
