@@ -81,7 +81,7 @@ def decode(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> Any:
     cls = REGISTRY.get(kind)
     if cls is None:
         raise DecodeError("unknown_kind", kind[:80])
-    if version != cls.__message_version__ or type(version) is not int:
+    if type(version) is not int or version != cls.__message_version__:
         raise DecodeError(
             "bad_version", f"{kind} v{version!r}, this build speaks v{cls.__message_version__}"
         )
@@ -107,9 +107,10 @@ def decode_envelope(frame: bytes) -> Envelope:
     if type(data) is not list or len(data) != 7:
         raise DecodeError("bad_envelope", "an envelope is a 7-item list")
     proto, mode, id_, to, frm, re, kind = data
-    if proto != PROTOCOL or type(proto) is not int:
-        raise DecodeError("bad_protocol", f"protocol {proto!r}, this build speaks {PROTOCOL}")
-    if mode not in MODES or type(mode) is not int:
+    # Types first: a hostile frame may put a map where a number goes (unhashable).
+    if type(proto) is not int or proto != PROTOCOL:
+        raise DecodeError("bad_protocol", f"protocol {str(proto)[:40]}, this speaks {PROTOCOL}")
+    if type(mode) is not int or mode not in MODES:
         raise DecodeError("bad_envelope", f"mode {mode!r}")
     for name, value in (("id", id_), ("to", to), ("frm", frm), ("re", re), ("kind", kind)):
         if type(value) is not str:

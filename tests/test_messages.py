@@ -144,6 +144,8 @@ def test_envelopes_round_trip_and_refuse_garbage() -> None:
     for bad in (
         msgpack.packb([99, 1, "a", "b", "", "", "k"]),  # wrong protocol
         msgpack.packb([1, 7, "a", "b", "", "", "k"]),  # unknown mode
+        msgpack.packb([1, {"x": 1}, "a", "b", "", "", "k"]),  # unhashable mode (fuzz find)
+        msgpack.packb([{}, 1, "a", "b", "", "", "k"]),  # unhashable protocol
         msgpack.packb([1, 1, 5, "b", "", "", "k"]),  # id not a string
         msgpack.packb([1, 1, "a"]),
         b"\x00" * 5000,
