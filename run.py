@@ -67,6 +67,9 @@ def _actor_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--keys", default="", help="keys folder (CURVE) for a remote head")
     parser.add_argument("--run-dir", default="", help="append events to RUN_DIR/events.jsonl")
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--max-frame-bytes", type=int, default=16 * 1024 * 1024, help="largest message accepted"
+    )
     parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
     return parser
 
@@ -106,6 +109,7 @@ def cmd_actor(command: str, argv: list[str]) -> int:
         device=args.device,
         parent_pid=args.parent_pid,
         run_dir=Path(args.run_dir) if args.run_dir else None,
+        max_frame_bytes=args.max_frame_bytes,
     )
 
     async def serve() -> None:
@@ -121,8 +125,28 @@ def cmd_actor(command: str, argv: list[str]) -> int:
             await actor.run(args.connect, curve=curve)
             nursery.cancel_scope.cancel()
 
-    trio.run(serve)
+    from runtime.actor import ActorRefused
+
+    try:
+        trio.run(serve)
+    except BaseException as exc:  # nurseries wrap errors in exception groups
+        refused = _find(exc, ActorRefused)
+        if refused is None:
+            raise
+        print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _find(exc: BaseException, kind: type) -> BaseException | None:
+    """The first ``kind`` inside ``exc`` and any exception groups it wraps."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _find(inner, kind)) is not None:
+                return found
+    return None
 
 
 def cmd_tail(command: str, argv: list[str]) -> int:

@@ -13,6 +13,7 @@ Per-episode achievement stats go to ``<run dir>/rollouts/stats.jsonl`` in Crafte
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import threading
@@ -123,7 +124,11 @@ class EnvironmentActor(Actor):
     role = "environment"
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        # One world, one rollout at a time: more actors, not more capacity, for parallelism
+        # (and the watchdog's deadline must not run while a rollout waits its turn).
+        if kwargs.get("capacity", 1) != 1:
+            log.warning("capacity_ignored", role=self.role, asked=kwargs["capacity"], using=1)
+        super().__init__(**{**kwargs, "capacity": 1})
         self.world = CrafterWorld()
         self.stats: StatsWriter | None = None
         if self.run_dir is not None:
@@ -271,7 +276,7 @@ async def rollout_split(client: Actor, req: RolloutRequest, parts: int) -> Rollo
     results: list[RolloutResult] = []
 
     async def one(seeds: list[int]) -> None:
-        part = RolloutRequest(**{**_fields(req), "seeds": seeds, "frames": False})
+        part = dataclasses.replace(req, seeds=seeds, frames=False)
         results.append(await client.ask("@environment", part))
 
     async with trio.open_nursery() as nursery:
@@ -288,7 +293,3 @@ async def rollout_split(client: Actor, req: RolloutRequest, parts: int) -> Rollo
         actor_id=",".join(sorted({r.actor_id for r in results})),
         output="\n".join(r.output for r in results if r.output),
     )
-
-
-def _fields(msg: Any) -> dict[str, Any]:
-    return {name: getattr(msg, name) for name in msg.__dataclass_fields__}

@@ -112,7 +112,10 @@ class LearnerActor(Actor):
         from envs.rl_env import make_vec_env
 
         started = time.monotonic()
-        folder = self.workdir / "learners" / req.name
+        # A remote learner keeps its files under the head's run id, so a job of the same
+        # name in another run never resumes from this run's checkpoints.
+        base = self.workdir if self.run_dir is not None else self.workdir / self.run_id
+        folder = base / "learners" / req.name
         folder.mkdir(parents=True, exist_ok=True)
         attempts = folder / "attempts.jsonl"
         reached = _furthest(attempts)
@@ -341,6 +344,8 @@ class Progress(BaseCallback):
             mean_reward=float(np.mean(self.returns)) if self.returns else 0.0,
             losses=self.losses,
         )
+        # How far this attempt got: if it dies, the next one reports what was lost.
+        _append(self.attempts, {"actor": self.actor.actor_id, "reached": steps})
         try:
             trio.from_thread.run_sync(self.actor.tell, self.asker, progress)
         except trio.RunFinishedError:

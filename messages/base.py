@@ -119,8 +119,10 @@ def compile_validator(hint: Any) -> Validator:
     if origin is typing.Literal:
         allowed = frozenset(args)
 
+        kinds = {type(a) for a in args}
+
         def check_literal(value: object, path: str, depth: int) -> object:
-            if value not in allowed or type(value) not in {type(a) for a in args}:
+            if type(value) not in kinds or value not in allowed:
                 raise SchemaError(path, f"one of {sorted(map(repr, allowed))}", value)
             return value
 

@@ -93,6 +93,9 @@ def decode(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> Any:
         raise DecodeError("bad_field", f"{kind}.{exc}") from None
     except RecursionError:
         raise DecodeError("bad_field", f"{kind}: nesting too deep") from None
+    except (TypeError, ValueError) as exc:
+        # A record's own checks refusing a value; never let hostile input escape as a crash.
+        raise DecodeError("bad_field", f"{kind}: {str(exc)[:160]}") from None
 
 
 def encode_envelope(env: Envelope) -> bytes:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import os
+import secrets
 import signal
 import socket
 import time
@@ -68,6 +69,8 @@ Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
 # How long an actor waits for the broker to answer its registration before trying
 # again; ZeroMQ reconnects underneath, so a late broker is simply waited for.
 REGISTER_RETRY_S = 2.0
+TEST_HOOKS_ENV = "RLGPT_TEST_HOOKS"
+"""Set to 1 (the test suite does) to let ``Probe(crash=True)`` kill the answering actor."""
 # Messages that arrive before setup() finishes wait in memory; past this many the actor
 # refuses further asks (the broker's capacity accounting normally keeps it far lower).
 EARLY_MAIL_LIMIT = 10_000
@@ -81,6 +84,10 @@ class RemoteFailure(Exception):
             f"{failure.reason}: {failure.detail}" if failure.detail else failure.reason
         )
         self.failure = failure
+
+
+class ActorRefused(Exception):
+    """The broker refused to register this actor (e.g. its name is taken)."""
 
 
 def handles(msg_type: type) -> Callable[[Handler], Handler]:
@@ -137,6 +144,7 @@ class Actor:
         self.run_id = ""
         self.inflight = 0
         self._ids = itertools.count()
+        self._nonce = secrets.token_hex(3)
         self._pending: dict[str, _Pending] = {}
         self._sock: TrioSocket | None = None
         self._nursery: trio.Nursery | None = None
@@ -218,6 +226,7 @@ class Actor:
         # Queue deep rather than drop: messages are jobs and replies, not samples.
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.RCVHWM, 100_000)
+        sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(self.max_frame_bytes))
         if curve is not None:
             curve.apply(sock)
         sock.connect(endpoint)
@@ -230,7 +239,7 @@ class Actor:
                 # Set up before registering: the broker hands work only to ready actors.
                 await self.setup()
                 await self._register()
-                bind(actor=self.actor_id, role=self.role)
+                self._bind()
                 log.info("actor_started", pid=os.getpid(), device=self.device)
                 nursery.start_soon(self._heartbeat)
                 task_status.started()
@@ -261,6 +270,8 @@ class Actor:
             except trio.TooSlowError:
                 log.info("broker_unreachable", retry_s=REGISTER_RETRY_S, role=self.role)
                 continue
+            except RemoteFailure as exc:
+                raise ActorRefused(exc.failure.detail or exc.failure.reason) from None
             if isinstance(reply, Registered):
                 self.actor_id = reply.actor_id
                 self.run_id = reply.run_id
@@ -285,7 +296,7 @@ class Actor:
         await self._register()
 
     async def _handle(self, work: Awaitable[Any], env: Envelope) -> None:
-        bind(actor=self.actor_id, role=self.role)  # this task was started by the socket's
+        self._bind()  # this task was started from the socket's task
         if env.mode != ASK:
             try:
                 await work
@@ -380,20 +391,38 @@ class Actor:
 
     def _send(self, env: Envelope, msg: Any) -> None:
         assert self._sock is not None, "the actor is not running: call run() first"
+        body = encode(msg)
+        if len(body) > self.max_frame_bytes:
+            detail = f"{type(msg).__message_kind__} of {len(body)} bytes > {self.max_frame_bytes}"
+            if env.mode != REPLY:
+                raise ValueError(f"message too large: {detail}; raise [runtime] max_frame_bytes")
+            log.error("reply_too_large", detail=detail)
+            msg = Failure("oversize", detail + "; raise [runtime] max_frame_bytes")
+            body = encode(msg)
         env.kind = type(msg).__message_kind__
-        self._sock.send([encode_envelope(env), encode(msg)])
+        self._sock.send([encode_envelope(env), body])
+
+    def _bind(self) -> None:
+        """Name this actor (and its run, once known) in every event of this task."""
+        fields = {"actor": self.actor_id, "role": self.role}
+        if self.run_id:
+            fields["run"] = self.run_id
+        bind(**fields)
 
     def _sock_closed(self) -> bool:
         return self._sock is None or self._sock._closed
 
     def _next_id(self) -> str:
-        return f"{self.actor_id or os.getpid()}.{next(self._ids)}"
+        # The nonce keeps ids unique across restarts of an actor with the same name.
+        return f"{self.actor_id or os.getpid()}.{self._nonce}.{next(self._ids)}"
 
     # -- handlers every actor has ----------------------------------------------------
 
     @handles(Probe)
     def on_probe(self, msg: Probe, env: Envelope) -> Any:
         if msg.crash:
+            if os.environ.get(TEST_HOOKS_ENV) != "1":
+                raise PermissionError(f"crash probes need {TEST_HOOKS_ENV}=1 (tests only)")
             log.warning("probe_crash_requested", frm=env.frm)
             os.kill(os.getpid(), signal.SIGKILL)
         if msg.hold_s > 0:
@@ -403,6 +432,13 @@ class Actor:
     async def _hold(self, msg: Probe) -> ProbeReply:
         await self.run_blocking(time.sleep, msg.hold_s)
         return ProbeReply(msg.seq, msg.payload, self.actor_id)
+
+
+def wire_cap(max_frame_bytes: int) -> int:
+    """ZeroMQ's own per-frame limit: twice ours, so a moderately oversize message still
+    reaches code that answers it with a failure, while a hostile giant is cut off (the
+    peer is disconnected) before it is buffered whole."""
+    return 2 * max_frame_bytes + 4096
 
 
 def _trim(exc: BaseException, limit: int = 2000) -> str:

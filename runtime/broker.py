@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -57,6 +58,9 @@ class BrokerSettings:
     max_job_tries: int = 3
     max_frame_bytes: int = DEFAULT_MAX_FRAME
     run_id: str = ""
+    on_lost: Callable[[str, str], None] | None = None
+    """Called with (actor id, reason) when an actor is presumed dead; the head uses it
+    to kill a local process that stopped heartbeating, so its work cannot run twice."""
 
 
 @dataclass(eq=False)
@@ -85,6 +89,8 @@ class Job:
     body: bytes
     attempts: int = 0
     assigned: Peer | None = None
+    cancelled: bool = False
+    """Its requester cancelled it while it ran: never hand it out again."""
 
 
 class Broker:
@@ -143,9 +149,21 @@ class Broker:
             env = decode_envelope(header)
         except DecodeError as exc:
             return self._reject(identity, exc.reason, exc.detail)
-        if len(body) > self.settings.max_frame_bytes:
-            return self._reject(identity, "oversize", f"{len(body)} bytes")
         peer = self.by_identity.get(identity)
+        cap = self.settings.max_frame_bytes
+        if len(body) > cap:
+            self._reject(identity, "oversize", f"{env.kind}: {len(body)} bytes > {cap}")
+            if peer is None or env.mode == TELL:
+                return
+            # Answer instead of dropping, so no one waits forever: an oversize reply
+            # completes its job with a failure, an oversize ask is refused.
+            failure = Failure(
+                "oversize", f"{env.kind} of {len(body)} bytes > max_frame_bytes {cap}"
+            )
+            if env.mode == ASK:
+                back = Envelope(REPLY, "", peer.actor_id, BROKER, env.id)
+                return self._send(identity, back, failure)
+            body, env.kind = encode(failure), type(failure).__message_kind__
         if peer is None:
             return self._from_stranger(identity, env, body)
         peer.last_seen = self._now()
@@ -195,7 +213,14 @@ class Broker:
     def _register(self, identity: bytes, env: Envelope, msg: Register) -> None:
         name = msg.name or f"{msg.role}-{next(self._names)}"
         old = self.peers.get(name)
-        if old is not None:
+        if old is not None and old.identity != identity:
+            if old.last_seen > self._now() - 2 * self.settings.heartbeat_interval:
+                # A live actor holds the name: refuse rather than have the two evict
+                # each other (and their jobs) forever.
+                log.warning("registration_refused", actor_id=name, reason="name_taken")
+                back = Envelope(REPLY, "", name, BROKER, env.id)
+                detail = f"an actor named {name!r} is attached and alive; pick another --name"
+                return self._send(identity, back, Failure("name_taken", detail))
             self.remove(old, "replaced")
         if identity in self.by_identity:
             self.remove(self.by_identity[identity], "reregistered")
@@ -236,9 +261,13 @@ class Broker:
         self.by_identity.pop(peer.identity, None)
         self.roles[peer.role].remove(peer)
         log.info("actor_lost", actor_id=peer.actor_id, reason=reason, jobs=len(peer.inflight))
+        if reason == "heartbeat_missed" and self.settings.on_lost is not None:
+            self.settings.on_lost(peer.actor_id, reason)
         for job in peer.inflight.values():
             job.assigned = None
-            if job.attempts >= self.settings.max_job_tries:
+            if job.cancelled:
+                self._fail(job, "cancelled while running; its actor was lost", "cancelled")
+            elif job.attempts >= self.settings.max_job_tries:
                 self._fail(job, f"its actor died {job.attempts} times (last: {reason})")
             else:
                 self.requeued += 1
@@ -253,21 +282,23 @@ class Broker:
     def _job(self, env: Envelope, body: bytes) -> None:
         key = (env.frm, env.id)
         if key in self.jobs:
-            return self._reject(b"", "duplicate_job", env.id)
-        header = encode_envelope(env)
-        if env.to.startswith(ROLE_PREFIX):
-            job = Job(key, env.to, header, body)
-            self.jobs[key] = job
-            peers = self.roles.get(env.to[1:])
-            target = max(peers, key=_spare) if peers else None
-        else:
-            job = Job(key, env.to, header, body)
-            self.jobs[key] = job
-            target = self.peers.get(env.to)
+            self._reject(b"", "duplicate_job", f"{env.frm}: {env.id}")
+            requester = self.peers[env.frm]
+            back = Envelope(REPLY, "", env.frm, BROKER, env.id)
+            return self._send(requester.identity, back, Failure("duplicate_job", env.id))
+        job = self.jobs[key] = Job(key, env.to, encode_envelope(env), body)
+        target = self._target(env.to)
         if target is not None and target.free > 0 and not self.queues.get(job.queue):
             self._hand(target, job)
         else:
             self.queues.setdefault(job.queue, deque()).append(job)
+
+    def _target(self, to: str) -> Peer | None:
+        """The actor ``to`` names, or for ``@role`` the one of that role with most room."""
+        if to.startswith(ROLE_PREFIX):
+            peers = self.roles.get(to[1:])
+            return max(peers, key=_spare) if peers else None
+        return self.peers.get(to)
 
     def _hand(self, peer: Peer, job: Job) -> None:
         job.attempts += 1
@@ -298,15 +329,15 @@ class Broker:
             log.warning("reply_undeliverable", job=env.re, requester=env.to)
         self._dispatch(peer)
 
-    def _fail(self, job: Job, detail: str) -> None:
+    def _fail(self, job: Job, detail: str, reason: str = "job_failed") -> None:
         self.jobs.pop(job.key, None)
         self.failed += 1
         requester, job_id = job.key
-        log.error("job_failed", job=job_id, queue=job.queue, attempts=job.attempts, detail=detail)
+        log.error(reason, job=job_id, queue=job.queue, attempts=job.attempts, detail=detail)
         peer = self.peers.get(requester)
         if peer is not None:
             reply = Envelope(REPLY, "", requester, BROKER, job_id)
-            self._send(peer.identity, reply, Failure("job_failed", detail, job.attempts))
+            self._send(peer.identity, reply, Failure(reason, detail, job.attempts))
 
     def _cancel(self, requester: Peer, job_id: str) -> None:
         """A queued job is dropped here; a running one is told to stop (its actor then
@@ -320,15 +351,12 @@ class Broker:
             del self.jobs[job.key]
             reply = Envelope(REPLY, "", requester.actor_id, BROKER, job_id)
             return self._send(requester.identity, reply, Failure("cancelled", "while queued"))
+        job.cancelled = True
         env = Envelope(TELL, "", job.assigned.actor_id, requester.actor_id)
         self._send(job.assigned.identity, env, Cancel(job_id))
 
     def _tell(self, env: Envelope, body: bytes) -> None:
-        if env.to.startswith(ROLE_PREFIX):
-            peers = self.roles.get(env.to[1:])
-            target = max(peers, key=_spare) if peers else None
-        else:
-            target = self.peers.get(env.to)
+        target = self._target(env.to)
         if target is None:
             log.info("message_undeliverable", to=env.to, kind=env.kind, frm=env.frm)
             return

@@ -113,7 +113,9 @@ def _convert(file: str, key: str, hint: Any, value: Any) -> Any:
     if hint is float and type(value) is int:
         return float(value)
     if type(value) is not hint:
-        raise ConfigError(file, key, _TYPE_NAMES.get(hint, str(hint)), _describe(value))
+        example = {int: "3", float: "1.5", str: '"text"', bool: "true"}.get(hint, "")
+        fix = f"write it as, e.g., {key.rsplit('.', 1)[-1]} = {example}" if example else ""
+        raise ConfigError(file, key, _TYPE_NAMES.get(hint, str(hint)), _describe(value), fix)
     return value
 
 
@@ -175,7 +177,13 @@ def check(s: Settings) -> None:
         )
     for name in ("heartbeat_interval", "heartbeat_timeout", "restart_window", "shutdown_grace"):
         if getattr(rt, name) <= 0:
-            raise ConfigError(f, f"runtime.{name}", "a positive number", repr(getattr(rt, name)))
+            raise ConfigError(
+                f,
+                f"runtime.{name}",
+                "a positive number of seconds",
+                repr(getattr(rt, name)),
+                f"the default is {getattr(RuntimeSettings, name)}",
+            )
     if rt.heartbeat_timeout < 2 * rt.heartbeat_interval:
         raise ConfigError(
             f,
@@ -186,7 +194,13 @@ def check(s: Settings) -> None:
         )
     for name in ("max_job_tries", "restart_limit", "max_frame_bytes"):
         if getattr(rt, name) < 1:
-            raise ConfigError(f, f"runtime.{name}", "an integer ≥ 1", repr(getattr(rt, name)))
+            raise ConfigError(
+                f,
+                f"runtime.{name}",
+                "an integer ≥ 1",
+                repr(getattr(rt, name)),
+                f"set {name} to 1 or more (the default is {getattr(RuntimeSettings, name)})",
+            )
     from runtime.security import is_loopback
 
     if rt.listen and not is_loopback(rt.listen) and not rt.keys_dir:
@@ -197,13 +211,34 @@ def check(s: Settings) -> None:
             "none",
             'run `python run.py keys --dir keys` and set keys_dir = "keys"',
         )
+    if rt.keys_dir:
+        keys = Path(rt.keys_dir)
+        if not (keys / "server.key_secret").exists() or not list(keys.glob("authorized/*.key")):
+            raise ConfigError(
+                f,
+                "runtime.keys_dir",
+                "a folder made by `python run.py keys`",
+                f"'{rt.keys_dir}' without server.key_secret and authorized/*.key",
+                f"run `python run.py keys --dir {rt.keys_dir}`",
+            )
     from actors import ROLES
+    from runtime.devices import DeviceError, check_device
 
     for role, a in s.actors.items():
         if role not in ROLES:
             close = difflib.get_close_matches(role, list(ROLES), n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"roles: {', '.join(ROLES)}"
             raise ConfigError(f, f"actors.{role}", "a known actor role", f"'{role}'", hint)
+        try:
+            check_device(a.device)
+        except DeviceError as exc:
+            raise ConfigError(
+                f,
+                f"actors.{role}.device",
+                "a device this machine has",
+                repr(a.device),
+                f"{exc}; attach actors for other devices with `run.py attach`",
+            ) from None
         if a.count < 0 or a.capacity < 1:
             raise ConfigError(
                 f,

@@ -28,7 +28,7 @@ import zmq
 from messages import Envelope
 from messages.train import TrainProgress
 from runtime import events
-from runtime.actor import Actor, handles
+from runtime.actor import Actor, handles, wire_cap
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import Settings
 from runtime.events import log
@@ -130,6 +130,7 @@ async def run_head(
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 100_000)
     sock.setsockopt(zmq.RCVHWM, 100_000)
+    sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(rt.max_frame_bytes))
     status = {"code": EXIT_FAILED, "why": "did not finish"}
     try:
         curve = CurveServer.load(Path(rt.keys_dir)) if rt.keys_dir else None
@@ -165,6 +166,7 @@ async def run_head(
             grace=rt.shutdown_grace,
             on_exit=broker.actor_exited,
         )
+        broker.settings.on_lost = supervisor.kill
         log.info("run_started", run_dir=str(run_dir), endpoint=endpoint, listen=listen)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, nursery.cancel_scope, status)
@@ -183,6 +185,7 @@ async def run_head(
                                 argv = actor_argv(
                                     role, name, endpoint, run_dir=run_dir,
                                     capacity=spec.capacity, device=spec.device,
+                                    max_frame_bytes=rt.max_frame_bytes,
                                 )  # fmt: skip
                                 kids.start_soon(supervisor.supervise, ChildSpec(name, role, argv))
                 finally:

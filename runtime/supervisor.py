@@ -42,7 +42,14 @@ class ChildSpec:
 
 
 def actor_argv(
-    role: str, name: str, endpoint: str, *, run_dir: Path, capacity: int, device: str
+    role: str,
+    name: str,
+    endpoint: str,
+    *,
+    run_dir: Path,
+    capacity: int,
+    device: str,
+    max_frame_bytes: int,
 ) -> list[str]:
     return [
         sys.executable, str(RUN_PY), "actor", role,
@@ -51,6 +58,7 @@ def actor_argv(
         "--capacity", str(capacity),
         "--device", device,
         "--run-dir", str(run_dir),
+        "--max-frame-bytes", str(max_frame_bytes),
         "--parent-pid", str(os.getpid()),
     ]  # fmt: skip
 
@@ -81,7 +89,9 @@ class Supervisor:
 
     async def supervise(self, spec: ChildSpec) -> None:
         """Run one child forever (until cancelled), restarting it when it dies."""
-        for attempt in range(1_000_000):
+        attempt = 0
+        while True:
+            started = trio.current_time()
             proc = await trio.lowlevel.open_process(
                 spec.argv,
                 env={**os.environ, **spec.env},
@@ -103,6 +113,8 @@ class Supervisor:
                 return
             log.warning("actor_process_exited", actor_id=spec.name, pid=proc.pid, cause=cause)
             self._count_restart(spec.name)
+            # A child that ran a good while before dying starts the backoff afresh.
+            attempt = 0 if trio.current_time() - started > self.window else attempt + 1
             await trio.sleep(_backoff(attempt))
 
     def _count_restart(self, name: str) -> None:
@@ -118,20 +130,36 @@ class Supervisor:
                 "[runtime] restart_limit only if the crashes are expected."
             )
 
+    def kill(self, name: str, reason: str) -> None:
+        """Kill a child that stopped answering (its supervise loop then restarts it), so
+        the work it still holds cannot finish twice."""
+        proc = self.procs.get(name)
+        if proc is not None and proc.returncode is None:
+            log.warning("actor_process_killed", actor_id=name, pid=proc.pid, reason=reason)
+            _signal_group(proc, signal.SIGKILL)
+
     async def _stop(self, proc: trio.Process) -> None:
-        """SIGTERM, wait up to the grace period, then SIGKILL; always reaps."""
+        """SIGTERM, wait up to the grace period, then SIGKILL; always reaps. Signals go to
+        the child's whole process group (its own session), so helpers it started, such
+        as vectorized-env workers, go too."""
         if proc.returncode is not None:
+            _signal_group(proc, signal.SIGKILL)  # leftovers of a child that died
             return
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal_group(proc, signal.SIGTERM)
         with trio.move_on_after(self.grace):
             await proc.wait()
+            _signal_group(proc, signal.SIGKILL)
             return
         log.warning("actor_process_killed", pid=proc.pid, grace_s=self.grace)
-        proc.kill()
+        _signal_group(proc, signal.SIGKILL)
         await proc.wait()
+
+
+def _signal_group(proc: trio.Process, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _describe_exit(code: int) -> str:

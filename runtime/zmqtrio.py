@@ -127,9 +127,10 @@ class TrioSocket:
                     on_frames(frames)
                     events = getsockopt(_EVENTS)
                 self.received += received
-                if outbox and events & _POLLOUT:
-                    self._send_queued()
+                if outbox and events & _POLLOUT and self._send_queued():
                     continue
+                # (No progress despite POLLOUT: a ROUTER reports it when *any* peer has
+                # room, and the head of the queue may be for a full one. Wait for a change.)
                 if received >= RECV_BATCH:
                     await trio.lowlevel.checkpoint()  # fairness under a flood
                     continue
@@ -145,8 +146,10 @@ class TrioSocket:
             self._closed = True
             self._wake = None
 
-    def _send_queued(self) -> None:
+    def _send_queued(self) -> int:
+        """Send what ZeroMQ takes from the queue, in order; how many went."""
         outbox = self._outbox
+        before = self.sent + self.dropped
         while outbox:
             try:
                 send_frames(self.sock, outbox[0])
@@ -161,6 +164,7 @@ class TrioSocket:
         if not outbox and self._drained is not None:
             self._drained.set()
             self._drained = None
+        return self.sent + self.dropped - before
 
     async def flush(self, timeout: float = 1.0) -> bool:
         """Wait until everything queued has been handed to ZeroMQ; False on timeout."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,6 +13,9 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# Lets Probe(crash=True) kill an actor: fault injection, for tests only (inherited by
+# every actor process the tests start).
+os.environ["RLGPT_TEST_HOOKS"] = "1"
 
 from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings  # noqa: E402
 from runtime.head import Head, new_run_dir, run_head  # noqa: E402

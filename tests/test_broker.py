@@ -12,8 +12,16 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messages import ASK, BROKER, REPLY, TELL, Envelope, encode, encode_envelope
-from messages.control import Heartbeat, Probe, ProbeReply, Register, StatusQuery
+from messages import ASK, BROKER, REPLY, TELL, Envelope, decode, encode, encode_envelope
+from messages.control import (
+    Cancel,
+    Failure,
+    Heartbeat,
+    Probe,
+    ProbeReply,
+    Register,
+    StatusQuery,
+)
 from runtime.actor import Actor
 from runtime.broker import Broker, BrokerSettings
 
@@ -145,3 +153,62 @@ async def _garbage_then_service() -> None:
             nursery.cancel_scope.cancel()
     vandal.close()
     assert broker.rejected >= 501
+
+
+def _recording_broker() -> tuple[Broker, list[tuple[bytes, object]]]:
+    """A broker whose outgoing messages are decoded and kept: (identity, record)."""
+    broker = _broker()
+    sent: list[tuple[bytes, object]] = []
+    broker.sock.send = lambda frames: sent.append((frames[0], decode(frames[2])))
+    return broker, sent
+
+
+def test_an_oversize_reply_completes_its_job_with_a_failure() -> None:
+    broker, sent = _recording_broker()
+    for frames in VALID[:3]:  # w and h register; h asks @probe, which goes to w
+        broker._on_frames(frames)
+    huge = ProbeReply(1, b"x" * 5000, "w")
+    broker._on_frames(_frames(b"A", REPLY, "h", huge, msg_id="r1", re="j1"))
+    identity, answer = sent[-1]
+    assert identity == b"B" and isinstance(answer, Failure) and answer.reason == "oversize"
+    assert not broker.jobs and not broker.peers["w"].inflight  # capacity given back
+
+
+def test_an_oversize_ask_is_answered_with_a_failure() -> None:
+    broker, sent = _recording_broker()
+    for frames in VALID[:2]:
+        broker._on_frames(frames)
+    broker._on_frames(_frames(b"B", ASK, "@probe", Probe(payload=b"x" * 5000), msg_id="big"))
+    identity, answer = sent[-1]
+    assert identity == b"B" and answer.reason == "oversize" and not broker.jobs
+
+
+def test_a_live_actors_name_cannot_be_taken() -> None:
+    broker, sent = _recording_broker()
+    broker._on_frames(VALID[0])
+    broker._on_frames(_frames(b"Z", ASK, BROKER, Register(role="probe", name="w")))
+    identity, answer = sent[-1]
+    assert identity == b"Z" and answer.reason == "name_taken"
+    assert broker.peers["w"].identity == b"A"
+
+
+def test_a_cancelled_job_is_not_rerun_when_its_actor_dies() -> None:
+    broker, sent = _recording_broker()
+    for frames in VALID[:3]:
+        broker._on_frames(frames)
+    broker._on_frames(_frames(b"B", TELL, BROKER, Cancel("j1")))
+    assert isinstance(sent[-1][1], Cancel)  # forwarded to the working actor
+    broker.actor_exited("w", "signal SIGKILL")
+    identity, answer = sent[-1]
+    assert identity == b"B" and answer.reason == "cancelled"
+    assert not broker.jobs and not any(broker.queues.values())
+
+
+def test_a_reused_job_id_is_refused_not_dropped() -> None:
+    broker, sent = _recording_broker()
+    for frames in VALID[:3]:
+        broker._on_frames(frames)
+    broker._on_frames(VALID[2])  # the same id again while the first is running
+    identity, answer = sent[-1]
+    assert identity == b"B" and answer.reason == "duplicate_job"
+    assert len(broker.jobs) == 1

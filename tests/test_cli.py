@@ -57,6 +57,10 @@ def test_a_run_from_a_config_finishes_and_tail_shows_it(tmp_path: Path) -> None:
         ("[runtime]\nlisten = 'tcp://0.0.0.0:5555'\n", "python run.py keys"),
         ("[run\nname = 1\n", "expected valid TOML"),
         ("runtime = 3\n", "expected a table"),
+        ("[actors.probe]\ndevice = 'gpu'\n", "actors.probe.device: expected a device"),
+        ("[actors.probe]\ndevice = 'cuda:3'\n", "actors.probe.device"),
+        ("[runtime]\nkeys_dir = 'nokeys'\n", "run `python run.py keys --dir nokeys`"),
+        ("[runtime]\nmax_job_tries = 0\n", "set max_job_tries to 1 or more"),
     ],
 )
 def test_bad_config_exits_2_naming_file_key_and_fix(tmp_path: Path, text: str, expect: str) -> None:

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 from conftest import make_settings, run_head_with
 
 from actors.environment import rollout_split
@@ -121,8 +120,8 @@ def test_hostile_code_fails_with_its_cause_and_the_actor_keeps_serving(tmp_path:
     assert not crashed  # nothing hostile cost a process (info: the clean exit at the end)
 
 
-@pytest.mark.parametrize("actors", [2])
-def test_two_actors_split_a_rollout_and_frames_come_back(tmp_path: Path, actors: int) -> None:
+def test_two_actors_split_a_rollout_and_frames_come_back(tmp_path: Path) -> None:
+    actors = 2
     seen: dict = {}
 
     async def driver(head: Head) -> dict:

@@ -162,6 +162,9 @@ def test_a_learner_killed_mid_job_resumes_from_its_checkpoint(tmp_path: Path) ->
     assert result.resumed_from >= every  # it did not start over
     assert result.resumed_from <= seen["killed_at"]
     assert result.steps >= 1536
-    assert result.steps_lost <= every + 64  # one checkpoint interval (plus reporting lag)
+    # What the crash cost: at least what we saw it reach past its checkpoint, at most one
+    # checkpoint interval (plus the reporting lag).
+    assert result.resumed_from + result.steps_lost >= seen["killed_at"]
+    assert result.steps_lost <= every + 64
     assert run.named("training_resumed")
     assert [e for e in run.named("actor_process_exited") if e["cause"] == "signal SIGKILL"]
