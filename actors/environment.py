@@ -13,11 +13,13 @@ Per-episode achievement stats go to ``<run dir>/rollouts/stats.jsonl`` in Crafte
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -147,7 +149,10 @@ class EnvironmentActor(Actor):
         if req.world != "crafter":
             raise ValueError(f"this environment actor runs crafter, not {req.world!r}")
         if req.policy_path:
-            raise ValueError("trained-policy rollouts are served by learners' evaluation")
+            if req.config is None:
+                raise ValueError("a trained-policy rollout needs the RL config it was trained on")
+            log.info("rollout_started", subtask=req.subtask.name, policy=req.policy_path)
+            return await self.run_blocking(self.policy_rollout, req)
         budget = req.wall_s * len(req.seeds) + WATCHDOG_GRACE_S
         log.info("rollout_started", subtask=req.subtask.name, episodes=len(req.seeds), frm=env.frm)
         with trio.move_on_after(budget):
@@ -201,6 +206,41 @@ class EnvironmentActor(Actor):
                 output="\n".join(output)[-sandbox.Limits().max_output_chars :],
                 frames=frames_npz(frames) if frames else b"",
             )
+
+    def policy_rollout(self, req: RolloutRequest) -> RolloutResult:
+        """Run a trained SB3 policy on ``req``'s worlds (blocking; in a worker thread).
+        The policy acts through the RL interface it was trained with, coded actions
+        included; each episode's detail lists the actions it chose."""
+        from stable_baselines3 import PPO
+
+        from actors.learner import held_out, sha256_of
+
+        path = Path(req.policy_path)
+        problem = ""
+        if not path.is_file():
+            problem = f"no policy at {path}"
+        elif req.policy_sha256 and sha256_of(path) != req.policy_sha256:
+            problem = f"{path} does not match sha256 {req.policy_sha256[:12]}…"
+        if problem:
+            episodes = [
+                EpisodeReport(s, False, 0, 0.0, [], "policy_unusable", problem) for s in req.seeds
+            ]
+            return RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id)
+        model = PPO.load(path, device="cpu")
+        config = dataclasses.replace(req.config, subtask=req.subtask)
+        rate, steps, records = held_out(
+            config, lambda obs: model.predict(obs, deterministic=False)[0], req.seeds
+        )
+        episodes = []
+        for r in records:
+            cause = "success" if r["success"] else "episode_done" if r["died"] else "step_budget"
+            used = collections.Counter(r["actions"])
+            detail = ", ".join(f"{name}×{n}" for name, n in used.most_common())
+            episodes.append(
+                EpisodeReport(r["seed"], r["success"], r["steps"], float(r["success"]),
+                              list(r["achievements"]), cause, detail)
+            )  # fmt: skip
+        return RolloutResult(req.subtask.name, episodes, rate, steps, self.actor_id)
 
     def _episode(
         self,

@@ -20,6 +20,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,37 @@ def training_worlds(req: TrainRequest) -> range:
     return pool
 
 
+def held_out(config: Any, act: Any, seeds: Sequence[int]) -> tuple[float, int, list[dict]]:
+    """Play one episode of ``config``'s env per world seed, choosing actions with
+    ``act(obs)``: (success rate, world steps, per-episode records)."""
+    from envs.rl_env import make_env
+
+    env = make_env(config)
+    wins = steps = 0
+    records = []
+    try:
+        for seed in seeds:
+            obs, _ = env.reset(seed=seed)
+            taken, used, unlocked = 0, [], []
+            while True:
+                obs, _, terminated, truncated, info = env.step(int(act(obs)))
+                taken += int(info.get("primitive_steps", 1))
+                used.append(str(info.get("action", "")))
+                unlocked.extend(info.get("achievements", ()))
+                if terminated or truncated:
+                    won = bool(info.get("is_success"))
+                    wins += won
+                    break
+            steps += taken
+            records.append(
+                {"seed": seed, "success": won, "steps": taken, "actions": used,
+                 "achievements": unlocked, "died": bool(info.get("died"))}
+            )  # fmt: skip
+    finally:
+        env.close()
+    return (wins / len(seeds) if seeds else 0.0), steps, records
+
+
 def evaluate(model: Any, req: TrainRequest, episodes: int | None = None) -> tuple[float, int]:
     """Success rate of ``model`` on held-out world seeds, and the world steps it took.
 
@@ -216,45 +248,25 @@ def evaluate(model: Any, req: TrainRequest, episodes: int | None = None) -> tupl
     the sampled policy succeeds. Sampling is seeded, so the figure is reproducible."""
     import torch
 
-    from envs.rl_env import make_env
-
     torch.manual_seed(req.seed)
-    episodes = req.eval_episodes if episodes is None else episodes
-    env = make_env(req.config)
-    wins = steps = 0
-    try:
-        for i in range(episodes):
-            obs, _ = env.reset(seed=req.eval_seed + i)
-            while True:
-                action, _ = model.predict(obs, deterministic=False)
-                obs, _, terminated, truncated, info = env.step(int(action))
-                steps += int(info.get("primitive_steps", 1))
-                if terminated or truncated:
-                    wins += bool(info.get("is_success"))
-                    break
-    finally:
-        env.close()
-    return (wins / episodes if episodes else 0.0), steps
+    count = req.eval_episodes if episodes is None else episodes
+    seeds = range(req.eval_seed, req.eval_seed + count)
+    rate, steps, _ = held_out(
+        req.config, lambda obs: model.predict(obs, deterministic=False)[0], seeds
+    )
+    return rate, steps
 
 
 def random_success(req: TrainRequest, episodes: int, seed: int = 0) -> float:
     """The same held-out evaluation for a uniformly random policy: the bar to beat."""
     from envs.rl_env import make_env
 
-    env = make_env(req.config)
     rng = np.random.default_rng(seed)
-    wins = 0
-    try:
-        for i in range(episodes):
-            env.reset(seed=req.eval_seed + i)
-            while True:
-                _, _, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
-                if terminated or truncated:
-                    wins += bool(info.get("is_success"))
-                    break
-    finally:
-        env.close()
-    return wins / episodes if episodes else 0.0
+    probe = make_env(req.config)
+    n = int(probe.action_space.n)
+    probe.close()
+    seeds = range(req.eval_seed, req.eval_seed + episodes)
+    return held_out(req.config, lambda obs: int(rng.integers(n)), seeds)[0]
 
 
 def _furthest(path: Path) -> int:

@@ -41,8 +41,9 @@ import trio  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
+from actors.learner import held_out  # noqa: E402
 from envs.configs import collect_wood_primitive, collect_wood_with_coded  # noqa: E402
-from envs.rl_env import make_env, make_vec_env  # noqa: E402
+from envs.rl_env import make_vec_env  # noqa: E402
 from messages.task import RLConfig  # noqa: E402
 from messages.train import PPOSettings, TrainRequest  # noqa: E402
 from runtime import events  # noqa: E402
@@ -141,17 +142,12 @@ class Curve(BaseCallback):
 
 
 def held_out_success(model: PPO, config: RLConfig, episodes: int) -> float:
-    env, wins = make_env(config), 0
-    for i in range(episodes):
-        obs, _ = env.reset(seed=EVAL_SEED + i)
-        while True:
-            action, _ = model.predict(obs, deterministic=False)
-            obs, _, terminated, truncated, info = env.step(int(action))
-            if terminated or truncated:
-                wins += bool(info.get("is_success"))
-                break
-    env.close()
-    return wins / episodes
+    """The learners' own held-out evaluation (sampled actions, seeded)."""
+    import torch
+
+    torch.manual_seed(0)
+    act = lambda obs: model.predict(obs, deterministic=False)[0]  # noqa: E731
+    return held_out(config, act, range(EVAL_SEED, EVAL_SEED + episodes))[0]
 
 
 TRAIN_WORLDS = 500

@@ -23,6 +23,7 @@ The map itself (``info['semantic']``, the world's material map) never leaves thi
 from __future__ import annotations
 
 import copy
+import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
@@ -36,7 +37,8 @@ from envs.world import VOID, Observation, StepResult, UnknownActionError, freeze
 # episode's cost. Worlds reset by seed are kept (a pristine copy, ~50 KB each) and
 # restored by copying (~1.5 ms), so training on a pool of worlds pays generation once
 # per world. 1,024 worlds is ~50 MB, larger than any training pool we use.
-WORLD_CACHE_SIZE = 1024
+# RLGPT_WORLD_CACHE=0 turns the cache off (benchmarks do, to time generation honestly).
+WORLD_CACHE_SIZE = int(os.environ.get("RLGPT_WORLD_CACHE", "1024"))
 _WORLDS: OrderedDict[tuple, dict] = OrderedDict()
 # Stands for "the world that restores this copy" inside cached copies: game objects point
 # at their world, and a copy must point at whichever live world it is restored into.
@@ -130,7 +132,7 @@ class CrafterWorld:
             env._player = crafter.objects.Player(world, center)
             world.add(env._player)
             crafter.worldgen.generate_world(world, env._player)
-            if key is not None:
+            if key is not None and WORLD_CACHE_SIZE > 0:
                 _WORLDS[key] = copy.deepcopy(
                     {"world": world.__dict__, "player": env._player},
                     memo={id(world): _THIS_WORLD},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from messages.base import message
-from messages.task import Subtask
+from messages.task import RLConfig, Subtask
 
 
 @message("rollout.request")
@@ -20,6 +20,9 @@ class RolloutRequest:
     """Or: a trained policy artifact (SB3 zip) to run instead of code."""
     policy_sha256: str = ""
     """The artifact's expected hash; a mismatch fails the rollout."""
+    config: RLConfig | None = None
+    """With ``policy_path``: the RL config the policy was trained with (its observation
+    and action space); its subtask is replaced by this request's."""
     seeds: list[int] = field(default_factory=lambda: [0])
     """One episode per seed; a seed gives the same world every time."""
     wall_s: float = 60.0

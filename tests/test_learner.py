@@ -12,6 +12,7 @@ from conftest import ROOT, make_settings, run_head_with
 
 from actors.learner import random_success, sha256_of, store_artifact
 from envs.configs import collect_wood_with_coded
+from messages.rollout import RolloutRequest
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
 from runtime.config import ActorSettings
@@ -40,14 +41,21 @@ def request(name: str, steps: int, **kw) -> TrainRequest:
 
 
 def test_a_job_trains_reports_progress_and_beats_random(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, {"learner": ActorSettings(count=1)})
+    actors = {"learner": ActorSettings(count=1), "environment": ActorSettings(count=1)}
+    settings = make_settings(tmp_path, actors)
     seen: dict = {}
     req = request("wood", 3072, eval_episodes=30, train_worlds=200)
 
     async def driver(head: Head) -> dict:
         await head.wait_for("learner", 1)
-        seen["result"] = await head.client.ask("@learner", req, timeout=400)
+        result = seen["result"] = await head.client.ask("@learner", req, timeout=400)
         seen["progress"] = head.client.progress.get("wood")
+        # The trained policy, by reference, played by an environment actor.
+        rollout = RolloutRequest(
+            req.config.subtask, policy_path=result.policy_path, policy_sha256=result.sha256,
+            config=req.config, seeds=list(range(7000, 7010)),
+        )  # fmt: skip
+        seen["rollout"] = await head.client.ask("@environment", rollout, timeout=120)
         return {}
 
     run = run_head_with(settings, driver)
@@ -68,6 +76,10 @@ def test_a_job_trains_reports_progress_and_beats_random(tmp_path: Path) -> None:
     progress = seen["progress"]
     assert progress is not None and progress.steps > 0 and progress.steps_per_s > 0
     assert len(run.named("training_progress")) >= 2
+    played = seen["rollout"]
+    assert [e.seed for e in played.episodes] == list(range(7000, 7010))
+    assert played.success_rate >= 0.5, [(e.cause, e.detail) for e in played.episodes]
+    assert all("walk_to_tree" in e.detail or "chop_tree" in e.detail for e in played.episodes)
 
 
 def test_two_jobs_train_at_once_in_two_learner_processes(tmp_path: Path) -> None:
