@@ -41,7 +41,7 @@ import trio  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
-from actors.learner import held_out  # noqa: E402
+from actors.learner import held_out, training_worlds  # noqa: E402
 from envs.configs import collect_wood_primitive, collect_wood_with_coded  # noqa: E402
 from envs.rl_env import make_vec_env  # noqa: E402
 from messages.task import RLConfig  # noqa: E402
@@ -56,8 +56,10 @@ EVAL_SEED = 1_000_000
 
 
 def plain_sb3(config: RLConfig, steps: int, n_envs: int, seed: int) -> float:
-    """Decisions/s of PPO.learn in a plain script (model building excluded)."""
-    vec = make_vec_env(config, n_envs, seed)
+    """Decisions/s of PPO.learn in a plain script (model building excluded), on the same
+    pool of training worlds a learner uses for the same request."""
+    pool = training_worlds(TrainRequest(name="plain", config=config, total_steps=steps, seed=seed))
+    vec = make_vec_env(config, n_envs, seed, world_pool=pool)
     p = PPO_SETTINGS
     model = PPO(
         "MultiInputPolicy",

@@ -121,7 +121,7 @@ class StatusReply:
     actors: list[ActorInfo]
     """Every live actor."""
     queued: dict[str, int]
-    """Waiting jobs per role (or ``#actor-id`` for actor-addressed jobs)."""
+    """Waiting jobs per queue: ``@role``, or the actor id for actor-addressed jobs."""
     completed: int
     """Jobs answered since the broker started."""
     failed: int

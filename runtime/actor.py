@@ -35,6 +35,7 @@ from typing import Any, ClassVar, TypeVar
 
 import trio
 import zmq
+import zmq.utils.monitor
 
 from messages import (
     ASK,
@@ -69,6 +70,11 @@ Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
 # How long an actor waits for the broker to answer its registration before trying
 # again; ZeroMQ reconnects underneath, so a late broker is simply waited for.
 REGISTER_RETRY_S = 2.0
+HANDSHAKE_FAILURES = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
 TEST_HOOKS_ENV = "RLGPT_TEST_HOOKS"
 """Set to 1 (the test suite does) to let ``Probe(crash=True)`` kill the answering actor."""
 # Messages that arrive before setup() finishes wait in memory; past this many the actor
@@ -151,6 +157,7 @@ class Actor:
         self._ready = False
         self._early: list[tuple[Envelope, bytes]] = []
         self._running: dict[tuple[str, str], trio.CancelScope] = {}
+        self._refused: ActorRefused | None = None
         self._scope: trio.CancelScope | None = None
         self._registered = trio.Event()
         self.heartbeat_interval = 1.0
@@ -227,8 +234,12 @@ class Actor:
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(self.max_frame_bytes))
+        monitor = None
         if curve is not None:
             curve.apply(sock)
+            # A refused key shows only as a failed handshake: watch for it and fail fast
+            # instead of waiting for a broker that will never answer.
+            monitor = TrioSocket(sock.get_monitor_socket(HANDSHAKE_FAILURES), self._on_monitor)
         sock.connect(endpoint)
         self._sock = TrioSocket(sock, self._on_frames)
         try:
@@ -236,6 +247,8 @@ class Actor:
                 self._scope = nursery.cancel_scope
                 self._nursery = nursery
                 nursery.start_soon(self._sock.run)
+                if monitor is not None:
+                    nursery.start_soon(self._watch_handshakes, monitor)
                 # Set up before registering: the broker hands work only to ready actors.
                 await self.setup()
                 await self._register()
@@ -247,6 +260,8 @@ class Actor:
                 early, self._early = self._early, []
                 for env, body in early:
                     self._dispatch(env, body)
+            if self._refused is not None:
+                raise self._refused
         finally:
             with trio.CancelScope(shield=True):
                 try:
@@ -254,6 +269,25 @@ class Actor:
                 finally:
                     log.info("actor_stopped", reason=self.stop_reason or "cancelled")
                     sock.close(linger=0)
+
+    async def _watch_handshakes(self, monitor: TrioSocket) -> None:
+        try:
+            await monitor.run()
+        finally:
+            monitor.sock.close(linger=0)
+
+    def _on_monitor(self, frames: list[bytes]) -> None:
+        event = zmq.utils.monitor.parse_monitor_message(frames)
+        reason = {
+            zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the head refused our CURVE key",
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the CURVE handshake failed (wrong server key?)",
+        }.get(event["event"], "the connection handshake failed")
+        log.error("handshake_failed", reason=reason, endpoint=str(event.get("endpoint", "")))
+        self._refused = ActorRefused(
+            f"{reason} at {event.get('endpoint', b'').decode(errors='replace')}: check that "
+            "--keys holds the head's server.key and a client key in its authorized/ folder"
+        )
+        self.stop("handshake_failed")
 
     async def _register(self) -> None:
         hello = Register(

@@ -175,8 +175,8 @@ def test_queued_job_goes_to_an_actor_attached_over_curve_and_a_wrong_key_is_refu
                 while not _events_named(head.run_dir, "peer_refused"):
                     await trio.sleep(0.1)
             seen["registered_while_impostor"] = len(head.broker.peers)
-            impostor.kill()
-            await impostor.wait()
+            with trio.fail_after(30):
+                seen["impostor_exit"] = await impostor.wait()  # it gives up by itself
             friend = await attach(head, keys)
             try:
                 with trio.fail_after(60):
@@ -191,6 +191,7 @@ def test_queued_job_goes_to_an_actor_attached_over_curve_and_a_wrong_key_is_refu
     assert run.code == 0
     assert seen["reply"].seq == 42
     assert seen["registered_while_impostor"] == 1  # only the head's own client
+    assert seen["impostor_exit"] == 2  # a clear error, not an endless retry
     refused = run.named("peer_refused")
     assert refused and refused[0]["reason"] == "unknown client key"
 
@@ -279,7 +280,8 @@ def test_an_abandoned_ask_cancels_its_job_queued_or_running(tmp_path: Path) -> N
     run = run_head_with(settings, driver)
     assert run.code == 0
     assert seen[1] == seen[2] == "timed out"
-    assert seen["reply"] == 3 and seen["free_after_s"] < 5  # the 30 s job really stopped
+    # The actor was freed at once (its 30 s sleep thread is abandoned, not waited for).
+    assert seen["reply"] == 3 and seen["free_after_s"] < 5
     assert seen["status"].queued == {} and seen["status"].actors[-1].inflight == 0
     broker_side = [e for e in run.named("job_cancelled") if e["actor"] == "head"]
     assert sorted(e["running"] for e in broker_side) == [False, True]
