@@ -41,7 +41,7 @@ import trio  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
-from actors.learner import held_out, training_worlds  # noqa: E402
+from actors.learner import held_out, set_torch_threads, training_worlds  # noqa: E402
 from envs.configs import collect_wood_primitive, collect_wood_with_coded  # noqa: E402
 from envs.rl_env import make_vec_env  # noqa: E402
 from messages.task import RLConfig  # noqa: E402
@@ -189,6 +189,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     events.configure(console=None)
+    set_torch_threads()  # as a learner process does, so the plain script matches it
     steps = 2048 if args.quick else 8192
     budget = 20_000 if args.quick else 50_000
     seeds = (0,) if args.quick else (0, 1)
