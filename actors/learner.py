@@ -29,7 +29,7 @@ import trio
 from stable_baselines3.common.callbacks import BaseCallback
 
 from messages import Envelope
-from messages.train import TrainProgress, TrainRequest, TrainResult
+from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
 from runtime.actor import Actor, handles
 from runtime.devices import check_device
 from runtime.events import log
@@ -147,7 +147,10 @@ class LearnerActor(Actor):
                 log.info("training_resumed", job=req.name, from_steps=resumed_from)
             else:
                 resumed_from = 0
-                model = self._new_model(PPO, req, vec, device, folder)
+                model = make_ppo(
+                    req.ppo, vec, seed=req.seed, device=device,
+                    tensorboard_log=str(folder / "tensorboard"),
+                )  # fmt: skip
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
             callback = Progress(self, req, asker, stop, folder, attempts, resumed_from)
@@ -185,28 +188,32 @@ class LearnerActor(Actor):
         finally:
             vec.close()
 
-    def _new_model(self, ppo: Any, req: TrainRequest, vec: Any, device: str, folder: Path) -> Any:
-        p = req.ppo
-        policy = (
-            "MultiInputPolicy" if type(vec.observation_space).__name__ == "Dict" else "MlpPolicy"
-        )
-        return ppo(
-            policy,
-            vec,
-            n_steps=p.n_steps,
-            batch_size=p.batch_size,
-            n_epochs=p.n_epochs,
-            learning_rate=p.learning_rate,
-            gamma=p.gamma,
-            gae_lambda=p.gae_lambda,
-            clip_range=p.clip_range,
-            ent_coef=p.ent_coef,
-            policy_kwargs={"net_arch": list(p.net_arch)},
-            seed=req.seed,
-            device=device,
-            tensorboard_log=str(folder / "tensorboard"),
-            verbose=0,
-        )
+
+def make_ppo(
+    settings: PPOSettings, vec: Any, *, seed: int, device: str, tensorboard_log: str | None = None
+) -> Any:
+    """A fresh SB3 PPO for ``vec`` with ``settings`` (MultiInputPolicy for dict
+    observations); the one place learners and benchmarks build their models."""
+    from stable_baselines3 import PPO
+
+    dict_obs = type(vec.observation_space).__name__ == "Dict"
+    return PPO(
+        "MultiInputPolicy" if dict_obs else "MlpPolicy",
+        vec,
+        n_steps=settings.n_steps,
+        batch_size=settings.batch_size,
+        n_epochs=settings.n_epochs,
+        learning_rate=settings.learning_rate,
+        gamma=settings.gamma,
+        gae_lambda=settings.gae_lambda,
+        clip_range=settings.clip_range,
+        ent_coef=settings.ent_coef,
+        policy_kwargs={"net_arch": list(settings.net_arch)},
+        seed=seed,
+        device=device,
+        tensorboard_log=tensorboard_log,
+        verbose=0,
+    )
 
 
 # Training pools start at seed × this, so pools of different seeds do not overlap and

@@ -24,6 +24,7 @@ Not a test: it prints numbers, writes files, and exits 0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -41,7 +42,12 @@ import trio  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
-from actors.learner import held_out, set_torch_threads, training_worlds  # noqa: E402
+from actors.learner import (  # noqa: E402
+    held_out,
+    make_ppo,
+    set_torch_threads,
+    training_worlds,
+)
 from envs.configs import collect_wood_primitive, collect_wood_with_coded  # noqa: E402
 from envs.rl_env import make_vec_env  # noqa: E402
 from messages.task import RLConfig  # noqa: E402
@@ -60,23 +66,8 @@ def plain_sb3(config: RLConfig, steps: int, n_envs: int, seed: int) -> float:
     pool of training worlds a learner uses for the same request."""
     pool = training_worlds(TrainRequest(name="plain", config=config, total_steps=steps, seed=seed))
     vec = make_vec_env(config, n_envs, seed, world_pool=pool)
-    p = PPO_SETTINGS
-    model = PPO(
-        "MultiInputPolicy",
-        vec,
-        n_steps=p.n_steps,
-        batch_size=p.batch_size,
-        n_epochs=p.n_epochs,
-        learning_rate=p.learning_rate,
-        gamma=p.gamma,
-        gae_lambda=p.gae_lambda,
-        clip_range=p.clip_range,
-        ent_coef=p.ent_coef,
-        policy_kwargs={"net_arch": list(p.net_arch)},
-        seed=seed,
-        device="cpu",
-        tensorboard_log=tempfile.mkdtemp(prefix="bench-tb-"),  # as the learner logs
-    )
+    tensorboard = tempfile.mkdtemp(prefix="bench-tb-")  # the learner logs there too
+    model = make_ppo(PPO_SETTINGS, vec, seed=seed, device="cpu", tensorboard_log=tensorboard)
     started = time.perf_counter()
     model.learn(steps)
     elapsed = time.perf_counter() - started
@@ -161,12 +152,8 @@ def sample_efficiency(config: RLConfig, world_steps: int, seed: int, every: int,
     """Train until ``world_steps`` world steps; return the curve."""
     pool = range(seed * 10_000, seed * 10_000 + TRAIN_WORLDS)
     vec = make_vec_env(config, 4, seed, world_pool=pool)
-    p = PPO_SETTINGS
-    model = PPO(
-        "MultiInputPolicy", vec, n_steps=128, batch_size=p.batch_size, n_epochs=p.n_epochs,
-        learning_rate=p.learning_rate, ent_coef=p.ent_coef, seed=seed, device="cpu",
-        policy_kwargs={"net_arch": list(p.net_arch)},
-    )  # fmt: skip
+    settings = dataclasses.replace(PPO_SETTINGS, n_steps=128)
+    model = make_ppo(settings, vec, seed=seed, device="cpu")
     curve = Curve(config, every, episodes)
     curve.points.append((0, held_out_success(model, config, episodes)))
     curve.next_eval = every
