@@ -103,6 +103,9 @@ def cmd_actor(command: str, argv: list[str]) -> int:
         console_level="warning" if args.quiet else os.environ.get("RLGPT_CONSOLE_LEVEL", "info"),
         role=cls.role,
     )
+    limits = getattr(cls, "apply_process_limits", None)
+    if limits is not None:
+        events.log.info("process_limits", **limits())
     actor = cls(
         name=args.name,
         capacity=args.capacity,

@@ -17,6 +17,7 @@ import collections
 import dataclasses
 import io
 import os
+import resource
 import threading
 import time
 from pathlib import Path
@@ -42,6 +43,12 @@ WATCHDOG_GRACE_S = 10.0
 MAX_FRAMES = 1000
 # Skill calls that make a trace segment (the high-level actions a critic reads about).
 TRACED_SKILLS = ("path_to", "approach", "face", "explore", "attack", "collect", "place", "make")
+MEMORY_LIMIT_ENV = "RLGPT_ENV_MEMORY_LIMIT"
+"""Bytes of address space an environment actor process may map (overrides the default)."""
+# An environment actor maps ~0.5 GiB (Python, numpy, numba, Crafter, worker threads);
+# 2 GiB leaves it room while bounding what runaway policy code can take from the machine.
+# The sandbox's own guards stop big allocations first; this is the OS-level backstop.
+DEFAULT_MEMORY_LIMIT = 2 * 1024**3
 # Segments kept per episode: a critic needs the story, not every detail of a long one.
 MAX_SEGMENTS = 64
 
@@ -138,6 +145,19 @@ class EnvironmentActor(Actor):
             path.parent.mkdir(parents=True, exist_ok=True)
             self.stats = StatsWriter(path, self.world.achievement_names)
         self._lock = threading.Lock()  # one rollout at a time touches the world
+
+    @classmethod
+    def apply_process_limits(cls) -> dict[str, int]:
+        """OS limits for a process that runs untrusted code: an address-space cap (a
+        ``MemoryError`` instead of an exhausted machine) and no core dumps. Called by
+        ``run.py actor`` in the actor's own process, never in a shared one."""
+        limit = int(os.environ.get(MEMORY_LIMIT_ENV, DEFAULT_MEMORY_LIMIT))
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        return {"address_space_bytes": limit, "core_bytes": 0}
 
     async def setup(self) -> None:
         # The first reset compiles Crafter's world generator (numba, ~4 s); do it now so

@@ -102,6 +102,8 @@ def test_hostile_code_fails_with_its_cause_and_the_actor_keeps_serving(tmp_path:
         for name, (code, _) in HOSTILE.items():
             req = RolloutRequest(short, code=code, seeds=[1], wall_s=3)
             outcomes[name] = await head.client.ask("@environment", req, timeout=120)
+        (env_actor,) = [a for a in head.broker.status().actors if a.role == "environment"]
+        outcomes["limits"] = Path(f"/proc/{env_actor.pid}/limits").read_text()
         # ...and the same actor still does honest work.
         req = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
         outcomes["after"] = await head.client.ask("@environment", req, timeout=120)
@@ -115,6 +117,9 @@ def test_hostile_code_fails_with_its_cause_and_the_actor_keeps_serving(tmp_path:
     assert outcomes["syntax"].episodes[0].line == 1
     assert outcomes["after"].success_rate == 1.0
     assert canary.read_text() == "untouched"
+    # The OS-level backstop under the sandbox: the actor's address space is capped.
+    (line,) = [x for x in outcomes["limits"].splitlines() if x.startswith("Max address space")]
+    assert line.split()[3] == str(2 * 1024**3), line
     assert not Path("/tmp/x").exists()
     crashed = [e for e in run.named("actor_process_exited") if e["level"] != "info"]
     assert not crashed  # nothing hostile cost a process (info: the clean exit at the end)
