@@ -38,7 +38,7 @@ from runtime.events import log
 
 # Beyond its own budget, how long a rollout may run before the actor presumes its worker
 # thread stuck in a C call: generous, since world steps also count in the budget.
-WATCHDOG_GRACE_S = 10.0
+WATCHDOG_GRACE_S = float(os.environ.get("RLGPT_WATCHDOG_GRACE_S", "10"))
 # Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
 MAX_FRAMES = 1000
 # Skill calls that make a trace segment (the high-level actions a critic reads about).

@@ -144,3 +144,27 @@ def test_two_actors_split_a_rollout_and_frames_come_back(tmp_path: Path) -> None
     frames = np.load(io.BytesIO(framed.frames))["frames"]
     assert frames.dtype == np.uint8 and frames.shape[1:] == (64, 64, 3)
     assert len(frames) == framed.episodes[0].steps + 1  # the reset frame, then one per step
+
+
+def test_a_rollout_past_the_watchdog_says_timeout_and_the_actor_is_replaced(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # No grace and a 1 ms budget per episode: building a fresh world (~0.1 s) alone
+    # outlasts it, as a policy stuck in one long C call would.
+    monkeypatch.setenv("RLGPT_WATCHDOG_GRACE_S", "0")
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        stuck = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[81_001, 81_002], wall_s=0.001)
+        seen["stuck"] = await head.client.ask("@environment", stuck, timeout=120)
+        await head.wait_for("environment", 1)
+        honest = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
+        seen["after"] = await head.client.ask("@environment", honest, timeout=120)
+        return {}
+
+    run = _run(tmp_path, driver)
+    assert [e.cause for e in seen["stuck"].episodes] == ["timeout", "timeout"]
+    assert run.named("rollout_stuck")
+    exits = [e for e in run.named("actor_process_exited") if e["level"] == "warning"]
+    assert exits and exits[0]["cause"] == "exit status 70"
+    assert seen["after"].success_rate == 1.0  # its replacement serves the next request
