@@ -21,6 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from messages.codec import DEFAULT_MAX_FRAME  # noqa: E402  (after the path is set)
+
 COMMANDS = ("actor", "attach", "tail", "keys")
 
 
@@ -68,7 +70,7 @@ def _actor_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", default="", help="append events to RUN_DIR/events.jsonl")
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument(
-        "--max-frame-bytes", type=int, default=16 * 1024 * 1024, help="largest message accepted"
+        "--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME, help="largest message accepted"
     )
     parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
     return parser

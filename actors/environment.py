@@ -123,6 +123,21 @@ def subtask_met(subtask: Subtask, skills: Skills) -> bool:
     return all(inventory.get(item, 0) >= n for item, n in subtask.goal.items())
 
 
+def rollout_result(
+    req: RolloutRequest, episodes: list[EpisodeReport], *, actor_id: str, **extra: Any
+) -> RolloutResult:
+    """The result of ``req``'s episodes: success rate and step total derived from them."""
+    wins = sum(e.success for e in episodes)
+    return RolloutResult(
+        subtask=req.subtask.name,
+        episodes=episodes,
+        success_rate=wins / len(episodes) if episodes else 0.0,
+        steps=sum(e.steps for e in episodes),
+        actor_id=actor_id,
+        **extra,
+    )
+
+
 def frames_npz(frames: list[np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     np.savez_compressed(buffer, frames=np.stack(frames).astype(np.uint8))
@@ -216,12 +231,9 @@ class EnvironmentActor(Actor):
                 episodes.append(report)
                 if printed:
                     output.append(printed)
-            wins = sum(e.success for e in episodes)
-            return RolloutResult(
-                subtask=req.subtask.name,
-                episodes=episodes,
-                success_rate=wins / len(episodes) if episodes else 0.0,
-                steps=sum(e.steps for e in episodes),
+            return rollout_result(
+                req,
+                episodes,
                 actor_id=self.actor_id,
                 output="\n".join(output)[-sandbox.Limits().max_output_chars :],
                 frames=frames_npz(frames) if frames else b"",
@@ -344,12 +356,9 @@ async def rollout_split(client: Actor, req: RolloutRequest, parts: int) -> Rollo
             nursery.start_soon(one, seeds)
     order = {seed: i for i, seed in enumerate(req.seeds)}
     episodes = sorted((e for r in results for e in r.episodes), key=lambda e: order[e.seed])
-    wins = sum(e.success for e in episodes)
-    return RolloutResult(
-        subtask=req.subtask.name,
-        episodes=episodes,
-        success_rate=wins / len(episodes) if episodes else 0.0,
-        steps=sum(r.steps for r in results),
+    return rollout_result(
+        req,
+        episodes,
         actor_id=",".join(sorted({r.actor_id for r in results})),
         output="\n".join(r.output for r in results if r.output),
     )
