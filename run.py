@@ -39,6 +39,9 @@ def cmd_run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="run.py", description="Run RL-GPT from a config.")
     parser.add_argument("--config", default="diamond.toml", help="TOML file or a name in configs/")
     parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
+    parser.add_argument(
+        "--resume", default="", metavar="RUN_DIR", help="continue a run whose head was stopped"
+    )
     args = parser.parse_args(argv)
 
     import trio
@@ -47,16 +50,52 @@ def cmd_run(argv: list[str]) -> int:
     from runtime.head import EXIT_CONFIG, new_run_dir, run_head
 
     try:
-        settings = config.load(args.config)
+        if args.resume:
+            run_dir = Path(args.resume)
+            if not (run_dir / "config.json").is_file():
+                raise config.ConfigError(
+                    args.resume, "", "a run folder with config.json", "none",
+                    "pass a folder under runs/ made by an earlier `run.py --config ...`",
+                )  # fmt: skip
+            settings = config.load_resolved(run_dir / "config.json")
+        else:
+            settings = config.load(args.config)
+        _check_backend(settings)
     except config.ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    from actors.checkup import checkup  # after the config check: it imports torch
+    from actors.method import run_method  # after the config check: it imports torch
 
-    run_id, run_dir = new_run_dir(settings)
-    print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
+    if args.resume:
+        run_id = run_dir.name
+        print(f"run {run_id} resumed: events in {run_dir}/events.jsonl", file=sys.stderr)
+    else:
+        run_id, run_dir = new_run_dir(settings)
+        print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
     level = "warning" if args.quiet else "info"
-    return trio.run(run_head, settings, run_dir, run_id, checkup, level)
+    return trio.run(run_head, settings, run_dir, run_id, run_method, level)
+
+
+def _check_backend(settings) -> None:
+    """Fail fast (status 2) when the model endpoint the config names cannot be used."""
+    agents = settings.agents
+    if agents.backend != "openai" or not agents.check_endpoint:
+        return
+    import trio
+
+    from actors.agents import make_backend
+    from runtime.config import ConfigError
+
+    try:
+        backend = make_backend(agents)
+        trio.run(backend.check)
+    except Exception as exc:  # the backend's own errors name what went wrong
+        if type(exc).__name__ not in ("ModelUnavailable", "BackendConfigError"):
+            raise
+        raise ConfigError(
+            settings.source, "agents.base_url", "an endpoint that answers", str(exc),
+            "check base_url, model and the API key variable, or use backend = \"offline\"",
+        ) from None  # fmt: skip
 
 
 def _actor_parser(command: str) -> argparse.ArgumentParser:

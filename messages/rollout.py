@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import field
 
 from messages.base import message
-from messages.task import RLConfig, Subtask
+from messages.task import Need, RLConfig, Stage, Subtask
 
 
 @message("rollout.request")
@@ -31,6 +31,33 @@ class RolloutRequest:
     """Also return the first episode's frames (for a video); rendering is slow."""
     world: str = "crafter"
     """World backend: crafter or minedojo."""
+    stages: list[Stage] = field(default_factory=list)
+    """Or a composed policy: the task planner runs these stages in order (a stage whose
+    test already held in this episode is skipped), each until its own test holds or its
+    ``max_steps``; ``subtask`` is then the whole episode's test and cap. Leave ``code``
+    and ``policy_path`` empty."""
+    needs: list[Need] = field(default_factory=list)
+    """With ``stages``: survival needs the task planner serves first when they trigger."""
+
+
+@message("rollout.stage_run")
+class StageRun:
+    """One run of a stage (or a need) inside a composed-policy episode."""
+
+    name: str
+    """The stage's subtask name (a need's stage is named after what it restores)."""
+    success: bool
+    """Whether its test held when it ended."""
+    steps: int
+    """Primitive steps it took."""
+    cause: str
+    """Why it ended (as EpisodeReport.cause, plus ``interrupted`` by a need)."""
+    detail: str = ""
+    """The failure's detail."""
+    line: int = 0
+    """Code line of the failure (0: none)."""
+    learned: bool = False
+    """Whether a learned (RL) sub-policy ran it."""
 
 
 @message("rollout.glimpse")
@@ -89,6 +116,8 @@ class EpisodeReport:
     """High-level actions with what the player saw before and after each."""
     wall_s: float = 0.0
     """Seconds the episode took."""
+    stages: list[StageRun] = field(default_factory=list)
+    """With a composed policy: every stage run, in order."""
 
 
 @message("rollout.result")

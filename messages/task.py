@@ -59,3 +59,33 @@ class RLConfig:
     (e.g. gather wood before learning to place a table); empty: start from reset."""
     world: str = "crafter"
     """World backend: crafter or minedojo."""
+
+
+@message("task.stage")
+class Stage:
+    """fast agent → environment: one sub-policy of a composed policy, coded or learned."""
+
+    subtask: Subtask
+    """What the stage must achieve; its ``max_steps`` caps one run of the stage."""
+    code: str = ""
+    """A coded sub-policy: Python defining ``run(skills)`` (used when no policy is given)."""
+    policy_path: str = ""
+    """Or a learned sub-policy: an SB3 zip trained on ``config``."""
+    policy_sha256: str = ""
+    """The zip's expected hash."""
+    config: RLConfig | None = None
+    """The RL interface the learned sub-policy acts through (observation, coded options)."""
+
+
+@message("task.need")
+class Need:
+    """task planner rule: when ``stat`` drops below ``below``, run ``stage`` first."""
+
+    stat: str
+    """A vital statistic: drink, food, energy or health."""
+    below: float
+    """Threshold that triggers the need (Crafter's stats run 0–9)."""
+    stage: Stage
+    """What restores it (drink water, eat a cow, sleep in a shelter)."""
+    until: float = 0.0
+    """The stage ends once ``stat`` reaches this (0: when the stage's own test holds)."""

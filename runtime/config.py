@@ -79,6 +79,60 @@ class ActorSettings:
     """Compute device (``cpu``, ``cuda``, ``cuda:1``)."""
 
 
+BACKENDS = ("offline", "openai")
+
+
+@dataclass
+class AgentSettings:
+    backend: str = "offline"
+    """Who plays the slow agent, fast agent and critic: ``offline`` (deterministic code
+    over the game's recipe data and a skill library; no network) or ``openai`` (any
+    OpenAI-compatible endpoint)."""
+    base_url: str = ""
+    """openai: the endpoint, e.g. ``https://api.openai.com/v1`` or ``http://localhost:8000/v1``."""
+    model: str = ""
+    """openai: the model name the endpoint serves."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """openai: the environment variable holding the API key (never the key itself)."""
+    timeout_s: float = 60.0
+    """openai: seconds one request may take before it is retried."""
+    max_retries: int = 4
+    """openai: retries on 429, 5xx, timeouts and dropped connections (with backoff)."""
+    token_budget: int = 0
+    """openai: stop the run cleanly once this many tokens are spent (0: no limit)."""
+    check_endpoint: bool = True
+    """openai: check at start that the endpoint answers (a refusal exits with status 2)."""
+
+
+@dataclass
+class TaskSettings:
+    task: str = "obtain a diamond"
+    """The goal in words (prompts and the report show it)."""
+    target: str = "diamond"
+    """What success means: an item to hold (``diamond``) or an achievement name
+    (``collect_diamond``, ``place_table``)."""
+    success_target: float = 0.3
+    """The run stops early once the final policy reaches this success rate."""
+    iterations: int = 3
+    """Outer-loop iterations at most (the slow agent re-plans between them)."""
+    revisions: int = 2
+    """Inner-loop revisions of one sub-action's code or RL config per iteration."""
+    env_steps: int = 5_000_000
+    """Budget of env steps for everything the run steps (training, evaluation)."""
+    code_episodes: int = 10
+    """Episodes each code version (or trained policy) is evaluated on."""
+    eval_episodes: int = 20
+    """Episodes the final policy is evaluated on (worlds never used before)."""
+    train_steps: int = 20_000
+    """PPO decisions per training job of a learned sub-action."""
+    train_envs: int = 2
+    """Environments each training job steps together."""
+    sub_target: float = 0.9
+    """Success rate a sub-action must reach for its version to be accepted."""
+    episode_steps: int = 10_000
+    """Step cap of one final-policy episode (Crafter's own episode length)."""
+
+
 @dataclass
 class Settings:
     run: RunSettings = field(default_factory=RunSettings)
@@ -87,6 +141,10 @@ class Settings:
     """[runtime]: broker, heartbeats, restarts."""
     actors: dict[str, ActorSettings] = field(default_factory=dict)
     """[actors.ROLE]: actor processes to start, by role."""
+    agents: AgentSettings = field(default_factory=AgentSettings)
+    """[agents]: the backend playing the slow agent, fast agent and critic."""
+    task: TaskSettings = field(default_factory=TaskSettings)
+    """[task]: what the run solves and its budgets."""
     source: str = "<defaults>"
     """The file these settings came from (not a TOML key)."""
 
@@ -163,6 +221,24 @@ def load(name: str) -> Settings:
     return settings
 
 
+def load_resolved(path: Path) -> Settings:
+    """The settings a run recorded in its ``config.json`` (for ``--resume``): the run goes
+    on with exactly the settings it started with, whatever the TOML file says now."""
+    import json
+
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            str(path), "", "a run's config.json", str(exc), "pass the folder of a run started before"
+        ) from None
+    source = table.pop("source", str(path))
+    settings = _section(str(path), "", Settings, table)
+    settings.source = source
+    check(settings)
+    return settings
+
+
 def check(s: Settings) -> None:
     """Cross-field checks that types alone cannot express."""
     f = s.source
@@ -221,6 +297,8 @@ def check(s: Settings) -> None:
                 f"'{rt.keys_dir}' without server.key_secret and authorized/*.key",
                 f"run `python run.py keys --dir {rt.keys_dir}`",
             )
+    _check_agents(s)
+    _check_task(s)
     from actors import ROLES
     from runtime.devices import DeviceError, check_device
 
@@ -246,3 +324,71 @@ def check(s: Settings) -> None:
                 "count ≥ 0 and capacity ≥ 1",
                 f"count={a.count}, capacity={a.capacity}",
             )
+
+
+def _check_agents(s: Settings) -> None:
+    f, a = s.source, s.agents
+    if a.backend not in BACKENDS:
+        close = difflib.get_close_matches(a.backend, BACKENDS, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "use offline (no network) or openai"
+        raise ConfigError(f, "agents.backend", "offline or openai", repr(a.backend), hint)
+    if a.backend != "openai":
+        return
+    for key, example in (("base_url", "http://localhost:8000/v1"), ("model", "gpt-4o-mini")):
+        if not getattr(a, key):
+            raise ConfigError(
+                f,
+                f"agents.{key}",
+                "a value for the openai backend",
+                "none",
+                f'set {key} = "{example}" under [agents] (or backend = "offline")',
+            )
+    if not a.base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f, "agents.base_url", "an http(s) URL", repr(a.base_url), "e.g. http://localhost:8000/v1"
+        )
+    import os
+
+    if not a.api_key_env or not os.environ.get(a.api_key_env):
+        raise ConfigError(
+            f,
+            "agents.api_key_env",
+            "the name of a set environment variable holding the API key",
+            f"{a.api_key_env!r} (not set)" if a.api_key_env else "none",
+            f"export {a.api_key_env or 'OPENAI_API_KEY'}=... before running, or name another "
+            "variable (a local server that ignores keys still needs one: any value)",
+        )
+    for key in ("timeout_s",):
+        if getattr(a, key) <= 0:
+            raise ConfigError(f, f"agents.{key}", "a positive number", repr(getattr(a, key)))
+    for key in ("max_retries", "token_budget"):
+        if getattr(a, key) < 0:
+            raise ConfigError(f, f"agents.{key}", "an integer ≥ 0", repr(getattr(a, key)))
+
+
+def _check_task(s: Settings) -> None:
+    f, t = s.source, s.task
+    from crafter import constants
+
+    if t.target not in constants.items and t.target not in constants.achievements:
+        raise ConfigError(
+            f,
+            "task.target",
+            "an item or achievement of the game",
+            repr(t.target),
+            "e.g. diamond, wood_pickaxe or place_table (see crafter's data.yaml)",
+        )
+    for key in ("success_target", "sub_target"):
+        value = getattr(t, key)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f, f"task.{key}", "a rate between 0 and 1", repr(value))
+    for key in ("iterations", "code_episodes", "eval_episodes", "train_steps", "train_envs"):
+        if getattr(t, key) < 1:
+            raise ConfigError(f, f"task.{key}", "an integer ≥ 1", repr(getattr(t, key)))
+    for key in ("revisions",):
+        if getattr(t, key) < 0:
+            raise ConfigError(f, f"task.{key}", "an integer ≥ 0", repr(getattr(t, key)))
+    if t.env_steps < 1000 or t.episode_steps < 10:
+        raise ConfigError(
+            f, "task.env_steps", "≥ 1000 (and episode_steps ≥ 10)", f"{t.env_steps}/{t.episode_steps}"
+        )

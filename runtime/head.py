@@ -82,6 +82,9 @@ class Head:
     """The ipc endpoint local actors use."""
     listen: str
     """The tcp endpoint attached actors use, or ''."""
+    start_local: Callable[[Actor], Awaitable[None]]
+    """Start an actor inside the head process (as trio tasks, over ``inproc``); returns
+    once it is registered. I/O-bound actors (the agents) live here."""
 
     async def wait_for(self, role: str, count: int, timeout: float = REGISTER_TIMEOUT_S) -> None:
         """Wait until ``count`` actors of ``role`` are registered (or fail clearly)."""
@@ -192,7 +195,10 @@ async def run_head(
                     children_done.set()
 
             nursery.start_soon(supervise_all)
-            head = Head(client, broker, settings, run_dir, run_id, endpoint, listen)
+            async def start_local(actor: Actor) -> None:
+                await nursery.start(functools.partial(actor.run, inproc, context=ctx))
+
+            head = Head(client, broker, settings, run_dir, run_id, endpoint, listen, start_local)
             started = time.monotonic()
             report = await driver(head)
             report.setdefault("wall_s", round(time.monotonic() - started, 3))

@@ -1,0 +1,82 @@
+"""What the slow agent, the fast agent and the critic share: the backend that plays
+their roles, the journal that records (and on resume replays) every call, and the
+token budget.
+
+``Agents.call(role, purpose, request)`` is the one way an agent thinks. The request is a
+JSON-able dict of what the agent knows; the reply is a dict in the purpose's contract
+(``llm.contracts``). The offline backend answers from the game's data and the skill
+library; the openai backend asks a model. Both are recorded alike in ``calls.jsonl``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runtime.config import AgentSettings
+from runtime.events import log
+from runtime.journal import Journal
+
+
+class BudgetSpent(Exception):
+    """The run's token budget is spent: agents stop asking and the run wraps up."""
+
+
+class AgentCallFailed(Exception):
+    """A call failed for good (model unreachable, reply unusable after repairs)."""
+
+    def __init__(self, role: str, purpose: str, cause: str, detail: str) -> None:
+        super().__init__(f"{role}/{purpose}: {cause}: {detail}")
+        self.role, self.purpose, self.cause, self.detail = role, purpose, cause, detail
+
+
+def make_backend(settings: AgentSettings) -> Any:
+    """The backend the config names."""
+    if settings.backend == "openai":
+        from llm.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(
+            base_url=settings.base_url,
+            model=settings.model,
+            api_key_env=settings.api_key_env,
+            timeout_s=settings.timeout_s,
+            max_retries=settings.max_retries,
+            token_budget=settings.token_budget,
+        )
+    from actors.offline import OfflineBackend
+
+    return OfflineBackend()
+
+
+class Agents:
+    """The backend and journal of one run, shared by its agent actors."""
+
+    def __init__(self, backend: Any, run_dir: Path, token_budget: int = 0) -> None:
+        self.backend = backend
+        self.journal = Journal(run_dir)
+        self.token_budget = token_budget
+        self.spent = False
+        """Set once the token budget ran out; agents then finish what they have."""
+
+    @property
+    def tokens(self) -> int:
+        t = self.journal.totals
+        return t.tokens_in + t.tokens_out
+
+    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> dict[str, Any]:
+        """One agent call, replayed from the journal when an earlier attempt made it."""
+        if self.token_budget and self.tokens >= self.token_budget:
+            self.spent = True
+            raise BudgetSpent(f"{self.tokens} tokens used of a budget of {self.token_budget}")
+        try:
+            result = await self.journal.call(self.backend, role, purpose, request)
+        except Exception as exc:
+            name = type(exc).__name__
+            if name == "TokenBudgetSpent":
+                self.spent = True
+                raise BudgetSpent(str(exc)) from exc
+            if name in ("ModelUnavailable", "ModelReplyError"):
+                log.error("agent_call_failed", role=role, purpose=purpose, cause=name, detail=str(exc))
+                raise AgentCallFailed(role, purpose, name, str(exc)) from exc
+            raise
+        return result.data

@@ -1,0 +1,422 @@
+"""The fast agent: writes each sub-action's code or RL config and revises it (inner loop).
+
+For a coded sub-action it asks its backend for code, has environment actors run it on
+the evaluation worlds (composed after the accepted stages it depends on, under the task
+planner's survival needs), sends the result to the critic and, while the critique says
+*revise*, asks for a revision that answers it. For a learned sub-action it writes the RL
+config — observation, primitives plus the skill library's coded high-level actions,
+reward — has a learner train PPO on it, evaluates the trained policy the same way, and
+revises the config from the critique. Several sub-actions are worked on at once.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from actors.agents import AgentCallFailed
+from actors.critic import stage_rate
+from actors.environment import rollout_split
+from actors.learner import store_artifact
+from messages import Envelope
+from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
+from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
+from messages.task import CodedAction, RLConfig, Stage, Subtask
+from messages.train import PPOSettings, TrainRequest, TrainResult
+from runtime.actor import Actor, RemoteFailure, handles
+from runtime.events import log
+
+OPTION_STEPS = 50
+"""K of a coded high-level action: long enough for a walk to a visible target."""
+TRACE_KEEP = 4
+"""Trace segments kept per failed episode in what the critic is sent (the last ones tell
+where it failed; whole traces of long episodes would only weigh on the wire)."""
+ROLLOUT_WALL_S = 120.0
+"""Wall-clock budget of one evaluation episode (a long composed chain included)."""
+
+
+def compose_setup(stages: list[Stage]) -> str:
+    """One policy that runs the coded ``stages`` in order, each until its test holds —
+    the setup code that brings a training world to a learned sub-action's start.
+
+    Each stage's module is kept whole, with its top-level names prefixed so that two
+    stages' helpers cannot collide; the sandbox sees one plain module."""
+    parts, calls = [], []
+    for i, stage in enumerate(s for s in stages if s.code):
+        prefix = f"stage{i}_"
+        tree = ast.parse(stage.code)
+        names = {
+            node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            for node in tree.body
+        } | {
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        names.discard(None)
+
+        class Rename(ast.NodeTransformer):
+            def visit_Name(self, node: ast.Name) -> ast.Name:
+                if node.id in names:
+                    node.id = prefix + node.id
+                return node
+
+            def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+                if node.name in names:
+                    node.name = prefix + node.name
+                self.generic_visit(node)
+                return node
+
+        parts.append(ast.unparse(Rename().visit(tree)))
+        calls.append((prefix + "run", stage.subtask))
+    lines = ["\n\n".join(parts), "", "", "def run(skills):"]
+    if not calls:
+        lines.append("    return")
+        lines.append("    yield 'noop'")
+    for fn, subtask in calls:
+        test = _test_expr(subtask)
+        lines.append(f"    if not ({test}):")
+        lines.append(f"        yield from {fn}(skills)")
+    return "\n".join(lines) + "\n"
+
+
+def _test_expr(subtask: Subtask) -> str:
+    tests = []
+    if subtask.achievement:
+        tests.append(f"skills.achievements().get({subtask.achievement!r}, 0) > 0")
+    if subtask.goal:
+        goal = " and ".join(
+            f"skills.inventory().get({k!r}, 0) >= {v}" for k, v in sorted(subtask.goal.items())
+        )
+        tests.append(f"({goal})")
+    return " or ".join(tests) or "False"
+
+
+def subaction_dict(sub: SubAction) -> dict[str, Any]:
+    return {
+        "name": sub.name,
+        "description": sub.description or sub.subtask.description,
+        "goal": sub.subtask.goal,
+        "achievement": sub.subtask.achievement,
+        "max_steps": sub.subtask.max_steps,
+        "need": sub.need,
+    }
+
+
+def critique_dict(c: Critique | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "verdict": c.verdict,
+        "success_rate": c.success_rate,
+        "target": c.target,
+        "cause": c.cause,
+        "count": c.count,
+        "episodes": c.episodes,
+        "detail": c.detail,
+        "line": c.line,
+        "action": c.action,
+        "advice": c.advice,
+    }
+
+
+def _trimmed(result: RolloutResult) -> RolloutResult:
+    episodes = [
+        e
+        if not e.trace
+        else dataclasses.replace(e, trace=[] if e.success else list(e.trace[-TRACE_KEEP:]))
+        for e in result.episodes
+    ]
+    return dataclasses.replace(result, episodes=episodes, frames=b"", output=result.output[-2000:])
+
+
+@dataclasses.dataclass
+class _Best:
+    rate: float = -1.0
+    stage: Stage | None = None
+    mode: str = "code"
+    task_rate: float = 0.0
+
+    def offer(self, result: RolloutResult, name: str, stage: Stage) -> None:
+        rate, _ = stage_rate(result, name)
+        if rate > self.rate:
+            self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
+
+
+class FastAgent(Actor):
+    """Role ``fast``: answers :class:`WorkOn` with a :class:`SubActionOutcome`."""
+
+    role = "fast"
+
+    def __init__(self, *, agents: Any, settings: Any, environments: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.agents = agents
+        self.settings = settings
+        """The run's Settings (task budgets, seed)."""
+        self.environments = max(1, environments)
+        """Environment actors to spread an evaluation over."""
+
+    @handles(WorkOn)
+    async def on_work(self, work: WorkOn, env: Envelope) -> SubActionOutcome:
+        sub = work.subaction
+        log.info(
+            "subaction_started",
+            subaction=sub.name,
+            mode=sub.mode,
+            iteration=work.iteration,
+            hint=work.hint[:200],
+        )
+        state = {"versions": 0, "code_steps": 0, "train_steps": 0, "critiques": []}
+        best = {"code": _Best(mode="code"), "rl": _Best(mode="rl")}
+        try:
+            if sub.mode == "code":
+                await self._code_loop(work, state, best["code"])
+            else:
+                await self._rl_loop(work, state, best["rl"])
+        except AgentCallFailed as exc:
+            log.error("subaction_failed", subaction=sub.name, cause=exc.cause, detail=exc.detail)
+        chosen = best[sub.mode]
+        if chosen.stage is None:
+            other = best["code" if sub.mode == "rl" else "rl"]
+            chosen = other if other.stage is not None else chosen
+        stage = chosen.stage or Stage(subtask=sub.subtask, code="")
+        outcome = SubActionOutcome(
+            name=sub.name,
+            mode=chosen.mode,  # type: ignore[arg-type]
+            success_rate=max(chosen.rate, 0.0),
+            accepted=chosen.rate >= sub.target,
+            stage=stage,
+            versions=state["versions"],
+            code_steps=state["code_steps"],
+            train_steps=state["train_steps"],
+            critiques=state["critiques"],
+            coded_rate=best["code"].rate,
+            learned_rate=best["rl"].rate,
+            task_rate=chosen.task_rate,
+        )
+        log.info(
+            "subaction_finished",
+            subaction=sub.name,
+            mode=outcome.mode,
+            success_rate=outcome.success_rate,
+            accepted=outcome.accepted,
+            versions=outcome.versions,
+        )
+        return outcome
+
+    # ------------------------------------------------------------------ code
+
+    async def _code_loop(self, work: WorkOn, state: dict, best: _Best) -> None:
+        sub = work.subaction
+        previous: dict[str, Any] | None = None
+        critique: Critique | None = None
+        for version in range(1, work.revisions + 2):
+            request = {
+                "subaction": subaction_dict(sub),
+                "version": version,
+                "previous": previous,
+                "critique": critique_dict(critique),
+            }
+            reply = await self.agents.call("fast", "code", request)
+            if previous is not None and reply.get("unchanged"):
+                log.info("code_unchanged", subaction=sub.name, reason=reply.get("note", ""))
+                break
+            code = reply["code"]
+            state["versions"] += 1
+            log.info(
+                "code_written",
+                subaction=sub.name,
+                version=version,
+                lines=code.count("\n") + 1,
+                sha=hashlib.sha256(code.encode()).hexdigest()[:12],
+                note=reply.get("note", "")[:200],
+                revision_of=critique.cause if critique else "",
+            )
+            self._save(f"code/{sub.name}-it{work.iteration}-v{version}.py", code)
+            stage = Stage(subtask=sub.subtask, code=code)
+            result = await self._evaluate(work, stage)
+            state["code_steps"] += result.steps
+            best.offer(result, sub.name, stage)
+            critique = await self._review(
+                work, version, "code", result, work.revisions + 1 - version, code=code
+            )
+            state["critiques"].append(critique)
+            if critique.verdict != "revise":
+                break
+            previous = {"code": code, "note": reply.get("note", ""), "params": reply.get("params")}
+
+    # ------------------------------------------------------------------ RL
+
+    async def _rl_loop(self, work: WorkOn, state: dict, best: _Best) -> None:
+        from knowledge import library
+
+        sub = work.subaction
+        offered = library.options_for_subaction(sub.name, sub.options)
+        world_actions = _world_actions()
+        previous: dict[str, Any] | None = None
+        critique: Critique | None = None
+        for version in range(1, work.revisions + 2):
+            request = {
+                "subaction": subaction_dict(sub),
+                "version": version,
+                "options": [{"name": n, "description": d} for n, d, _ in offered],
+                "primitives": list(world_actions),
+                "previous": previous,
+                "critique": critique_dict(critique),
+            }
+            reply = await self.agents.call("fast", "rl", request)
+            sources = {n: src for n, _, src in offered}
+            options = [n for n in reply["options"] if n in sources]
+            config = RLConfig(
+                subtask=dataclasses.replace(sub.subtask, max_steps=int(reply["max_steps"])),
+                observation=list(reply["observation"]),
+                primitives=[p for p in reply["primitives"] if p in world_actions],
+                coded_actions=[
+                    CodedAction(n, sources[n], max_steps=OPTION_STEPS, description=d)
+                    for n, d, _ in offered
+                    if n in options
+                ],
+                reward_code=reply.get("reward_code", ""),
+                setup_code=compose_setup(work.before),
+            )
+            state["versions"] += 1
+            log.info(
+                "rl_config_written",
+                subaction=sub.name,
+                version=version,
+                options=options,
+                primitives=len(config.primitives),
+                shaped_reward=bool(config.reward_code),
+                note=reply.get("note", "")[:200],
+                revision_of=critique.cause if critique else "",
+            )
+            train = await self._train(work, config, version)
+            state["train_steps"] += train.primitive_steps + train.eval_primitive_steps
+            policy = store_artifact(self.run_dir, train)
+            stage = Stage(
+                subtask=sub.subtask,
+                policy_path=str(policy),
+                policy_sha256=train.sha256,
+                config=config,
+            )
+            result = await self._evaluate(work, stage)
+            state["code_steps"] += result.steps
+            best.offer(result, sub.name, stage)
+            critique = await self._review(
+                work, version, "rl", result, work.revisions + 1 - version, train=train
+            )
+            state["critiques"].append(critique)
+            if critique.verdict != "revise":
+                break
+            previous = {"config": reply, "held_out_success": train.eval_success_rate}
+
+    async def _train(self, work: WorkOn, config: RLConfig, version: int) -> TrainResult:
+        task = self.settings.task
+        req = TrainRequest(
+            name=f"{work.subaction.name}-it{work.iteration}-v{version}",
+            config=config,
+            total_steps=work.train_steps,
+            n_envs=task.train_envs,
+            seed=self.settings.run.seed + version,
+            ppo=PPOSettings(n_steps=256, batch_size=64),
+            eval_episodes=task.code_episodes,
+            train_worlds=200,
+            checkpoint_every=4096,
+        )
+        journal = self.agents.journal
+
+        def usable(result: TrainResult) -> bool:
+            return Path(result.policy_path).is_file()
+
+        recorded = journal.job(req, check=usable)
+        if recorded is not None:
+            return recorded
+        log.info("training_requested", job=req.name, subaction=work.subaction.name)
+        result: TrainResult = await self.ask("@learner", req)
+        path = store_artifact(self.run_dir, result)
+        # Recorded without the bytes (they are on disk now) and with the local path.
+        result = dataclasses.replace(result, policy_bytes=b"", policy_path=str(path))
+        journal.record_job(req, result, name=req.name)
+        log.info(
+            "training_result",
+            job=req.name,
+            held_out_success=round(result.eval_success_rate, 3),
+            decisions=result.steps,
+            world_steps=result.primitive_steps,
+            train_s=round(result.train_s, 1),
+        )
+        return result
+
+    # ------------------------------------------------------------------ shared
+
+    async def _evaluate(self, work: WorkOn, stage: Stage) -> RolloutResult:
+        sub = work.subaction
+        cap = sum(s.subtask.max_steps for s in work.before) + sub.subtask.max_steps
+        cap = min(cap, self.settings.task.episode_steps)
+        req = RolloutRequest(
+            subtask=dataclasses.replace(sub.subtask, max_steps=cap),
+            seeds=list(work.seeds),
+            wall_s=ROLLOUT_WALL_S,
+            stages=[*work.before, stage],
+            needs=list(work.needs),
+        )
+        recorded = self.agents.journal.job(req)
+        if recorded is not None:
+            return recorded
+        try:
+            result = await rollout_split(self, req, self.environments)
+        except RemoteFailure as exc:
+            episodes = [
+                EpisodeReport(s, False, 0, 0.0, [], "rollout_failed", str(exc)) for s in req.seeds
+            ]
+            result = RolloutResult(sub.name, episodes, 0.0, 0, "")
+        result = _trimmed(result)
+        self.agents.journal.record_job(req, result, name=sub.name)
+        log.info(
+            "evaluation_finished",
+            subaction=sub.name,
+            kind="learned" if stage.policy_path else "coded",
+            success_rate=result.success_rate,
+            episodes=len(result.episodes),
+            steps=result.steps,
+        )
+        return result
+
+    async def _review(
+        self,
+        work: WorkOn,
+        version: int,
+        mode: str,
+        result: RolloutResult,
+        revisions_left: int,
+        code: str = "",
+        train: TrainResult | None = None,
+    ) -> Critique:
+        review = Review(
+            subaction=work.subaction,
+            version=version,
+            mode=mode,  # type: ignore[arg-type]
+            result=result,
+            revisions_left=revisions_left,
+            code=code,
+            train=train,
+        )
+        return await self.ask("@critic", review)
+
+    def _save(self, relative: str, text: str) -> None:
+        if self.run_dir is None:
+            return
+        path = self.run_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _world_actions() -> tuple[str, ...]:
+    from crafter import constants
+
+    return tuple(constants.actions)

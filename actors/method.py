@@ -1,0 +1,136 @@
+"""The run's driver: RL-GPT end to end.
+
+It starts the three agents inside the head process (they are I/O-bound: model calls
+and waiting on workers), waits for the environment and learner actors, gives the slow
+agent the task from the config, records a video of one evaluation episode of the final
+policy and writes ``report.md`` (with plots) beside ``report.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import trio
+
+from actors.agents import Agents, make_backend
+from actors.critic import CriticActor
+from actors.fast import FastAgent
+from actors.slow import FINAL_WALL_S, SlowAgent
+from messages.plan import RunTask, TaskReport
+from messages.rollout import RolloutRequest
+from messages.task import Subtask
+from runtime.actor import RemoteFailure
+from runtime.events import log
+from runtime.head import Head
+
+CODE_SEED_BASE = 500_000
+"""Worlds code versions are evaluated on: apart from the learners' training pools
+(``seed × 10,000 + i``) and their held-out worlds (from 1,000,000)."""
+EVAL_SEED_BASE = 2_000_000
+"""Worlds the final policy is evaluated on: used by nothing else in the run."""
+
+
+def task_of(settings: Any) -> RunTask:
+    t, seed = settings.task, settings.run.seed
+    return RunTask(
+        task=t.task,
+        target_item=t.target,
+        success_target=t.success_target,
+        iterations=t.iterations,
+        env_steps=t.env_steps,
+        eval_seeds=[EVAL_SEED_BASE + seed * 1000 + i for i in range(t.eval_episodes)],
+        code_seeds=[CODE_SEED_BASE + seed * 1000 + i for i in range(t.code_episodes)],
+    )
+
+
+async def run_method(head: Head) -> dict:
+    s = head.settings
+    agents = Agents(make_backend(s.agents), head.run_dir, s.agents.token_budget)
+    if agents.journal.loaded_calls or agents.journal.loaded_jobs:
+        log.info(
+            "run_resumed",
+            recorded_calls=agents.journal.loaded_calls,
+            recorded_jobs=agents.journal.loaded_jobs,
+        )
+    environments = s.actors["environment"].count if "environment" in s.actors else 0
+    learners = s.actors["learner"].count if "learner" in s.actors else 0
+    common = {"max_frame_bytes": s.runtime.max_frame_bytes, "run_dir": head.run_dir}
+    await head.start_local(CriticActor(agents=agents, name="critic", capacity=16, **common))
+    await head.start_local(
+        FastAgent(
+            agents=agents,
+            settings=s,
+            environments=environments,
+            name="fast",
+            capacity=16,
+            **common,
+        )
+    )
+    slow = SlowAgent(
+        agents=agents, settings=s, environments=environments, name="slow", capacity=1, **common
+    )
+    await head.start_local(slow)
+    if environments:
+        await head.wait_for("environment", environments)
+    if learners:
+        await head.wait_for("learner", learners)
+    task = task_of(s)
+    log.info("task_started", task=task.task, target=task.target_item, backend=agents.backend.name)
+    report: TaskReport = await head.client.ask("@slow", task)
+    video = await _video(head, task, report)
+    totals = agents.journal.totals
+    summary = {
+        "task": task.task,
+        "backend": agents.backend.name,
+        "final_success": report.final_success,
+        "final_episodes": report.final_episodes,
+        "stop_reason": report.stop_reason,
+        "iterations": len(report.history),
+        "plan_versions": len(report.plans),
+        "env_steps_training": report.train_steps,
+        "env_steps_code": report.code_steps,
+        "env_steps_final": report.eval_steps,
+        "model_calls": totals.calls,
+        "model_calls_replayed": totals.replayed,
+        "tokens_in": totals.tokens_in,
+        "tokens_out": totals.tokens_out,
+        "learned_stages": sum(1 for st in report.stages if st.policy_path),
+        "coded_stages": sum(1 for st in report.stages if not st.policy_path),
+        "video": video,
+    }
+    from actors.report import write_report
+
+    write_report(head.run_dir, s, task, report, summary, slow.critiques)
+    return summary
+
+
+async def _video(head: Head, task: RunTask, report: TaskReport) -> str:
+    """One evaluation episode of the final policy, rendered as a GIF ('' when none)."""
+    if not report.stages or not task.eval_seeds:
+        return ""
+    req = RolloutRequest(
+        subtask=Subtask(name="video", max_steps=head.settings.task.episode_steps),
+        seeds=[task.eval_seeds[0]],
+        wall_s=FINAL_WALL_S,
+        frames=True,
+        stages=list(report.stages),
+        needs=list(report.needs),
+    )
+    goal = report.stages[-1].subtask
+    req = dataclasses.replace(
+        req, subtask=dataclasses.replace(goal, max_steps=head.settings.task.episode_steps)
+    )
+    try:
+        with trio.fail_after(FINAL_WALL_S + 60):
+            result = await head.client.ask("@environment", req)
+    except (RemoteFailure, trio.TooSlowError) as exc:
+        log.warning("video_failed", detail=str(exc))
+        return ""
+    if not result.frames:
+        return ""
+    from envs.video import write_gif
+
+    path = write_gif(result.frames, head.run_dir / "episode.gif")
+    log.info("video_written", path=str(path), seed=req.seeds[0])
+    return path.name

@@ -1,0 +1,237 @@
+"""The offline backend: the agents' roles played by deterministic code, no network.
+
+This is a knowledge-based stand-in for a language model, not a model. It answers the
+same calls with the same reply contracts:
+
+- slow/plan: the task's steps come from a search over the game's own recipe data
+  (``knowledge.recipes``: what each item needs and where); every step starts as code,
+  since the skill library has a template for it.
+- slow/revise: a step whose coded version stayed under its target after the inner
+  loop's revisions moves to RL, with the library's coded skills as high-level actions;
+  a step still failing for a fixable cause is redone; accepted steps are kept.
+- fast/code: the library's template for the step (``knowledge.library``), first in
+  its simplest version, then revised by the rule that answers the critique's cause.
+- fast/rl: the RL interface for the step: the library's coded options for it, the
+  movement and interaction primitives, the local view, inventory and vitals; a second
+  version adds a shaped reward for progress.
+- critic/review: the verdict from the measured success rate, the target, the failure
+  cause and the revisions left.
+
+Its decisions therefore follow measured results, exactly as a model's are meant to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from runtime.journal import CallResult
+
+CODE_FIXABLE = frozenset(
+    {"step_budget", "policy_finished", "episode_done", "exception", "timeout", "invalid_action"}
+)
+"""Failure causes a code revision can answer; any other leaves only a switch to RL."""
+
+ADVICE = {
+    "step_budget": "ran out of steps before success: search longer or more widely, and "
+    "stop wasting steps on detours",
+    "policy_finished": "the code gave up before success (a helper returned False, often a "
+    "missing tool or material): secure the prerequisites first, then retry instead of "
+    "returning",
+    "episode_done": "the player died: keep vitals up, avoid lava, fight or flee zombies "
+    "and skeletons before they wear health down",
+    "exception": "the code raised: fix the line the traceback points at",
+    "timeout": "the code used too much wall-clock time per step: avoid heavy loops",
+    "invalid_action": "the code yielded something that is not an action name",
+    "syntax": "the code does not parse: fix the syntax error",
+    "forbidden": "the code uses something the sandbox refuses: use only the skill API",
+    "policy_unusable": "the trained policy file is missing or does not match its hash",
+}
+
+RL_PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do"]
+"""Primitives a learned sub-action gets besides its coded options: moving and interacting
+are what its options cannot decide for it (crafting and placing come as options)."""
+
+
+def _step(name: str) -> Any:
+    from knowledge import recipes
+
+    return recipes.step_named(name)
+
+
+class OfflineBackend:
+    """Deterministic answers to every agent call (see the module docstring)."""
+
+    name = "offline"
+
+    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
+        started = time.monotonic()
+        data = getattr(self, f"_{role}_{purpose}")(request)
+        return CallResult(data=data, latency_s=time.monotonic() - started)
+
+    async def check(self) -> None:
+        """Nothing to reach."""
+
+    # ------------------------------------------------------------------ slow agent
+
+    def _slow_plan(self, req: dict[str, Any]) -> dict[str, Any]:
+        subactions = []
+        previous: list[str] = []
+        for step in req["steps"]:
+            subactions.append(
+                {
+                    "name": step["name"],
+                    "description": step["description"],
+                    "mode": "code",
+                    "depends": previous[-1:],
+                    "goal": step["goal"],
+                    "achievement": step["achievement"],
+                    "max_steps": step["max_steps"],
+                    "target": req["sub_target"],
+                    "reason": f"the skill library has a template for {step['kind']} "
+                    f"{step['item']}: code first, RL if it stays under its target",
+                }
+            )
+            previous.append(step["name"])
+        return {
+            "subactions": subactions,
+            "needs": [need["stat"] for need in req["needs"]],
+            "reason": f"{len(subactions)} steps found by searching the recipe data backwards "
+            f"from {req['target']}; survival needs watched: "
+            + ", ".join(need["stat"] for need in req["needs"]),
+        }
+
+    def _slow_revise(self, req: dict[str, Any]) -> dict[str, Any]:
+        changes = []
+        for sub in req["subactions"]:
+            name, verdict, mode = sub["name"], sub["verdict"], sub["mode"]
+            rate, target = sub["success_rate"], sub["target"]
+            if verdict == "accept":
+                continue
+            if mode == "code" and verdict == "switch":
+                changes.append(
+                    {
+                        "subaction": name,
+                        "change": "to_rl",
+                        "reason": f"coded version stayed at {rate:.2f} < {target:.2f} after "
+                        f"{sub['versions']} versions (last cause: {sub['cause'] or 'none'}): "
+                        "learn it with PPO, the coded skills as high-level actions",
+                    }
+                )
+            elif req["budget"]["iterations_left"] > 0:
+                changes.append(
+                    {
+                        "subaction": name,
+                        "change": "redo",
+                        "reason": f"{mode} version at {rate:.2f} < {target:.2f}, cause "
+                        f"{sub['cause'] or 'none'}: another inner loop from the critique",
+                    }
+                )
+        met = req["final_success"] >= req["success_target"]
+        stop = met or not changes
+        why = (
+            f"final success {req['final_success']:.2f} ≥ target {req['success_target']:.2f}"
+            if met
+            else "no sub-action left to change"
+            if not changes
+            else f"{len(changes)} sub-actions to change"
+        )
+        return {"changes": changes if not met else [], "stop": stop, "reason": why}
+
+    # ------------------------------------------------------------------ fast agent
+
+    def _fast_code(self, req: dict[str, Any]) -> dict[str, Any]:
+        from knowledge import library
+
+        sub = req["subaction"]
+        if sub.get("need"):
+            code = library.survival_code(sub["name"])
+            return {"code": code, "note": f"survival skill for {sub['need']}", "params": {}}
+        step = _step(sub["name"])
+        previous = req.get("previous")
+        if not previous:
+            params = library.first_params(step)
+            code = library.code_for(step, params)
+            return {
+                "code": code,
+                "note": "first version: the library's simplest template",
+                "params": dataclasses.asdict(params),
+            }
+        critique = req.get("critique") or {}
+        params = library.Params(**previous["params"])
+        revised = library.revise(step, params, critique.get("cause", ""), critique.get("detail", ""))
+        if revised is None:
+            return {
+                "code": previous["code"],
+                "note": f"no code revision answers {critique.get('cause') or 'this'}",
+                "params": previous["params"],
+                "unchanged": True,
+            }
+        params, reason = revised
+        return {
+            "code": library.code_for(step, params),
+            "note": reason,
+            "params": dataclasses.asdict(params),
+        }
+
+    def _fast_rl(self, req: dict[str, Any]) -> dict[str, Any]:
+        sub = req["subaction"]
+        options = [o["name"] for o in req["options"]]
+        primitives = [p for p in RL_PRIMITIVES if p in req["primitives"]]
+        previous = req.get("previous")
+        reward_code = ""
+        note = "coded options for the step, moving and 'do' as primitives, sparse reward"
+        if previous:
+            # Second version: a dense signal for progress towards the goal.
+            items = sorted(sub.get("goal") or {})
+            reward_code = _progress_reward(items)
+            cause = (req.get("critique") or {}).get("cause", "")
+            note = f"add a shaped reward for progress ({cause or 'under target'})"
+        return {
+            "options": options,
+            "primitives": primitives,
+            "observation": ["view", "inventory", "status"],
+            "reward_code": reward_code,
+            "max_steps": int(sub["max_steps"]),
+            "note": note,
+        }
+
+    # ------------------------------------------------------------------ critic
+
+    def _critic_review(self, req: dict[str, Any]) -> dict[str, Any]:
+        rate, target = req["success_rate"], req["target"]
+        example = req.get("example") or {}
+        cause = example.get("cause", "")
+        base = cause.split(":", 1)[0]
+        if rate >= target:
+            return {"verdict": "accept", "advice": f"{rate:.2f} ≥ target {target:.2f}"}
+        advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
+        if base == "not_reached":
+            advice = f"it rarely got its turn: {cause.split(':', 1)[1]} before it failed"
+        where = ""
+        if example.get("line"):
+            where = f" (line {example['line']}: {example.get('code_line', '')})"
+        if example.get("action"):
+            where += f" during {example['action']}"
+        text = f"{rate:.2f} < target {target:.2f}; {req['causes'].get(cause, 0)} of " + (
+            f"{req['episodes']} episodes ended with {cause}{where}: {advice}"
+        )
+        if req["revisions_left"] <= 0 or (req["mode"] == "code" and base not in CODE_FIXABLE):
+            return {"verdict": "switch", "advice": text + "; no revision left for code"}
+        return {"verdict": "revise", "advice": text}
+
+
+def _progress_reward(items: list[str]) -> str:
+    watched = items or ["wood", "stone", "coal", "iron", "diamond", "drink", "food"]
+    return (
+        "def reward(before, after):\n"
+        f"    watched = {watched!r}\n"
+        "    gained = 0\n"
+        "    for name in watched:\n"
+        "        b = before['inventory'].get(name, 0)\n"
+        "        a = after['inventory'].get(name, 0)\n"
+        "        if a > b:\n"
+        "            gained += a - b\n"
+        "    return 0.1 * gained\n"
+    )

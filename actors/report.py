@@ -1,0 +1,168 @@
+"""``runs/<id>/report.md``: what the run decided, measured and produced, with plots."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from messages.plan import Critique, RunTask, SubActionOutcome, TaskReport
+
+
+def _rate(value: float) -> str:
+    return "–" if value < 0 else f"{value:.2f}"
+
+
+def _best(outs: list[SubActionOutcome], mode: str) -> float:
+    rates = [o.success_rate for o in outs if o.mode == mode]
+    return max(rates) if rates else -1.0
+
+
+def write_report(
+    run_dir: Path,
+    settings: Any,
+    task: RunTask,
+    report: TaskReport,
+    summary: dict[str, Any],
+    critiques: list[Critique],
+) -> Path:
+    plots = _plots(run_dir, report)
+    lines = [
+        f"# {task.task}: run {run_dir.name}",
+        "",
+        f"- Backend: **{summary['backend']}**"
+        + (" (knowledge-based offline stand-in, not a language model)"
+           if summary["backend"] == "offline" else f" (model {settings.agents.model})"),
+        f"- Final policy: **{report.final_success:.0%}** success "
+        f"({round(report.final_success * report.final_episodes)}/{report.final_episodes}) on "
+        f"worlds never used before (seeds {task.eval_seeds[0]}–{task.eval_seeds[-1]})"
+        if task.eval_seeds
+        else "- Final policy: not evaluated",
+        f"- Stopped: {report.stop_reason} after {len(report.history)} iterations, "
+        f"{len(report.plans)} plan versions",
+        f"- Wall time: {summary.get('wall_s', 0):.0f} s",
+        f"- Env steps: {report.train_steps:,} training, {report.code_steps:,} code evaluation, "
+        f"{report.eval_steps:,} final evaluation; "
+        f"{report.train_steps + report.code_steps + report.eval_steps:,} in all",
+        f"- Agent calls: {summary['model_calls']} ({summary['model_calls_replayed']} replayed "
+        f"on resume); tokens {summary['tokens_in']:,} in, {summary['tokens_out']:,} out",
+        f"- Written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; "
+        f"config {settings.source}, seed {settings.run.seed}",
+        "",
+        "## Final policy",
+        "",
+        "| Stage | Kind | Success (sub-action) | Coded | Learned |",
+        "|---|---|---|---|---|",
+    ]
+    by_name: dict[str, list[SubActionOutcome]] = {}
+    for o in report.outcomes:
+        by_name.setdefault(o.name, []).append(o)
+    for stage in report.stages:
+        name = stage.subtask.name
+        outs = by_name.get(name, [])
+        kind = "learned (PPO)" if stage.policy_path else "coded"
+        best = max((o.success_rate for o in outs), default=0.0)
+        lines.append(
+            f"| {name} | {kind} | {best:.2f} | {_rate(_best(outs, 'code'))} | "
+            f"{_rate(_best(outs, 'rl'))} |"
+        )
+    for need in report.needs:
+        kind = "learned (PPO)" if need.stage.policy_path else "coded"
+        lines.append(
+            f"| need: {need.stage.subtask.name} ({need.stat} < {need.below:g}) | {kind} | "
+            f"{max((o.success_rate for o in by_name.get(need.stage.subtask.name, [])), default=0):.2f}"
+            f" | {_rate(_best(by_name.get(need.stage.subtask.name, []), 'code'))} | "
+            f"{_rate(_best(by_name.get(need.stage.subtask.name, []), 'rl'))} |"
+        )
+    compared = [
+        (name, _best(outs, "code"), _best(outs, "rl"))
+        for name, outs in by_name.items()
+        if _best(outs, "code") >= 0 and _best(outs, "rl") >= 0
+    ]
+    lines += ["", "## Coded against learned", ""]
+    if compared:
+        lines += ["| Sub-action | Coded | Learned (PPO with coded actions) | Better |", "|---|---|---|---|"]
+        for name, coded, learned in compared:
+            better = "learned" if learned > coded else "coded" if coded > learned else "tie"
+            lines.append(f"| {name} | {coded:.2f} | {learned:.2f} | {better} |")
+    else:
+        lines.append("No sub-action was both coded and learned in this run.")
+    lines += ["", "## Plan history", ""]
+    for plan in report.plans:
+        lines.append(f"### Plan v{plan.version}" + (f": {plan.reason}" if plan.reason else ""))
+        lines.append("")
+        lines.append("| Sub-action | Mode | Depends | Target | Why |")
+        lines.append("|---|---|---|---|---|")
+        for s in plan.subactions:
+            label = f"{s.name} (need: {s.need})" if s.need else s.name
+            lines.append(
+                f"| {label} | {s.mode} | {', '.join(s.depends)} | {s.target:.2f} | {s.reason} |"
+            )
+        lines.append("")
+    lines += ["## Success per sub-action per iteration", ""]
+    names = sorted({k for h in report.history for k in h if k != "task"})
+    if report.history:
+        lines.append("| Sub-action | " + " | ".join(f"it {i + 1}" for i in range(len(report.history))) + " |")
+        lines.append("|---|" + "---|" * len(report.history))
+        for name in names + ["task"]:
+            cells = [f"{h[name]:.2f}" if name in h else "" for h in report.history]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "## Critiques", "", "| Sub-action | v | Mode | Success | Verdict | Cause | Advice |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for c in critiques:
+        advice = c.advice.replace("|", "/")[:160]
+        lines.append(
+            f"| {c.subaction} | {c.version} | {c.mode} | {c.success_rate:.2f} | {c.verdict} | "
+            f"{c.cause} | {advice} |"
+        )
+    if report.achievements:
+        lines += ["", "## Final evaluation: achievements", "", "| Achievement | Episodes |", "|---|---|"]
+        for name, frac in sorted(report.achievements.items(), key=lambda kv: -kv[1]):
+            lines.append(f"| {name} | {frac:.0%} |")
+    if plots or summary.get("video"):
+        lines += ["", "## Plots and video", ""]
+        for title, name in plots:
+            lines.append(f"![{title}]({name})")
+        if summary.get("video"):
+            lines.append(f"![one evaluation episode]({summary['video']})")
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _plots(run_dir: Path, report: TaskReport) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    if report.history:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        names = sorted({k for h in report.history for k in h})
+        xs = list(range(1, len(report.history) + 1))
+        for name in names:
+            ys = [h.get(name, float("nan")) for h in report.history]
+            ax.plot(xs, ys, marker="o", label=name, linewidth=2.5 if name == "task" else 1)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("success rate")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xticks(xs)
+        ax.legend(fontsize=7, loc="best")
+        ax.set_title("Success per sub-action per iteration")
+        fig.tight_layout()
+        fig.savefig(run_dir / "success.png", dpi=100)
+        plt.close(fig)
+        made.append(("success per iteration", "success.png"))
+    if report.achievements:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        items = sorted(report.achievements.items(), key=lambda kv: -kv[1])
+        ax.barh([k for k, _ in items][::-1], [v * 100 for _, v in items][::-1])
+        ax.set_xlabel("% of final evaluation episodes")
+        ax.set_xlim(0, 100)
+        ax.set_title("Achievements of the final policy")
+        fig.tight_layout()
+        fig.savefig(run_dir / "achievements.png", dpi=100)
+        plt.close(fig)
+        made.append(("achievements", "achievements.png"))
+    return made

@@ -1,0 +1,452 @@
+"""The slow agent: decomposes the task, decides code or RL per sub-action, re-plans.
+
+Outer loop: plan (the task planner's ordered steps from the recipe knowledge, plus the
+survival needs it will watch) → have the fast agent work on every sub-action not yet
+accepted (needs first, then the task's steps in dependency order; independent ones at
+once) → read the critiques the critic streamed and the measured rates → revise the plan
+(a coded sub-action that stayed under its target moves to RL with coded high-level
+actions; a fixable one is redone) → stop on the task's target or a budget. Then the
+final policy — the task planner sequencing the best coded or learned stage of every
+sub-action, serving needs as they trigger — is evaluated on worlds never seen before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import trio
+
+from actors.agents import AgentCallFailed, BudgetSpent
+from actors.environment import rollout_split
+from messages import Envelope
+from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
+from messages.rollout import RolloutRequest
+from messages.task import Need, Subtask
+from runtime.actor import Actor, handles
+from runtime.events import log
+
+FINAL_WALL_S = 600.0
+"""Wall-clock budget of one final-policy episode (up to Crafter's 10,000 steps)."""
+
+
+class SlowAgent(Actor):
+    """Role ``slow``: answers :class:`RunTask` with a :class:`TaskReport`."""
+
+    role = "slow"
+
+    def __init__(self, *, agents: Any, settings: Any, environments: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.agents = agents
+        self.settings = settings
+        self.environments = max(1, environments)
+        self.critiques: list[Critique] = []
+        """Every critique the critic streamed, in arrival order."""
+
+    @handles(Critique)
+    def on_critique(self, critique: Critique, env: Envelope) -> None:
+        self.critiques.append(critique)
+
+    # ------------------------------------------------------------------ the outer loop
+
+    @handles(RunTask)
+    async def on_task(self, task: RunTask, env: Envelope) -> TaskReport:
+        from knowledge import library, recipes
+
+        steps = recipes.describe(recipes.chain(task.target_item))
+        needs_known = library.needs_table()
+        plans: list[Plan] = []
+        outcomes: dict[str, list[SubActionOutcome]] = {}
+        history: list[dict[str, float]] = []
+        stop_reason = "iterations"
+        spent = {"code": 0, "train": 0}
+        try:
+            reply = await self.agents.call(
+                "slow",
+                "plan",
+                {
+                    "task": task.task,
+                    "target": task.target_item,
+                    "steps": steps,
+                    "needs": needs_known,
+                    "sub_target": self.settings.task.sub_target,
+                },
+            )
+            plan = self._plan_from(task, reply, needs_known, version=1)
+        except (AgentCallFailed, BudgetSpent) as exc:
+            log.error("planning_failed", detail=str(exc))
+            return TaskReport([], [], 0.0, 0, [], "planning_failed")
+        plans.append(plan)
+        self._log_plan(plan)
+        redo: dict[str, str] = {}
+        for iteration in range(1, task.iterations + 1):
+            log.info("iteration_started", iteration=iteration, plan_version=plan.version)
+            try:
+                await self._work(task, plan, outcomes, redo, iteration, spent)
+            except BudgetSpent as exc:
+                stop_reason = "tokens"
+                log.warning("budget_spent", kind="tokens", detail=str(exc))
+                break
+            rates = {name: round(self._best(outs).success_rate, 4) for name, outs in outcomes.items()}
+            last = plan.subactions[-1].name
+            task_rate = self._task_rate(outcomes.get(last, []))
+            history.append({**rates, "task": task_rate})
+            used = spent["code"] + spent["train"]
+            log.info(
+                "iteration_finished",
+                iteration=iteration,
+                task_success=task_rate,
+                env_steps=used,
+                **{f"rate_{k}": v for k, v in rates.items()},
+            )
+            if task_rate >= task.success_target and all(
+                self._best(outcomes[s.name]).accepted for s in plan.subactions if s.name in outcomes
+            ):
+                stop_reason = "target_met"
+                break
+            if used >= task.env_steps:
+                stop_reason = "env_steps"
+                log.warning("budget_spent", kind="env_steps", used=used, budget=task.env_steps)
+                break
+            if iteration == task.iterations:
+                break
+            try:
+                revised = await self._revise(task, plan, outcomes, task_rate, iteration, used)
+            except BudgetSpent as exc:
+                stop_reason = "tokens"
+                log.warning("budget_spent", kind="tokens", detail=str(exc))
+                break
+            except AgentCallFailed as exc:
+                log.error("revision_failed", detail=str(exc))
+                break
+            if revised is None:
+                stop_reason = "no_changes"
+                break
+            plan, redo = revised
+            plans.append(plan)
+            self._log_plan(plan)
+        return await self._finish(task, plans, plan, outcomes, history, stop_reason, spent)
+
+    async def _work(
+        self,
+        task: RunTask,
+        plan: Plan,
+        outcomes: dict[str, list[SubActionOutcome]],
+        redo: dict[str, str],
+        iteration: int,
+        spent: dict[str, int],
+    ) -> None:
+        """One pass of the inner loops over every sub-action that still needs work."""
+
+        def pending(sub: SubAction) -> bool:
+            # Redo what the revision named; otherwise work once per mode.
+            have = outcomes.get(sub.name, [])
+            return sub.name in redo or not any(o.mode == sub.mode for o in have)
+
+        settings = self.settings.task
+        order = {s.name: i for i, s in enumerate(plan.subactions)}
+        done = {s.name: trio.Event() for s in plan.subactions}
+        async def one(sub: SubAction, needs: list[Need]) -> None:
+            try:
+                for dep in sub.depends:
+                    if dep in done:
+                        await done[dep].wait()
+                before = [
+                    self._chosen(outcomes[d]).stage
+                    for d in self._ancestors(plan, sub)
+                    if outcomes.get(d)
+                ]
+                if pending(sub):
+                    work = WorkOn(
+                        subaction=sub,
+                        before=before,
+                        needs=needs,
+                        iteration=iteration,
+                        seeds=self._code_seeds(task, order[sub.name]),
+                        revisions=settings.revisions,
+                        train_steps=settings.train_steps,
+                        hint=redo.get(sub.name, ""),
+                    )
+                    outcome: SubActionOutcome = await self.ask("@fast", work)
+                    outcomes.setdefault(sub.name, []).append(outcome)
+                    spent["code"] += outcome.code_steps
+                    spent["train"] += outcome.train_steps
+            finally:
+                done[sub.name].set()
+
+        need_subs = [s for s in plan.subactions if s.need]
+        async with trio.open_nursery() as nursery:
+            for sub in need_subs:
+                nursery.start_soon(one, sub, [])
+        needs = self._needs(plan, outcomes)
+        async with trio.open_nursery() as nursery:
+            for sub in plan.subactions:
+                if not sub.need:
+                    nursery.start_soon(one, sub, needs)
+
+    async def _revise(
+        self,
+        task: RunTask,
+        plan: Plan,
+        outcomes: dict[str, list[SubActionOutcome]],
+        task_rate: float,
+        iteration: int,
+        used: int,
+    ) -> tuple[Plan, dict[str, str]] | None:
+        summary = []
+        for sub in plan.subactions:
+            outs = outcomes.get(sub.name, [])
+            last = outs[-1] if outs else None
+            critique = last.critiques[-1] if last and last.critiques else None
+            summary.append(
+                {
+                    "name": sub.name,
+                    "mode": sub.mode,
+                    "target": sub.target,
+                    "success_rate": round(self._best(outs).success_rate, 4) if outs else 0.0,
+                    "accepted": bool(outs) and self._best(outs).accepted,
+                    "verdict": critique.verdict if critique else "revise",
+                    "cause": critique.cause if critique else "",
+                    "advice": critique.advice if critique else "",
+                    "versions": sum(o.versions for o in outs),
+                }
+            )
+        reply = await self.agents.call(
+            "slow",
+            "revise",
+            {
+                "task": task.task,
+                "iteration": iteration,
+                "success_target": task.success_target,
+                "final_success": task_rate,
+                "subactions": summary,
+                "budget": {
+                    "iterations_left": task.iterations - iteration,
+                    "env_steps_left": max(0, task.env_steps - used),
+                },
+            },
+        )
+        changes = {c["subaction"]: c for c in reply.get("changes", []) if c.get("change") != "keep"}
+        if reply.get("stop") or not changes:
+            log.info("plan_kept", reason=reply.get("reason", ""))
+            return None
+        subs, redo = [], {}
+        for sub in plan.subactions:
+            change = changes.get(sub.name)
+            if change is None:
+                subs.append(sub)
+                continue
+            kind = change["change"]
+            mode = {"to_rl": "rl", "to_code": "code"}.get(kind, sub.mode)
+            new = dataclasses.replace(
+                sub,
+                mode=mode,
+                options=list(change.get("options") or sub.options),
+                reason=change.get("reason", ""),
+            )
+            redo[sub.name] = change.get("reason", "")
+            log.info(
+                "plan_decision",
+                subaction=sub.name,
+                change=kind,
+                mode=mode,
+                reason=change.get("reason", ""),
+            )
+            subs.append(new)
+        revised = dataclasses.replace(
+            plan, version=plan.version + 1, subactions=subs, reason=reply.get("reason", "")
+        )
+        return revised, redo
+
+    # ------------------------------------------------------------------ the final policy
+
+    async def _finish(
+        self,
+        task: RunTask,
+        plans: list[Plan],
+        plan: Plan,
+        outcomes: dict[str, list[SubActionOutcome]],
+        history: list[dict[str, float]],
+        stop_reason: str,
+        spent: dict[str, int],
+    ) -> TaskReport:
+        stages = [
+            self._chosen(outcomes[s.name]).stage
+            for s in plan.subactions
+            if not s.need and outcomes.get(s.name)
+        ]
+        needs = self._needs(plan, outcomes)
+        final = [o for outs in outcomes.values() for o in outs]
+        for sub in plan.subactions:
+            if not sub.need and outcomes.get(sub.name):
+                chosen = self._chosen(outcomes[sub.name])
+                log.info(
+                    "final_stage",
+                    subaction=sub.name,
+                    mode=chosen.mode,
+                    success_rate=chosen.success_rate,
+                    coded_rate=self._rate(outcomes[sub.name], "code"),
+                    learned_rate=self._rate(outcomes[sub.name], "rl"),
+                )
+        goal = Subtask(
+            name=task.target_item,
+            description=task.task,
+            goal={task.target_item: 1} if task.target_item not in _achievements() else {},
+            achievement=task.target_item if task.target_item in _achievements() else "",
+            max_steps=self.settings.task.episode_steps,
+        )
+        eval_steps, rate, achievements = 0, 0.0, {}
+        if stages:
+            req = RolloutRequest(
+                subtask=goal, seeds=list(task.eval_seeds), wall_s=FINAL_WALL_S, stages=stages,
+                needs=needs,
+            )  # fmt: skip
+            log.info("final_evaluation_started", episodes=len(req.seeds), stages=len(stages))
+            result = self.agents.journal.job(req)
+            if result is None:
+                result = await rollout_split(self, req, self.environments)
+                self.agents.journal.record_job(req, result, name="final")
+            rate, eval_steps = result.success_rate, result.steps
+            counts: dict[str, int] = {}
+            for e in result.episodes:
+                for name in set(e.achievements):
+                    counts[name] = counts.get(name, 0) + 1
+            achievements = {k: v / len(result.episodes) for k, v in sorted(counts.items())}
+            log.info(
+                "final_evaluation_finished",
+                success_rate=rate,
+                episodes=len(result.episodes),
+                steps=eval_steps,
+            )
+        return TaskReport(
+            plans=plans,
+            outcomes=final,
+            final_success=rate,
+            final_episodes=len(task.eval_seeds),
+            history=history,
+            stop_reason=stop_reason,
+            code_steps=spent["code"],
+            train_steps=spent["train"],
+            eval_steps=eval_steps,
+            stages=stages,
+            needs=needs,
+            achievements=achievements,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _plan_from(self, task: RunTask, reply: dict, needs_known: list[dict], version: int) -> Plan:
+        subs: list[SubAction] = []
+        stats = set(reply.get("needs", []))
+        for need in needs_known:
+            if need["stat"] in stats:
+                subs.append(
+                    SubAction(
+                        name=need["name"],
+                        subtask=Subtask(
+                            name=need["name"],
+                            description=need["description"],
+                            goal=dict(need.get("goal") or {}),
+                            achievement=need.get("achievement", ""),
+                            max_steps=int(need["max_steps"]),
+                        ),
+                        mode="code",
+                        target=self.settings.task.sub_target,
+                        reason=f"survival need: {need['stat']} below {need['below']}",
+                        need=need["stat"],
+                        below=float(need["below"]),
+                        until=float(need.get("until", 0.0)),
+                        description=need["description"],
+                    )
+                )
+        entries = reply["subactions"]
+        for i, s in enumerate(entries):
+            last = i == len(entries) - 1
+            subs.append(
+                SubAction(
+                    name=s["name"],
+                    subtask=Subtask(
+                        name=s["name"],
+                        description=s.get("description", ""),
+                        goal={k: int(v) for k, v in (s.get("goal") or {}).items()},
+                        achievement=s.get("achievement", ""),
+                        max_steps=int(s.get("max_steps", 1000)),
+                    ),
+                    mode=s.get("mode", "code"),
+                    depends=list(s.get("depends", [])),
+                    # The last step's success is the task's: it answers to the task target.
+                    target=task.success_target
+                    if last
+                    else float(s.get("target", self.settings.task.sub_target)),
+                    options=list(s.get("options", [])),
+                    reason=s.get("reason", ""),
+                    description=s.get("description", ""),
+                )
+            )
+        return Plan(
+            task=task.task,
+            version=version,
+            subactions=subs,
+            needs=sorted(stats),
+            reason=reply.get("reason", ""),
+        )
+
+    def _log_plan(self, plan: Plan) -> None:
+        log.info(
+            "plan_made" if plan.version == 1 else "plan_revised",
+            version=plan.version,
+            subactions=[f"{s.name}:{s.mode}" for s in plan.subactions],
+            reason=plan.reason[:300],
+        )
+
+    @staticmethod
+    def _ancestors(plan: Plan, sub: SubAction) -> list[str]:
+        by_name = {s.name: s for s in plan.subactions}
+        seen: set[str] = set()
+        stack = list(sub.depends)
+        while stack:
+            name = stack.pop()
+            if name in seen or name not in by_name:
+                continue
+            seen.add(name)
+            stack.extend(by_name[name].depends)
+        return [s.name for s in plan.subactions if s.name in seen]
+
+    def _code_seeds(self, task: RunTask, index: int) -> list[int]:
+        return list(task.code_seeds)
+
+    def _needs(self, plan: Plan, outcomes: dict[str, list[SubActionOutcome]]) -> list[Need]:
+        needs = []
+        for sub in plan.subactions:
+            if sub.need and outcomes.get(sub.name):
+                chosen = self._chosen(outcomes[sub.name])
+                if chosen.stage.code or chosen.stage.policy_path:
+                    needs.append(Need(sub.need, sub.below, chosen.stage, sub.until))
+        return needs
+
+    @staticmethod
+    def _best(outs: list[SubActionOutcome]) -> SubActionOutcome:
+        return max(outs, key=lambda o: o.success_rate)
+
+    @staticmethod
+    def _chosen(outs: list[SubActionOutcome]) -> SubActionOutcome:
+        """The version the final policy uses: the best measured; a learned version wins a
+        tie, since the slow agent moved the sub-action to RL for a reason."""
+        return max(outs, key=lambda o: (o.success_rate, o.mode == "rl"))
+
+    @staticmethod
+    def _rate(outs: list[SubActionOutcome], mode: str) -> float:
+        rates = [o.success_rate for o in outs if o.mode == mode and o.stage.code + o.stage.policy_path]
+        return max(rates) if rates else -1.0
+
+    @staticmethod
+    def _task_rate(outs: list[SubActionOutcome]) -> float:
+        return max((o.task_rate for o in outs), default=0.0)
+
+
+def _achievements() -> list[str]:
+    from crafter import constants
+
+    return list(constants.achievements)
+
+
