@@ -60,11 +60,16 @@ def cmd_run(argv: list[str]) -> int:
             settings = config.load_resolved(run_dir / "config.json")
         else:
             settings = config.load(args.config)
+        config.check_runnable(settings)
         _check_backend(settings)
     except config.ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    from actors.method import run_method  # after the config check: it imports torch
+    # After the config check: these import torch.
+    if settings.run.driver == "checkup":
+        from actors.checkup import checkup as driver
+    else:
+        from actors.method import run_method as driver
 
     if args.resume:
         run_id = run_dir.name
@@ -73,7 +78,7 @@ def cmd_run(argv: list[str]) -> int:
         run_id, run_dir = new_run_dir(settings)
         print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
     level = "warning" if args.quiet else "info"
-    return trio.run(run_head, settings, run_dir, run_id, run_method, level)
+    return trio.run(run_head, settings, run_dir, run_id, driver, level)
 
 
 def _check_backend(settings) -> None:

@@ -76,7 +76,9 @@ class Agents:
                 self.spent = True
                 raise BudgetSpent(str(exc)) from exc
             if name in ("ModelUnavailable", "ModelReplyError"):
-                log.error("agent_call_failed", role=role, purpose=purpose, cause=name, detail=str(exc))
+                log.error(
+                    "agent_call_failed", role=role, purpose=purpose, cause=name, detail=str(exc)
+                )
                 raise AgentCallFailed(role, purpose, name, str(exc)) from exc
             raise
         return result.data

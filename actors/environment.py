@@ -27,6 +27,7 @@ import numpy as np
 import trio
 
 import sandbox
+from envs.composite import prepare_stages, run_composed
 from envs.crafter_world import CrafterWorld
 from envs.skills import Skills
 from envs.stats import StatsWriter
@@ -95,6 +96,18 @@ class TracingSkills(Skills):
                 after = glimpse(self)
                 self._segments.append(Segment(label, after.step - before.step, before, after))
         return result
+
+    # Host-side hooks (agent code never reaches ``_`` names) for a segment that no skill
+    # call makes: a learned sub-policy's run in a composed episode.
+
+    def _open_segment(self) -> tuple[int, Glimpse]:
+        return len(self._segments), glimpse(self)
+
+    def _close_segment(self, opened: tuple[int, Glimpse], label: str) -> None:
+        index, before = opened
+        if len(self._segments) < MAX_SEGMENTS:
+            after = glimpse(self)
+            self._segments.insert(index, Segment(label, after.step - before.step, before, after))
 
 
 def _traced_method(name: str) -> Any:
@@ -183,15 +196,29 @@ class EnvironmentActor(Actor):
     async def on_rollout(self, req: RolloutRequest, env: Envelope) -> RolloutResult:
         if req.world != "crafter":
             raise ValueError(f"this environment actor runs crafter, not {req.world!r}")
+        if req.stages and (req.code or req.policy_path):
+            raise ValueError(
+                "a rollout request runs either stages (a composed policy) or code or a"
+                " policy_path, not both: leave code and policy_path empty with stages"
+            )
+        if req.needs and not req.stages:
+            raise ValueError("needs are served only in a composed policy: give stages too")
         if req.policy_path:
             if req.config is None:
                 raise ValueError("a trained-policy rollout needs the RL config it was trained on")
             log.info("rollout_started", subtask=req.subtask.name, policy=req.policy_path)
             return await self.run_blocking(self.policy_rollout, req)
         budget = req.wall_s * len(req.seeds) + WATCHDOG_GRACE_S
-        log.info("rollout_started", subtask=req.subtask.name, episodes=len(req.seeds), frm=env.frm)
+        log.info(
+            "rollout_started",
+            subtask=req.subtask.name,
+            episodes=len(req.seeds),
+            stages=len(req.stages),
+            frm=env.frm,
+        )
         with trio.move_on_after(budget):
-            result = await self.run_blocking(self.rollout, req)
+            work = self.composed_rollout if req.stages else self.rollout
+            result = await self.run_blocking(work, req)
             log.info(
                 "rollout_finished",
                 subtask=req.subtask.name,
@@ -231,6 +258,40 @@ class EnvironmentActor(Actor):
                 episodes.append(report)
                 if printed:
                     output.append(printed)
+            return rollout_result(
+                req,
+                episodes,
+                actor_id=self.actor_id,
+                output="\n".join(output)[-sandbox.Limits().max_output_chars :],
+                frames=frames_npz(frames) if frames else b"",
+            )
+
+    def composed_rollout(self, req: RolloutRequest) -> RolloutResult:
+        """Run a composed policy (``req.stages`` and ``req.needs``) on every seed of
+        ``req`` (blocking; in a worker thread): the task planner of
+        :mod:`envs.composite` inside each episode. Stages are compiled or loaded once."""
+        with self._lock:
+            # Loading SB3 zips happens here, before the first episode's budget starts.
+            stages = prepare_stages(req.stages, self.world)
+            need_stages = prepare_stages([n.stage for n in req.needs], self.world)
+            episodes, output, frames = [], [], []
+            for i, seed in enumerate(req.seeds):
+                episode = run_composed(
+                    self.world,
+                    stages,
+                    req.needs,
+                    req.subtask,
+                    seed,
+                    wall_s=req.wall_s,
+                    skills_factory=lambda obs, actions, s: TracingSkills(obs, actions, seed=s),
+                    frames=frames if i == 0 and req.frames else None,
+                    need_stages=need_stages,
+                )
+                if self.stats is not None:
+                    self.stats.write(episode.steps, episode.reward, episode.counts)
+                episodes.append(episode.report())
+                if episode.output:
+                    output.append(episode.output)
             return rollout_result(
                 req,
                 episodes,

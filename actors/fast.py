@@ -25,7 +25,7 @@ from messages import Envelope
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from messages.task import CodedAction, RLConfig, Stage, Subtask
-from messages.train import PPOSettings, TrainRequest, TrainResult
+from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
 
@@ -60,19 +60,7 @@ def compose_setup(stages: list[Stage]) -> str:
         }
         names.discard(None)
 
-        class Rename(ast.NodeTransformer):
-            def visit_Name(self, node: ast.Name) -> ast.Name:
-                if node.id in names:
-                    node.id = prefix + node.id
-                return node
-
-            def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-                if node.name in names:
-                    node.name = prefix + node.name
-                self.generic_visit(node)
-                return node
-
-        parts.append(ast.unparse(Rename().visit(tree)))
+        parts.append(ast.unparse(_Rename(names, prefix).visit(tree)))
         calls.append((prefix + "run", stage.subtask))
     lines = ["\n\n".join(parts), "", "", "def run(skills):"]
     if not calls:
@@ -83,6 +71,24 @@ def compose_setup(stages: list[Stage]) -> str:
         lines.append(f"    if not ({test}):")
         lines.append(f"        yield from {fn}(skills)")
     return "\n".join(lines) + "\n"
+
+
+class _Rename(ast.NodeTransformer):
+    """Prefix a module's top-level names, where defined and where used."""
+
+    def __init__(self, names: set, prefix: str) -> None:
+        self.names, self.prefix = names, prefix
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if node.id in self.names:
+            node.id = self.prefix + node.id
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        if node.name in self.names:
+            node.name = self.prefix + node.name
+        self.generic_visit(node)
+        return node
 
 
 def _test_expr(subtask: Subtask) -> str:
@@ -160,6 +166,17 @@ class FastAgent(Actor):
         """The run's Settings (task budgets, seed)."""
         self.environments = max(1, environments)
         """Environment actors to spread an evaluation over."""
+
+    @handles(TrainProgress)
+    def on_progress(self, msg: TrainProgress, env: Envelope) -> None:
+        log.info(
+            "training_progress",
+            job=msg.name,
+            learner=env.frm,
+            steps=msg.steps,
+            steps_per_s=msg.steps_per_s,
+            success_rate=round(msg.success_rate, 3),
+        )
 
     @handles(WorkOn)
     async def on_work(self, work: WorkOn, env: Envelope) -> SubActionOutcome:
@@ -256,7 +273,17 @@ class FastAgent(Actor):
         from knowledge import library
 
         sub = work.subaction
-        offered = library.options_for_subaction(sub.name, sub.options)
+        from knowledge import recipes
+
+        step = recipes.achievement_step(sub.subtask.achievement or sub.name)
+        offered = library.options_for(step)
+        if sub.options:  # the plan named its own choice of coded actions
+            known = set(library.OPTION_NAMES)
+            offered = [o for o in offered if o[0] in sub.options] + [
+                (n, n, library.option(n))
+                for n in sub.options
+                if n in known and n not in {o[0] for o in offered}
+            ]
         world_actions = _world_actions()
         previous: dict[str, Any] | None = None
         critique: Critique | None = None

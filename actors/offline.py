@@ -54,10 +54,14 @@ RL_PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do"
 are what its options cannot decide for it (crafting and placing come as options)."""
 
 
-def _step(name: str) -> Any:
+def _step(sub: dict[str, Any]) -> Any:
+    """The library's step for a sub-action, with the plan's goal counts."""
     from knowledge import recipes
 
-    return recipes.step_named(name)
+    step = recipes.achievement_step(sub["achievement"] or sub["name"])
+    if sub.get("goal"):
+        step = dataclasses.replace(step, goal=dict(sub["goal"]))
+    return step
 
 
 class OfflineBackend:
@@ -78,18 +82,22 @@ class OfflineBackend:
     def _slow_plan(self, req: dict[str, Any]) -> dict[str, Any]:
         subactions = []
         previous: list[str] = []
+        learn = set(req.get("learn", []))
         for step in req["steps"]:
+            learned = step["name"] in learn
             subactions.append(
                 {
                     "name": step["name"],
                     "description": step["description"],
-                    "mode": "code",
+                    "mode": "rl" if learned else "code",
                     "depends": previous[-1:],
                     "goal": step["goal"],
                     "achievement": step["achievement"],
                     "max_steps": step["max_steps"],
                     "target": req["sub_target"],
-                    "reason": f"the skill library has a template for {step['kind']} "
+                    "reason": "the config asks for it to be learned with RL"
+                    if learned
+                    else f"the skill library has a template for {step['kind']} "
                     f"{step['item']}: code first, RL if it stays under its target",
                 }
             )
@@ -145,10 +153,7 @@ class OfflineBackend:
         from knowledge import library
 
         sub = req["subaction"]
-        if sub.get("need"):
-            code = library.survival_code(sub["name"])
-            return {"code": code, "note": f"survival skill for {sub['need']}", "params": {}}
-        step = _step(sub["name"])
+        step = _step(sub)
         previous = req.get("previous")
         if not previous:
             params = library.first_params(step)
@@ -160,7 +165,9 @@ class OfflineBackend:
             }
         critique = req.get("critique") or {}
         params = library.Params(**previous["params"])
-        revised = library.revise(step, params, critique.get("cause", ""), critique.get("detail", ""))
+        revised = library.revise(
+            step, params, critique.get("cause", ""), critique.get("detail", "")
+        )
         if revised is None:
             return {
                 "code": previous["code"],

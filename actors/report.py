@@ -31,8 +31,11 @@ def write_report(
         f"# {task.task}: run {run_dir.name}",
         "",
         f"- Backend: **{summary['backend']}**"
-        + (" (knowledge-based offline stand-in, not a language model)"
-           if summary["backend"] == "offline" else f" (model {settings.agents.model})"),
+        + (
+            " (knowledge-based offline stand-in, not a language model)"
+            if summary["backend"] == "offline"
+            else f" (model {settings.agents.model})"
+        ),
         f"- Final policy: **{report.final_success:.0%}** success "
         f"({round(report.final_success * report.final_episodes)}/{report.final_episodes}) on "
         f"worlds never used before (seeds {task.eval_seeds[0]}–{task.eval_seeds[-1]})"
@@ -68,11 +71,11 @@ def write_report(
         )
     for need in report.needs:
         kind = "learned (PPO)" if need.stage.policy_path else "coded"
+        outs = by_name.get(need.stage.subtask.name, [])
+        best = max((o.success_rate for o in outs), default=0.0)
         lines.append(
             f"| need: {need.stage.subtask.name} ({need.stat} < {need.below:g}) | {kind} | "
-            f"{max((o.success_rate for o in by_name.get(need.stage.subtask.name, [])), default=0):.2f}"
-            f" | {_rate(_best(by_name.get(need.stage.subtask.name, []), 'code'))} | "
-            f"{_rate(_best(by_name.get(need.stage.subtask.name, []), 'rl'))} |"
+            f"{best:.2f} | {_rate(_best(outs, 'code'))} | {_rate(_best(outs, 'rl'))} |"
         )
     compared = [
         (name, _best(outs, "code"), _best(outs, "rl"))
@@ -81,7 +84,10 @@ def write_report(
     ]
     lines += ["", "## Coded against learned", ""]
     if compared:
-        lines += ["| Sub-action | Coded | Learned (PPO with coded actions) | Better |", "|---|---|---|---|"]
+        lines += [
+            "| Sub-action | Coded | Learned (PPO with coded actions) | Better |",
+            "|---|---|---|---|",
+        ]
         for name, coded, learned in compared:
             better = "learned" if learned > coded else "coded" if coded > learned else "tie"
             lines.append(f"| {name} | {coded:.2f} | {learned:.2f} | {better} |")
@@ -102,12 +108,19 @@ def write_report(
     lines += ["## Success per sub-action per iteration", ""]
     names = sorted({k for h in report.history for k in h if k != "task"})
     if report.history:
-        lines.append("| Sub-action | " + " | ".join(f"it {i + 1}" for i in range(len(report.history))) + " |")
+        lines.append(
+            "| Sub-action | " + " | ".join(f"it {i + 1}" for i in range(len(report.history))) + " |"
+        )
         lines.append("|---|" + "---|" * len(report.history))
         for name in names + ["task"]:
             cells = [f"{h[name]:.2f}" if name in h else "" for h in report.history]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "## Critiques", "", "| Sub-action | v | Mode | Success | Verdict | Cause | Advice |"]
+    lines += [
+        "",
+        "## Critiques",
+        "",
+        "| Sub-action | v | Mode | Success | Verdict | Cause | Advice |",
+    ]
     lines.append("|---|---|---|---|---|---|---|")
     for c in critiques:
         advice = c.advice.replace("|", "/")[:160]
@@ -116,7 +129,13 @@ def write_report(
             f"{c.cause} | {advice} |"
         )
     if report.achievements:
-        lines += ["", "## Final evaluation: achievements", "", "| Achievement | Episodes |", "|---|---|"]
+        lines += [
+            "",
+            "## Final evaluation: achievements",
+            "",
+            "| Achievement | Episodes |",
+            "|---|---|",
+        ]
         for name, frac in sorted(report.achievements.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {name} | {frac:.0%} |")
     if plots or summary.get("video"):

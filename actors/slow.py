@@ -22,7 +22,7 @@ from actors.environment import rollout_split
 from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
 from messages.rollout import RolloutRequest
-from messages.task import Need, Subtask
+from messages.task import Need, Stage, Subtask
 from runtime.actor import Actor, handles
 from runtime.events import log
 
@@ -42,6 +42,7 @@ class SlowAgent(Actor):
         self.environments = max(1, environments)
         self.critiques: list[Critique] = []
         """Every critique the critic streamed, in arrival order."""
+        self._need_list: list[Need] = []
 
     @handles(Critique)
     def on_critique(self, critique: Critique, env: Envelope) -> None:
@@ -54,7 +55,7 @@ class SlowAgent(Actor):
         from knowledge import library, recipes
 
         steps = recipes.describe(recipes.chain(task.target_item))
-        needs_known = library.needs_table()
+        needs_known = needs_table(library)
         plans: list[Plan] = []
         outcomes: dict[str, list[SubActionOutcome]] = {}
         history: list[dict[str, float]] = []
@@ -70,6 +71,7 @@ class SlowAgent(Actor):
                     "steps": steps,
                     "needs": needs_known,
                     "sub_target": self.settings.task.sub_target,
+                    "learn": list(self.settings.task.learn),
                 },
             )
             plan = self._plan_from(task, reply, needs_known, version=1)
@@ -87,7 +89,9 @@ class SlowAgent(Actor):
                 stop_reason = "tokens"
                 log.warning("budget_spent", kind="tokens", detail=str(exc))
                 break
-            rates = {name: round(self._best(outs).success_rate, 4) for name, outs in outcomes.items()}
+            rates = {
+                name: round(self._best(outs).success_rate, 4) for name, outs in outcomes.items()
+            }
             last = plan.subactions[-1].name
             task_rate = self._task_rate(outcomes.get(last, []))
             history.append({**rates, "task": task_rate})
@@ -146,6 +150,7 @@ class SlowAgent(Actor):
         settings = self.settings.task
         order = {s.name: i for i, s in enumerate(plan.subactions)}
         done = {s.name: trio.Event() for s in plan.subactions}
+
         async def one(sub: SubAction, needs: list[Need]) -> None:
             try:
                 for dep in sub.depends:
@@ -174,10 +179,6 @@ class SlowAgent(Actor):
             finally:
                 done[sub.name].set()
 
-        need_subs = [s for s in plan.subactions if s.need]
-        async with trio.open_nursery() as nursery:
-            for sub in need_subs:
-                nursery.start_soon(one, sub, [])
         needs = self._needs(plan, outcomes)
         async with trio.open_nursery() as nursery:
             for sub in plan.subactions:
@@ -338,38 +339,33 @@ class SlowAgent(Actor):
     def _plan_from(self, task: RunTask, reply: dict, needs_known: list[dict], version: int) -> Plan:
         subs: list[SubAction] = []
         stats = set(reply.get("needs", []))
-        for need in needs_known:
-            if need["stat"] in stats:
-                subs.append(
-                    SubAction(
-                        name=need["name"],
-                        subtask=Subtask(
-                            name=need["name"],
-                            description=need["description"],
-                            goal=dict(need.get("goal") or {}),
-                            achievement=need.get("achievement", ""),
-                            max_steps=int(need["max_steps"]),
-                        ),
-                        mode="code",
-                        target=self.settings.task.sub_target,
-                        reason=f"survival need: {need['stat']} below {need['below']}",
-                        need=need["stat"],
-                        below=float(need["below"]),
-                        until=float(need.get("until", 0.0)),
-                        description=need["description"],
-                    )
-                )
+        self._need_list = [
+            Need(
+                stat=need["stat"],
+                below=float(need["below"]),
+                stage=Stage(
+                    Subtask(need["name"], need["description"], max_steps=int(need["max_steps"])),
+                    code=need["code"],
+                ),
+                until=float(need["until"]),
+            )
+            for need in needs_known
+            if need["stat"] in stats
+        ]
         entries = reply["subactions"]
         for i, s in enumerate(entries):
             last = i == len(entries) - 1
+            goal = {k: int(v) for k, v in (s.get("goal") or {}).items()}
             subs.append(
                 SubAction(
                     name=s["name"],
                     subtask=Subtask(
                         name=s["name"],
                         description=s.get("description", ""),
-                        goal={k: int(v) for k, v in (s.get("goal") or {}).items()},
-                        achievement=s.get("achievement", ""),
+                        goal=goal,
+                        # With an inventory goal, the goal is the test: an achievement
+                        # would hold at the first item of several.
+                        achievement="" if goal else s.get("achievement", ""),
                         max_steps=int(s.get("max_steps", 1000)),
                     ),
                     mode=s.get("mode", "code"),
@@ -416,13 +412,9 @@ class SlowAgent(Actor):
         return list(task.code_seeds)
 
     def _needs(self, plan: Plan, outcomes: dict[str, list[SubActionOutcome]]) -> list[Need]:
-        needs = []
-        for sub in plan.subactions:
-            if sub.need and outcomes.get(sub.name):
-                chosen = self._chosen(outcomes[sub.name])
-                if chosen.stage.code or chosen.stage.policy_path:
-                    needs.append(Need(sub.need, sub.below, chosen.stage, sub.until))
-        return needs
+        """The survival needs the task planner serves in every evaluation: the skill
+        library's survival code for each vital the plan watches."""
+        return list(self._need_list)
 
     @staticmethod
     def _best(outs: list[SubActionOutcome]) -> SubActionOutcome:
@@ -436,7 +428,9 @@ class SlowAgent(Actor):
 
     @staticmethod
     def _rate(outs: list[SubActionOutcome], mode: str) -> float:
-        rates = [o.success_rate for o in outs if o.mode == mode and o.stage.code + o.stage.policy_path]
+        rates = [
+            o.success_rate for o in outs if o.mode == mode and o.stage.code + o.stage.policy_path
+        ]
         return max(rates) if rates else -1.0
 
     @staticmethod
@@ -444,9 +438,23 @@ class SlowAgent(Actor):
         return max((o.task_rate for o in outs), default=0.0)
 
 
+def needs_table(library: Any) -> list[dict[str, Any]]:
+    """The survival needs the skill library knows, as the planner's request shows them."""
+    return [
+        {
+            "name": st.name,
+            "stat": st.stat,
+            "below": st.below,
+            "until": st.until,
+            "description": st.reason,
+            "max_steps": 300,
+            "code": st.source,
+        }
+        for st in library.survival_stages()
+    ]
+
+
 def _achievements() -> list[str]:
     from crafter import constants
 
     return list(constants.achievements)
-
-

@@ -398,6 +398,48 @@ class SubtaskEnv(gym.Env):
         """The policy input for ``obs`` (what ``reset``/``step`` return)."""
         return self._encode(obs)
 
+    def attach(
+        self,
+        world: World,
+        obs: Observation,
+        skills: Skills | None = None,
+        *,
+        achievements: Mapping[str, int] | None = None,
+    ) -> Any:
+        """Take over an episode already under way in ``world`` instead of resetting one:
+        a composed policy hands the world to a learned sub-policy mid-episode.
+
+        ``obs`` is the world's latest observation; ``skills`` the episode's skill object
+        (its remembered map serves the coded actions; the env feeds it every step it
+        takes, so the caller must not); ``achievements`` the episode's achievement counts
+        so far. Nothing is reset and ``setup_code`` does not run. From here the episode is
+        this env's: success is ``config.subtask``'s test, achievements counted from
+        now, the step cap counts from now, and ``step`` works as after ``reset``. The
+        world must have this env's actions and layout. Returns the encoded observation.
+        """
+        if tuple(world.action_names) != self._world_actions:
+            raise ValueError("the world's actions differ from this env's")
+        self._check_layout(obs)
+        self._ended = True  # until attached
+        self._world = world
+        self._obs = obs
+        self._counts = dict(achievements or {})
+        self._start_counts = dict(self._counts)
+        self._steps = 0
+        self._setup_steps = 0
+        self._setup_failures = 0
+        self._option_failures = 0
+        self._reward_failures = 0
+        self._success = False
+        self._terminated = self._truncated = self._died = False
+        if skills is None and self._options:
+            skills = Skills(obs, self._world_actions, seed=self._world_seed)
+        self._skills = skills
+        self._proxy = ReadOnlyProxy(skills) if skills is not None else None
+        self._load_reward()
+        self._ended = False
+        return self._encode(obs)
+
     # ------------------------------------------------------------------ construction
 
     def _check_subtask(self) -> None:
@@ -498,6 +540,10 @@ class SubtaskEnv(gym.Env):
         if self._setup is not None:
             self._run_setup(world_seed)
         self._start_counts = dict(self._counts)
+        self._load_reward()
+        self._ended = False
+
+    def _load_reward(self) -> None:
         self._reward_ns, self._reward_load_failure = None, None
         if self._reward_code is not None:
             # A fresh namespace per episode: module-level state and a tripped budget
@@ -506,7 +552,6 @@ class SubtaskEnv(gym.Env):
                 self._reward_ns = load(self._reward_code, wall_s=self._reward_wall_s)
             except SandboxError as err:  # loaded fine at construction; counted per step
                 self._reward_load_failure = err.failure
-        self._ended = False
 
     def _check_layout(self, obs: Observation) -> None:
         layout = self.layout

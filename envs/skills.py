@@ -27,16 +27,17 @@ records a compact trace in an :class:`EpisodeResult`.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import random
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from envs.world import VOID, Observation, World
 
 Pos = tuple[int, int]
-Plan = list[tuple[Pos, Pos]]
-"""A walk: (direction to move, position the player must be at before the move)."""
+Plan = list[tuple[Pos, Pos, bool]]
+"""A walk: (direction to move, position the player must be at before the move, whether
+the tile ahead is dug first)."""
 
 DIRECTIONS: dict[Pos, str] = {
     (-1, 0): "move_left",
@@ -54,6 +55,9 @@ DEFAULT_PATIENCE = 300
 # After a search for a target found no path, wait this many steps before searching
 # again: the view reveals at most a 9-tile strip per step, rarely opening a route.
 RESEARCH_AFTER = 8
+# What a planned walk counts for digging a tile and stepping into it (two actions),
+# against 1 for a step on open ground.
+DIG_COST = 2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,6 +76,10 @@ class Rules:
     """Item → {'uses': {item: n}, 'nearby': [tile, ...]}."""
     creature_goals: Mapping[str, str]
     """Creature kind → the achievement that 'do' on it aims at (eat_cow, …)."""
+    hostile: frozenset[str] = frozenset()
+    """Creatures that hurt the player (Crafter: zombie, skeleton)."""
+    habitat: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Kind → the tile it is found among (diamond → stone: mountains), for exploring."""
 
 
 def crafter_rules() -> Rules:
@@ -89,6 +97,25 @@ def crafter_rules() -> Rules:
             "zombie": "defeat_zombie",
             "skeleton": "defeat_skeleton",
             "plant": "eat_plant",
+        },
+        hostile=frozenset({"zombie", "skeleton"}),
+        # Where Crafter's world generator puts things (crafter/worldgen.py): minerals,
+        # lava and tunnels inside mountains (stone); trees, cows and zombies on grass.
+        habitat={
+            "stone": "stone",
+            "coal": "stone",
+            "iron": "stone",
+            "diamond": "stone",
+            "lava": "stone",
+            "path": "stone",
+            "skeleton": "path",
+            "tree": "tree",
+            "cow": "grass",
+            "zombie": "grass",
+            "plant": "grass",
+            "grass": "grass",
+            "water": "water",
+            "sand": "water",
         },
     )
 
@@ -118,6 +145,9 @@ class Skills:
         self._plan: Plan = []
         self._plan_key: object = None
         self._heading: Pos = (0, 1)
+        self._guard = False
+        self._tunnel = False
+        self._near_cache: tuple[object, frozenset[Pos]] | None = None
         self._obs = obs
         self._observe(obs)
 
@@ -195,6 +225,31 @@ class Skills:
         rule = self._rules.place.get(item) or self._rules.make.get(item) or {}
         return dict(rule.get("uses", {}))
 
+    # ------------------------------------------------------------------ modes
+
+    def guard(self, on: bool = True) -> bool:
+        """Turn self-defence on/off: when on, every movement/interaction helper first
+        fights a zombie or skeleton standing next to the player. Returns the old mode."""
+        old, self._guard = self._guard, bool(on)
+        return old
+
+    def tunnel(self, on: bool = True) -> bool:
+        """Turn tunnelling on/off: when on, walks may dig through tiles the player can
+        collect with what it holds (stone, coal, iron… once it has a pickaxe), instead
+        of walking around mountains; lava is never entered either way. Returns the old
+        mode."""
+        old, self._tunnel = self._tunnel, bool(on)
+        return old
+
+    def hostiles(self) -> tuple[tuple[str, int, int], ...]:
+        """(kind, dx, dy) of every creature in view that can hurt the player, nearest first."""
+        hostile = self._rules.hostile
+        return tuple(c for c in self._obs.creatures if c[0] in hostile)
+
+    def sleeping(self) -> bool:
+        """Whether the player is asleep (it ignores actions until it wakes)."""
+        return bool(self._obs.sleeping)
+
     # ------------------------------------------------------------------ movement
 
     def path_to(self, kind: str, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
@@ -204,6 +259,13 @@ class Skills:
     def approach(self, kind: str, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
         """Walk until facing a ``kind`` (exploring while none is known); True when facing."""
         return self._walk(kind, lambda pos, d: self._is_kind(_add(pos, d), kind), patience)
+
+    def walk_to(self, dx: int, dy: int, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
+        """Walk until facing the tile at offset ``(dx, dy)`` from where the player is
+        now (e.g. a plant it placed, remembered via :meth:`position`); True when facing."""
+        px, py = self._obs.position
+        target = (px + dx, py + dy)
+        return self._walk(("at", target), lambda pos, d: _add(pos, d) == target, patience)
 
     def face(self, kind: str) -> Iterator[str]:
         """Turn towards an adjacent ``kind`` without walking; True when facing it."""
@@ -218,10 +280,11 @@ class Skills:
                 return self.facing_tile() == kind
         return False
 
-    def explore(self, steps: int) -> Iterator[str]:
-        """Walk ``steps`` steps towards unseen ground."""
+    def explore(self, steps: int, toward: str | None = None) -> Iterator[str]:
+        """Walk ``steps`` steps towards unseen ground; with ``toward`` (a tile kind, e.g.
+        'stone' for mountains), prefer unseen ground next to that kind."""
         for _ in range(steps):
-            action = self._explore_action()
+            action = self._threat_action() or self._explore_action(toward)
             if action is None:
                 return False
             yield action
@@ -234,6 +297,18 @@ class Skills:
         for _ in range(times):
             yield "do"
         return True
+
+    def defend(self, patience: int = 30) -> Iterator[str]:
+        """Fight zombies/skeletons next to the player until none is adjacent (or
+        ``patience`` steps); True if there was anything to fight."""
+        fought = False
+        for _ in range(patience):
+            action = self._threat_action(force=True)
+            if action is None:
+                break
+            fought = True
+            yield action
+        return fought
 
     def collect(self, kind: str, n: int = 1, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
         """Go to ``kind`` and 'do' on it until it gave ``n`` times; True on success.
@@ -250,6 +325,11 @@ class Skills:
             return False
         got, budget = 0, patience
         while got < n and budget > 0:
+            threat = self._threat_action()
+            if threat is not None and kind not in self._rules.hostile:
+                yield threat
+                budget -= 1
+                continue
             if self.facing_tile() != kind:
                 start = self._steps
                 ok = yield from self.approach(kind, patience=budget)
@@ -260,7 +340,8 @@ class Skills:
             before = self._gain_counter(kind, rule, goal)
             yield "do"
             budget -= 1
-            got += max(0, self._gain_counter(kind, rule, goal) - before)
+            after = self._gain_counter(kind, rule, goal)
+            got += max(0, after[0] - before[0], after[1] - before[1])
         return got >= n
 
     def place(self, item: str, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
@@ -272,10 +353,21 @@ class Skills:
         where = frozenset(rule["where"])
         budget = patience
         while budget > 0:
-            if self.facing_tile() in where:
+            threat = self._threat_action()
+            if threat is not None:
+                yield threat
+                budget -= 1
+                continue
+            if (
+                self.facing_tile() in where
+                and self._creature_at(_add(self._obs.position, self._obs.facing)) is None
+            ):
                 before = self.inventory()
                 yield action
-                return self.inventory() != before
+                if self.inventory() != before:
+                    return True
+                budget -= 1
+                continue
             start = self._steps
             ok = yield from self._walk(
                 ("place", where),
@@ -293,16 +385,158 @@ class Skills:
         action = f"make_{item}"
         if rule is None or action not in self._actions or not self._has(rule["uses"]):
             return False
-        for station in rule.get("nearby", []):
-            if not self._near(station):
-                ok = yield from self.path_to(station, patience=patience)
-                if not ok:
-                    return False
+        stations = list(rule.get("nearby", []))
+        if not all(self._near(s) for s in stations):
+            ok = yield from self._walk(
+                ("near", tuple(stations)),
+                lambda pos, d: all(self._near(s, pos) for s in stations),
+                patience,
+                explore_for=stations[0] if stations else None,
+            )
+            if not ok:
+                return False
         before = self.inventory().get(item, 0)
         yield action
         return self.inventory().get(item, 0) > before
 
+    def shelter(self, patience: int = 60) -> Iterator[str]:
+        """Wall the player in (for sleeping): walk to a nook within ``patience`` steps
+        where two tiles in a row have solid walls around them, dig into it if needed,
+        step back and block the way in with a stone. True when no zombie can reach the
+        player (also when it already stands in such a nook); needs one stone."""
+        if self._enclosed():
+            return True
+        stone = self._rules.place.get("stone")
+        if stone is None or "place_stone" not in self._actions:
+            return False
+        budget = patience
+        while budget > 0:
+            found = self._search(self._nook_at, dig=self._tunnel)
+            if found is None:
+                return False
+            start = self._steps
+            ok = yield from self._follow(found, budget)
+            budget -= max(1, self._steps - start)
+            if not ok:
+                continue
+            d = self._nook_at(self._obs.position, None)
+            if not d:
+                continue
+            ok = yield from self._dig_in(d, budget)
+            budget -= 6
+            if ok:
+                return True
+        return self._enclosed()
+
+    def rest(self, until: int | None = None, patience: int = 300) -> Iterator[str]:
+        """Sleep until energy reaches ``until`` (default: full) or the player wakes up
+        hurt; True when energy got there."""
+        top = until if until is not None else 9
+        for _ in range(patience):
+            if self._obs.status.get("energy", 0) >= top and not self._obs.sleeping:
+                return True
+            if not self._obs.sleeping and self._steps > 0 and self._woken():
+                return False
+            yield "sleep"
+        return self._obs.status.get("energy", 0) >= top
+
     # ------------------------------------------------------------------ internals
+
+    def _woken(self) -> bool:
+        # Crafter wakes a sleeping player when it gets hurt; a hostile next to it then.
+        return any(abs(dx) + abs(dy) <= 1 for _, dx, dy in self.hostiles())
+
+    def _threat_action(self, force: bool = False) -> str | None:
+        """'do' on an adjacent zombie/skeleton, or the turn towards it (guard mode)."""
+        if not (self._guard or force):
+            return None
+        hostile = self._rules.hostile
+        fx, fy = self._obs.facing
+        for kind, dx, dy in self._obs.creatures:
+            if kind in hostile and abs(dx) + abs(dy) == 1:
+                if (dx, dy) == (fx, fy):
+                    return "do"
+                return DIRECTIONS[(dx, dy)]  # occupied: moving towards it only turns
+        return None
+
+    def _nook_at(self, pos: Pos, facing: Pos | None) -> Pos | None:
+        """A direction d from ``pos`` where pos+d and pos+2d can hold the player and all
+        their other neighbours are solid, and pos itself can take a stone."""
+        if self._memory.get(pos) not in self._rules.place.get("stone", {}).get("where", ()):
+            return None
+        diggable = self._diggable() if self._tunnel else frozenset()
+        stone = self._obs.inventory.get("stone", 0)
+        for d in DIRECTIONS:
+            x1, x2 = _add(pos, d), _add(pos, (2 * d[0], 2 * d[1]))
+            inner = (self._memory.get(x1), self._memory.get(x2))
+            if any(t not in self._rules.walkable and t not in diggable for t in inner):
+                continue
+            if any(self._creature_at(x) is not None for x in (x1, x2)):
+                continue
+            if stone < 1 and not any(t in diggable for t in inner):
+                continue
+            side = (d[1], d[0])
+            walls = (
+                _add(x1, side), _add(x1, (-side[0], -side[1])),
+                _add(x2, side), _add(x2, (-side[0], -side[1])), _add(x2, d),
+            )  # fmt: skip
+            if all(self._solid(w) for w in walls):
+                return d
+        return None
+
+    def _solid(self, pos: Pos) -> bool:
+        tile = self._memory.get(pos)
+        if tile is None or tile in self._rules.walkable or tile in self._rules.deadly:
+            return False
+        return self._creature_at(pos) is None
+
+    def _enclosed(self) -> bool:
+        """No walkable tile next to the player's pocket (itself plus free neighbours, ≤2)."""
+        pos = self._obs.position
+        pocket = {pos}
+        frontier = [pos]
+        while frontier:
+            p = frontier.pop()
+            for d in DIRECTIONS:
+                q = _add(p, d)
+                if q in pocket or self._solid(q):
+                    continue
+                if self._memory.get(q) in self._rules.deadly:
+                    continue
+                pocket.add(q)
+                frontier.append(q)
+                if len(pocket) > 2:
+                    return False
+        return True
+
+    def _dig_in(self, d: Pos, budget: int) -> Iterator[str]:
+        """From a nook's mouth: enter two tiles along ``d``, step back, place a stone."""
+        back = (-d[0], -d[1])
+        for _ in range(2):
+            for _ in range(4):
+                target = _add(self._obs.position, d)
+                if self._passable(target):
+                    break
+                if self._memory.get(target) in self._rules.deadly:
+                    return False
+                if self._obs.facing != d:
+                    yield DIRECTIONS[d]
+                else:
+                    yield "do"
+            before = self._obs.position
+            yield DIRECTIONS[d]
+            if self._obs.position == before:
+                return False
+        yield DIRECTIONS[back]
+        if self._obs.facing != back:
+            return False
+        for _ in range(3):
+            if self._enclosed():
+                return True
+            if self._obs.inventory.get("stone", 0) < 1:
+                return False
+            yield "place_stone"
+        return self._enclosed()
 
     def _observe(self, obs: Observation, info: Mapping[str, Any] | None = None) -> None:
         """Take in the observation after a reset or a step (called by the driver)."""
@@ -330,13 +564,16 @@ class Skills:
         inventory = self._obs.inventory
         return all(inventory.get(k, 0) >= v for k, v in uses.items())
 
-    def _gain_counter(self, kind: str, rule: Mapping | None, goal: str | None) -> int:
+    def _gain_counter(self, kind: str, rule: Mapping | None, goal: str | None) -> Pos:
+        """(items held, achievements counted) that a hit on ``kind`` raises: the
+        achievement counts even when the item is at its maximum (drink at 9)."""
         if goal is not None:
-            return self._achievements.get(goal, 0)
-        total = 0
+            return (self._achievements.get(goal, 0), 0)
+        total = counted = 0
         for item in rule["receive"]:
             total += int(self._obs.inventory.get(item, self._obs.status.get(item, 0)))
-        return total
+            counted += self._achievements.get(f"collect_{item}", 0)
+        return (total, counted)
 
     def _creature_at(self, pos: Pos) -> str | None:
         return self._creature_map.get(pos)
@@ -350,9 +587,9 @@ class Skills:
     def _adjacent_to(self, pos: Pos, kind: str) -> bool:
         return any(self._is_kind(_add(pos, d), kind) for d in DIRECTIONS)
 
-    def _near(self, station: str) -> bool:
+    def _near(self, station: str, pos: Pos | None = None) -> bool:
         # Crafter's make checks the 3×3 square around the player, diagonals included.
-        px, py = self._obs.position
+        px, py = self._obs.position if pos is None else pos
         return any(
             self._memory.get((px + dx, py + dy)) == station
             for dx in (-1, 0, 1)
@@ -373,15 +610,39 @@ class Skills:
         """Whether planning may route through ``pos``: a known walkable tile, no creature."""
         return self._memory.get(pos) in self._rules.walkable and self._creature_at(pos) is None
 
-    def _walk(self, key: object, goal: Callable[[Pos, Pos], bool], patience: int) -> Iterator[str]:
+    def _diggable(self) -> frozenset[str]:
+        """Tiles a walk may dig through now: collectable with the tools held, always
+        giving, and leaving walkable ground (Crafter: tree, stone, coal, iron, diamond)."""
+        inventory, walkable = self._obs.inventory, self._rules.walkable
+        out = set()
+        for tile, rule in self._rules.collect.items():
+            if tile in walkable or rule.get("leaves") not in walkable:
+                continue
+            if rule.get("probability", 1) < 1:
+                continue
+            if all(inventory.get(k, 0) >= v for k, v in rule.get("require", {}).items()):
+                out.add(tile)
+        return frozenset(out)
+
+    def _walk(
+        self,
+        key: object,
+        goal: Callable[[Pos, Pos], bool],
+        patience: int,
+        explore_for: str | None = None,
+    ) -> Iterator[str]:
         """Follow a plan towards a state where ``goal(pos, facing)`` holds; explore if none."""
+        kind = key if isinstance(key, str) else explore_for
+        toward = self._rules.habitat.get(kind) if kind is not None else None
         for _ in range(patience):
             pos, facing = self._obs.position, self._obs.facing
             if goal(pos, facing):
                 return True
-            action = self._next_planned(key, goal)
+            action = self._threat_action()
             if action is None:
-                action = self._explore_action()
+                action = self._next_planned(key, goal)
+            if action is None:
+                action = self._explore_action(toward)
             if action is None:
                 return False
             yield action
@@ -390,17 +651,29 @@ class Skills:
     def _next_planned(self, key: object, goal: Callable[[Pos, Pos], bool]) -> str | None:
         # A plan stays valid while the player is where it expected and the next tile is
         # still free; creatures move, so plans towards them are made afresh every step.
-        kind_moves = isinstance(key, str) and key in self._rules.creature_goals
+        kind_moves = isinstance(key, str) and (
+            key in self._rules.creature_goals or key in self._rules.hostile
+        )
         if self._plan_key != key or not self._plan_valid() or kind_moves:
-            self._plan = self._search(goal) if self._worth_searching(key) else []
-            self._plan = self._plan or []
+            plan = self._search(goal, dig=self._tunnel) if self._worth_searching(key) else None
+            self._plan = plan or []
             self._plan_key = key
             if not self._plan:
                 self._no_path[key] = self._steps
         if not self._plan:
             self._plan_key = None
             return None
-        d, _ = self._plan.pop(0)
+        return self._plan_action()
+
+    def _plan_action(self) -> str:
+        """The action for the plan's first move: enter, turn, or dig the tile ahead."""
+        d, expected, dig = self._plan[0]
+        target = _add(expected, d)
+        if dig and not self._passable(target):
+            if self._obs.facing != d:
+                return DIRECTIONS[d]  # a solid tile: moving towards it only turns
+            return "do"
+        self._plan.pop(0)
         return DIRECTIONS[d]
 
     def _worth_searching(self, key: object) -> bool:
@@ -415,62 +688,119 @@ class Skills:
     def _plan_valid(self) -> bool:
         if not self._plan:
             return False
-        d, expected = self._plan[0]
+        d, expected, dig = self._plan[0]
         if expected != self._obs.position:
             return False
         target = _add(expected, d)
         tile = self._memory.get(target)
         if tile in self._rules.deadly:
             return False
+        if dig:
+            return self._passable(target) or (
+                tile in self._diggable() and self._creature_at(target) is None
+            )
         # The last move may be a turn towards a solid tile; earlier ones must enter.
         return len(self._plan) == 1 or self._passable(target)
 
     def _search(
-        self, goal: Callable[[Pos, Pos], bool], order: Iterable[Pos] = tuple(DIRECTIONS)
+        self,
+        goal: Callable[[Pos, Pos], bool],
+        order: Iterable[Pos] = tuple(DIRECTIONS),
+        dig: bool = False,
     ) -> Plan | None:
-        """Breadth-first search over known tiles for the shortest walk to ``goal``.
+        """Shortest walk over known tiles to a state where ``goal`` holds.
 
         A move into a passable tile enters it; a move towards anything else turns the
-        player in place. ``goal(pos, facing)`` is tested after each such move.
+        player in place. ``goal(pos, facing)`` is tested after each such move. With
+        ``dig``, tiles the player can collect with its tools are entered too, at the
+        cost of digging them first (a uniform-cost search then, not breadth-first).
+        Lava is never entered.
         """
         start = self._obs.position
-        parents: dict[Pos, tuple[Pos, Pos] | None] = {start: None}
-        queue = deque([start])
+        parents: dict[Pos, tuple[Pos, Pos, bool] | None] = {start: None}
         deadly = self._rules.deadly
+        memory = self._memory
         order = tuple(order)
-        while queue and len(parents) < MAX_SEARCH_NODES:
-            pos = queue.popleft()
+        diggable = self._diggable() if dig else frozenset()
+        cost: dict[Pos, int] = {start: 0}
+        heap: list[tuple[int, int, Pos]] = [(0, 0, start)]
+        counter = 0
+        while heap and len(parents) < MAX_SEARCH_NODES:
+            g, _, pos = heapq.heappop(heap)
+            if g > cost[pos]:
+                continue
             for d in order:
                 target = (pos[0] + d[0], pos[1] + d[1])
-                if self._memory.get(target) in deadly:
+                tile = memory.get(target)
+                if tile in deadly:
                     continue
-                enters = self._passable(target)
-                landed = target if enters else pos
-                if goal(landed, d):
-                    return _unwind(parents, pos) + [(d, pos)]
-                if enters and target not in parents:
-                    parents[target] = (pos, d)
-                    queue.append(target)
+                if self._passable(target):
+                    step, digs = 1, False
+                else:
+                    if goal(pos, d):
+                        return _unwind(parents, pos) + [(d, pos, False)]
+                    if tile not in diggable or self._creature_at(target) is not None:
+                        continue
+                    step, digs = DIG_COST, True
+                if goal(target, d):
+                    return _unwind(parents, pos) + [(d, pos, digs)]
+                new = g + step
+                if new < cost.get(target, new + 1):
+                    cost[target] = new
+                    parents[target] = (pos, d, digs)
+                    counter += 1
+                    heapq.heappush(heap, (new, counter, target))
         return None
 
-    def _explore_action(self) -> str | None:
-        """One step towards the nearest edge of the known map (None: all explored).
+    def _follow(self, plan: Plan, patience: int) -> Iterator[str]:
+        """Walk a plan made by :meth:`_search` to its end; False when it broke."""
+        self._plan, self._plan_key = list(plan), ("follow", self._steps)
+        for _ in range(patience):
+            if not self._plan:
+                return True
+            action = self._threat_action()
+            if action is None:
+                if not self._plan_valid():
+                    return False
+                action = self._plan_action()
+            yield action
+        return not self._plan
+
+    def _explore_action(self, toward: str | None = None) -> str | None:
+        """One step towards the nearest edge of the known map (None: all explored);
+        with ``toward``, towards the nearest edge next to tiles of that kind if any.
 
         The plan is kept until walked out, and the search tries the last heading first,
         so the player sweeps on in one direction instead of dithering between edges.
         """
-        if self._plan_key == "explore" and self._plan_valid():
-            d, _ = self._plan.pop(0)
-            self._heading = d
-            return DIRECTIONS[d]
+        key = ("explore", toward)
+        if self._plan_key == key and self._plan_valid():
+            self._heading = self._plan[0][0]
+            return self._plan_action()
         order = [self._heading] + [d for d in DIRECTIONS if d != self._heading]
-        self._plan = self._search(lambda pos, d: self._at_frontier(pos), order) or []
-        self._plan_key = "explore"
+        plan = None
+        if toward is not None and self._tile_counts.get(toward):
+            near = self._near_set(toward)
+            plan = self._search(
+                lambda pos, d: pos in near and self._at_frontier(pos), order, self._tunnel
+            )
+        if not plan:
+            plan = self._search(lambda pos, d: self._at_frontier(pos), order, self._tunnel)
+        self._plan = plan or []
+        self._plan_key = key
         if not self._plan:
             return None
-        d, _ = self._plan.pop(0)
-        self._heading = d
-        return DIRECTIONS[d]
+        self._heading = self._plan[0][0]
+        return self._plan_action()
+
+    def _near_set(self, kind: str, radius: int = 2) -> frozenset[Pos]:
+        """Positions within ``radius`` (both axes) of a remembered tile of ``kind``."""
+        out: set[Pos] = set()
+        span = range(-radius, radius + 1)
+        for (x, y), name in self._memory.items():
+            if name == kind:
+                out.update((x + dx, y + dy) for dx in span for dy in span)
+        return frozenset(out)
 
     def _at_frontier(self, pos: Pos) -> bool:
         memory = self._memory
@@ -481,12 +811,12 @@ def _add(a: Pos, b: Pos) -> Pos:
     return (a[0] + b[0], a[1] + b[1])
 
 
-def _unwind(parents: Mapping[Pos, tuple[Pos, Pos] | None], pos: Pos) -> Plan:
+def _unwind(parents: Mapping[Pos, tuple[Pos, Pos, bool] | None], pos: Pos) -> Plan:
     plan: Plan = []
     link = parents[pos]
     while link is not None:
-        prev, d = link
-        plan.append((d, prev))
+        prev, d, dig = link
+        plan.append((d, prev, dig))
         link = parents[prev]
     plan.reverse()
     return plan

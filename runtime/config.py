@@ -42,6 +42,9 @@ class RunSettings:
     """Where run directories are created (relative to the working directory)."""
     seed: int = 0
     """Base seed for everything random in the run."""
+    driver: str = "rlgpt"
+    """What the run does: ``rlgpt`` (the method: agents, environments, learners) or
+    ``checkup`` (probe every configured actor and run small reference jobs)."""
 
 
 @dataclass
@@ -80,6 +83,7 @@ class ActorSettings:
 
 
 BACKENDS = ("offline", "openai")
+DRIVERS = ("rlgpt", "checkup")
 
 
 @dataclass
@@ -131,6 +135,9 @@ class TaskSettings:
     """Success rate a sub-action must reach for its version to be accepted."""
     episode_steps: int = 10_000
     """Step cap of one final-policy episode (Crafter's own episode length)."""
+    learn: list[str] = field(default_factory=list)
+    """Sub-actions to learn with RL from the first plan (e.g. ``["collect_wood"]``),
+    whatever their code would do; the others start as code."""
 
 
 @dataclass
@@ -168,6 +175,13 @@ def _convert(file: str, key: str, hint: Any, value: Any) -> Any:
             raise ConfigError(file, key, "a table", _describe(value))
         item = typing.get_args(hint)[1]
         return {k: _convert(file, f"{key}.{k}", item, v) for k, v in value.items()}
+    if typing.get_origin(hint) is list:
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, list):
+            raise ConfigError(
+                file, key, "a list", _describe(value), f'e.g. {key.rsplit(".", 1)[-1]} = ["a", "b"]'
+            )
+        return [_convert(file, f"{key}[{i}]", item, v) for i, v in enumerate(value)]
     if hint is float and type(value) is int:
         return float(value)
     if type(value) is not hint:
@@ -230,7 +244,11 @@ def load_resolved(path: Path) -> Settings:
         table = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(
-            str(path), "", "a run's config.json", str(exc), "pass the folder of a run started before"
+            str(path),
+            "",
+            "a run's config.json",
+            str(exc),
+            "pass the folder of a run started before",
         ) from None
     source = table.pop("source", str(path))
     settings = _section(str(path), "", Settings, table)
@@ -297,6 +315,10 @@ def check(s: Settings) -> None:
                 f"'{rt.keys_dir}' without server.key_secret and authorized/*.key",
                 f"run `python run.py keys --dir {rt.keys_dir}`",
             )
+    if s.run.driver not in DRIVERS:
+        raise ConfigError(
+            f, "run.driver", " or ".join(DRIVERS), repr(s.run.driver), 'the default is "rlgpt"'
+        )
     _check_agents(s)
     _check_task(s)
     from actors import ROLES
@@ -326,6 +348,21 @@ def check(s: Settings) -> None:
             )
 
 
+def check_runnable(s: Settings) -> None:
+    """What a run of the method needs beyond valid keys (checked by ``run.py`` only)."""
+    if s.run.driver != "rlgpt":
+        return
+    env = s.actors.get("environment")
+    if env is None or env.count < 1:
+        raise ConfigError(
+            s.source,
+            "actors.environment",
+            "at least one environment actor for the rlgpt driver",
+            "none",
+            "add [actors.environment] with count = 2 (and [actors.learner] count = 1 for RL)",
+        )
+
+
 def _check_agents(s: Settings) -> None:
     f, a = s.source, s.agents
     if a.backend not in BACKENDS:
@@ -345,7 +382,11 @@ def _check_agents(s: Settings) -> None:
             )
     if not a.base_url.startswith(("http://", "https://")):
         raise ConfigError(
-            f, "agents.base_url", "an http(s) URL", repr(a.base_url), "e.g. http://localhost:8000/v1"
+            f,
+            "agents.base_url",
+            "an http(s) URL",
+            repr(a.base_url),
+            "e.g. http://localhost:8000/v1",
         )
     import os
 
@@ -390,5 +431,8 @@ def _check_task(s: Settings) -> None:
             raise ConfigError(f, f"task.{key}", "an integer ≥ 0", repr(getattr(t, key)))
     if t.env_steps < 1000 or t.episode_steps < 10:
         raise ConfigError(
-            f, "task.env_steps", "≥ 1000 (and episode_steps ≥ 10)", f"{t.env_steps}/{t.episode_steps}"
+            f,
+            "task.env_steps",
+            "≥ 1000 (and episode_steps ≥ 10)",
+            f"{t.env_steps}/{t.episode_steps}",
         )

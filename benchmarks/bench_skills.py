@@ -1,0 +1,247 @@
+"""Measure the skill library on real Crafter: per-step and full-chain success.
+
+What it runs (all on fresh seeds, never used while writing the skills; the world is
+:class:`envs.crafter_world.CrafterWorld`, policies run in-process via
+:func:`envs.skills.run_policy`, i.e. trusted, no sandbox overhead):
+
+1. ``steps``: every step of ``chain(target)`` alone, from a fresh episode, capped at the
+   step's ``max_steps``, with its FIRST version (:func:`knowledge.library.first_params`)
+   and its final version (:func:`knowledge.library.best_params`): success rate and the
+   first version's failure causes — what the offline loop has to revise.
+2. ``revise``: the offline loop in miniature for each step: start at the first version,
+   run it on a few seeds, apply :func:`knowledge.library.revise` for the most common
+   failure cause, repeat; prints the revisions taken and the success at the end.
+3. ``chain``: the final-version steps composed in order by a simple trusted composer
+   (:func:`compose`: run each step not yet achieved until its achievement, retry the
+   whole chain while steps remain), up to the episode length (10000 steps), without and
+   with survival needs interleaved (before each step and every ``CHECK_EVERY`` steps:
+   if a vital is below its threshold, run that survival stage's code). Reports each
+   step's success (achievement reached) and the full-chain success rate, with mean
+   steps and seconds per episode.
+
+Run::
+
+    .venv/bin/python benchmarks/bench_skills.py                 # all parts, 20 seeds
+    .venv/bin/python benchmarks/bench_skills.py --part chain --seeds 30 --target diamond
+    .venv/bin/python benchmarks/bench_skills.py --part steps --seeds 10
+
+``--jobs`` runs episodes in parallel processes (default: the CPU count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from envs.crafter_world import CrafterWorld  # noqa: E402
+from envs.policies import compile_policy  # noqa: E402
+from envs.skills import Skills, run_policy  # noqa: E402
+from knowledge import library, recipes  # noqa: E402
+
+SEED_BASE = 50_000
+"""Seeds SEED_BASE … SEED_BASE+N-1: never used while developing the skills."""
+CHECK_EVERY = 20
+"""Steps between survival checks inside a step."""
+EPISODE_STEPS = 10_000
+
+
+def _compiled(source: str) -> Callable[[Any], Iterator[str]]:
+    return compile_policy(source)
+
+
+def compose(
+    steps: list[recipes.Step],
+    params: Callable[[recipes.Step], library.Params],
+    survival: bool,
+    rounds: int = 50,
+) -> Callable[[Skills], Iterator[str]]:
+    """A trusted sequential composer: the steps in order, skipping achieved ones, the
+    whole chain retried while steps remain; with ``survival``, a survival stage runs
+    whenever its vital is below its threshold (checked before each step and every
+    CHECK_EVERY steps inside one)."""
+    codes = {s.name: _compiled(library.code_for(s, params(s))) for s in steps}
+    stages = [(st, _compiled(st.source)) for st in library.survival_stages()]
+
+    def needs(skills: Skills) -> Iterator[str]:
+        status = skills.status()
+        for stage, code in stages:
+            if status.get(stage.stat, 9) < stage.below:
+                yield from code(skills)
+                status = skills.status()
+
+    def policy(skills: Skills) -> Iterator[str]:
+        for _ in range(rounds):
+            todo = [s for s in steps if not skills.achievements().get(s.achievement)]
+            if not todo:
+                return
+            for step in todo:
+                if skills.achievements().get(step.achievement):
+                    continue
+                if survival:
+                    yield from needs(skills)
+                start = skills.steps()
+                last_check = start
+                for action in codes[step.name](skills):
+                    yield action
+                    if skills.achievements().get(step.achievement):
+                        break
+                    if survival and skills.steps() - last_check >= CHECK_EVERY:
+                        last_check = skills.steps()
+                        yield from needs(skills)
+                    if skills.steps() - start > 4 * step.max_steps:
+                        break
+
+    return policy
+
+
+def _episode(args: tuple) -> dict[str, Any]:
+    kind, payload, seed, max_steps, success_name = args
+    world = CrafterWorld()
+    if kind == "chain":
+        target, survival = payload
+        steps = recipes.chain(target)
+        policy = compose(steps, library.best_params, survival)
+    else:
+        step_name, which, params = payload
+        step = {s.name: s for s in recipes.chain(which)}[step_name]
+        policy = _compiled(library.code_for(step, params))
+    started = time.perf_counter()
+    result = run_policy(
+        world,
+        policy,
+        max_steps,
+        seed=seed,
+        success=lambda s: bool(s.achievements().get(success_name)),
+    )
+    first = {}
+    for step, name in result.events:
+        first.setdefault(name, step)
+    return {
+        "seed": seed,
+        "success": result.success,
+        "cause": result.cause,
+        "steps": result.steps,
+        "seconds": time.perf_counter() - started,
+        "achieved": first,
+        "error": result.error,
+        "status": result.status,
+    }
+
+
+def _map(jobs: int, tasks: list[tuple]) -> list[dict[str, Any]]:
+    if jobs <= 1:
+        return [_episode(t) for t in tasks]
+    with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(_episode, tasks))
+
+
+def part_steps(target: str, seeds: list[int], jobs: int) -> None:
+    print(f"\n## Steps of chain({target!r}) alone, first version vs final (cap: max_steps)")
+    print(f"{'step':22} {'max':>5} {'first':>6} {'best':>6}  first-version failures")
+    chain = recipes.chain(target)
+    for step in chain:
+        rows = {}
+        for which, params in (
+            ("first", library.first_params(step)),
+            ("best", library.best_params(step)),
+        ):
+            tasks = [
+                ("step", (step.name, target, params), s, step.max_steps, step.achievement)
+                for s in seeds
+            ]
+            rows[which] = _map(jobs, tasks)
+        first, best = rows["first"], rows["best"]
+        causes = collections.Counter(r["cause"] for r in first if not r["success"])
+        rate = lambda rs: sum(r["success"] for r in rs) / len(rs)  # noqa: E731
+        print(
+            f"{step.name:22} {step.max_steps:5d} {rate(first):6.0%} {rate(best):6.0%}  "
+            + ", ".join(f"{c}×{n}" for c, n in causes.most_common())
+        )
+        sys.stdout.flush()
+
+
+def part_revise(target: str, seeds: list[int], jobs: int, rounds: int = 6) -> None:
+    print(f"\n## The offline revision loop on chain({target!r}) steps ({len(seeds)} seeds)")
+    for step in recipes.chain(target):
+        params = library.first_params(step)
+        log = []
+        rate = 0.0
+        for _ in range(rounds):
+            tasks = [
+                ("step", (step.name, target, params), s, step.max_steps, step.achievement)
+                for s in seeds
+            ]
+            results = _map(jobs, tasks)
+            rate = sum(r["success"] for r in results) / len(results)
+            causes = collections.Counter(r["cause"] for r in results if not r["success"])
+            if rate >= 0.9 or not causes:
+                break
+            cause = causes.most_common(1)[0][0]
+            revised = library.revise(step, params, cause, "")
+            if revised is None:
+                log.append(f"{cause}: no revision (→ RL)")
+                break
+            params, reason = revised
+            log.append(f"{rate:.0%} {reason.split(' — ')[0]}")
+        print(f"{step.name:22} final {rate:4.0%}  " + " | ".join(log))
+        sys.stdout.flush()
+
+
+def part_chain(target: str, seeds: list[int], jobs: int) -> None:
+    chain = recipes.chain(target)
+    final = chain[-1].achievement
+    for survival in (False, True):
+        tasks = [("chain", (target, survival), s, EPISODE_STEPS, final) for s in seeds]
+        started = time.perf_counter()
+        results = _map(jobs, tasks)
+        wall = time.perf_counter() - started
+        label = "with survival" if survival else "without survival"
+        wins = sum(r["success"] for r in results)
+        print(
+            f"\n## chain({target!r}) composed, {label}: {wins}/{len(results)} = "
+            f"{wins / len(results):.0%} (wall {wall:.0f} s, {jobs} jobs)"
+        )
+        print(f"{'step':22} {'success':>8} {'mean step reached':>18}")
+        for step in chain:
+            reached = [
+                r["achieved"][step.achievement]
+                for r in results
+                if step.achievement in r["achieved"]
+            ]
+            mean = sum(reached) / len(reached) if reached else float("nan")
+            print(f"{step.name:22} {len(reached) / len(results):8.0%} {mean:18.0f}")
+        causes = collections.Counter(r["cause"] for r in results if not r["success"])
+        steps = sum(r["steps"] for r in results) / len(results)
+        secs = sum(r["seconds"] for r in results) / len(results)
+        print(f"failures: {dict(causes)}; mean {steps:.0f} steps, {secs:.1f} s per episode")
+        sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=("steps", "revise", "chain", "all"), default="all")
+    parser.add_argument("--target", default="diamond")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--seed-base", type=int, default=SEED_BASE)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    seeds = list(range(args.seed_base, args.seed_base + args.seeds))
+    if args.part in ("steps", "all"):
+        part_steps(args.target, seeds, args.jobs)
+    if args.part in ("revise", "all"):
+        part_revise(args.target, seeds[: max(4, args.seeds // 2)], args.jobs)
+    if args.part in ("chain", "all"):
+        part_chain(args.target, seeds, args.jobs)
+
+
+if __name__ == "__main__":
+    main()

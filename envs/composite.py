@@ -1,0 +1,599 @@
+"""Composed-policy episodes: the task planner running stages and needs inside one episode.
+
+RL-GPT's slow agent splits a task into sub-actions; each is solved by a *stage*, either
+coded (``Stage.code``, a ``run(skills)`` generator run in the sandbox) or learned
+(``Stage.policy_path``, an SB3 PPO zip acting through the RL interface of
+``Stage.config``). :func:`run_composed` plays one episode of such a composed policy:
+
+- **reset** the world with the episode's seed; one :class:`~envs.skills.Skills` object
+  (from ``skills_factory``) lives through the whole episode, so the map remembered by
+  one stage serves the next, and a tracing skills object records every stage's calls.
+- **the planner loop** — until the episode's ``subtask`` test holds, its
+  ``subtask.max_steps`` is reached, the world ends the episode, or the wall budget runs
+  out: if a need triggers (``status[stat] < below``, the need not on cooldown), run its
+  stage; otherwise run the first stage, in order, whose test has not yet held in this
+  episode.
+- **stage tests are sticky** — a stage's test is its subtask's achievement (unlocked this
+  episode) when it names one, else its goal inventory at that moment; once it held, at
+  any check between runs or at the end of a run, the stage is done for the episode,
+  even if the items are later spent (a table's wood).
+- **a stage run** lasts until its test holds, its ``subtask.max_steps``, its code returns
+  or fails, or a need triggers (``interrupted``: not a failure, restarted from scratch
+  later). A stage that fails is run again up to :data:`STAGE_RETRIES` more times, then
+  the episode gives up with that run's cause; a failure that no retry can fix (code
+  that does not compile, a policy that cannot be loaded) ends the episode at once.
+- **a need run** lasts until ``stat`` reaches ``until`` (when positive; else until its
+  stage's test holds, counted from the run's start: an achievement unlocked during the
+  run, or the goal inventory), its code returns, or its stage's ``max_steps``. It
+  succeeded if ``stat`` reached ``until`` or its stage's test held during the run (a
+  drink that one sip served). Needs do not interrupt needs. A need run that does not
+  succeed (or takes no step) puts the need on cooldown for :data:`NEED_COOLDOWN_STEPS`
+  steps, so a need that cannot be served does not loop; a need whose stage can never
+  run (bad code) is off for the episode.
+
+Coded stages compile once per rollout (:func:`prepare_stages`) and load afresh per run
+(module state does not survive a restart). Learned stages load their zip once per
+rollout after checking its sha256 (``policy_unusable`` otherwise), and drive the SAME
+world mid-episode: a :class:`~envs.rl_env.SubtaskEnv` built from the stage's config
+(subtask replaced by the stage's, no setup, no shaped reward) *attaches* to the running
+episode (:meth:`SubtaskEnv.attach`), then ``model.predict(obs)`` → ``env.step(a)`` until
+it terminates or truncates; its coded options run inside that env as in training.
+
+Every world step, whoever takes it, passes through :class:`EpisodeWorld`, which keeps
+the episode's books (steps, reward, achievements, frames) and tells the stage to stop
+the moment the planner must take over (the stage's test held, a need triggered, the
+episode is over). So one episode-wide check serves coded and learned stages alike.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import sandbox
+from envs.skills import Skills
+from envs.world import Observation, World
+from messages.rollout import EpisodeReport, Segment, StageRun
+from messages.task import Need, Stage, Subtask
+
+STAGE_RETRIES = 3
+"""Further runs a failed stage gets (4 runs in all) before the episode gives up."""
+NEED_COOLDOWN_STEPS = 50
+"""World steps a need waits after a run that did not serve it (Crafter's vitals drop one
+point every ~25–35 steps: 50 steps lets the stages make progress meanwhile)."""
+MAX_FRAMES = 1000
+"""Frames kept for a video (64×64 RGB: 1,000 frames is 12 MB raw, ~1 MB compressed)."""
+MAX_STAGE_RUNS = 500
+"""StageRun records kept per episode (a long episode of needs would otherwise grow them
+without bound); the planner itself stops after 4× as many runs."""
+MAX_OUTPUT_CHARS = sandbox.Limits().max_output_chars
+# Causes no retry can change: the code or the policy itself is unusable.
+PERMANENT_CAUSES = frozenset({"syntax", "forbidden", "policy_unusable"})
+# Planner stop reasons that end the episode, in the order they are checked.
+EPISODE_ENDS = ("success", "episode_done", "step_budget", "timeout")
+
+
+# ---------------------------------------------------------------------- tests
+
+
+def stage_held(subtask: Subtask, inventory: Mapping[str, int], counts: Mapping[str, int]) -> bool:
+    """A stage's sticky test: its achievement unlocked this episode if it names one,
+    else every goal count in the inventory (a subtask with neither never holds)."""
+    if subtask.achievement:
+        return counts.get(subtask.achievement, 0) > 0
+    return bool(subtask.goal) and all(inventory.get(k, 0) >= n for k, n in subtask.goal.items())
+
+
+def episode_met(subtask: Subtask, inventory: Mapping[str, int], counts: Mapping[str, int]) -> bool:
+    """The episode's success test, as the coded rollout has it: the achievement, or
+    every goal count."""
+    if subtask.achievement and counts.get(subtask.achievement, 0) > 0:
+        return True
+    return bool(subtask.goal) and all(inventory.get(k, 0) >= n for k, n in subtask.goal.items())
+
+
+# ---------------------------------------------------------------------- the world tap
+
+
+class EpisodeWorld:
+    """The world as one composed episode sees it: each step, whoever takes it (a coded
+    stage, a learned policy, one of its coded options), is counted here, and ``done``
+    is reported as soon as ``halt()`` names a reason to stop the running stage."""
+
+    def __init__(
+        self,
+        world: World,
+        *,
+        frames: list[np.ndarray] | None = None,
+        on_step: Callable[[Observation, float, bool, Mapping[str, Any]], None] | None = None,
+        max_frames: int = MAX_FRAMES,
+    ) -> None:
+        self.world = world
+        self.frames = frames
+        self.on_step = on_step
+        self.max_frames = max_frames
+        self.halt: Callable[[], str | None] = lambda: None
+        """Set by the planner for each run: a reason to stop the run now, or None."""
+        self.halted: str | None = None
+        """The reason ``halt`` gave at the last step that stopped a run."""
+        self.obs: Observation | None = None
+        self.steps = 0
+        self.reward = 0.0
+        self.counts: dict[str, int] = {}
+        self.unlocked: list[str] = []
+        self.done = False
+        self.died = False
+
+    @property
+    def action_names(self) -> Sequence[str]:
+        return self.world.action_names
+
+    @property
+    def achievement_names(self) -> Sequence[str]:
+        return self.world.achievement_names
+
+    def reset(self, seed: int | None = None) -> Observation:
+        self.obs = self.world.reset(seed)
+        self.steps, self.reward = 0, 0.0
+        self.counts, self.unlocked = {}, []
+        self.done = self.died = False
+        self.halted = None
+        if self.frames is not None and len(self.frames) < self.max_frames:
+            self.frames.append(self.world.render())
+        return self.obs
+
+    def step(self, action: str) -> tuple[Observation, float, bool, dict[str, Any]]:
+        if self.done:
+            raise RuntimeError("the episode is over")
+        obs, reward, done, info = self.world.step(action)
+        self.obs = obs
+        self.steps += 1
+        self.reward += reward
+        for name in info.get("achievements", ()):
+            self.counts[name] = self.counts.get(name, 0) + 1
+            self.unlocked.append(name)
+        self.done = bool(done)
+        self.died = self.done and info.get("discount", 1.0) == 0.0
+        if self.frames is not None and len(self.frames) < self.max_frames:
+            self.frames.append(self.world.render())
+        if self.on_step is not None:
+            self.on_step(obs, reward, bool(done), info)
+        reason = self.halt()
+        if reason is not None:
+            self.halted = reason
+        return obs, reward, self.done or reason is not None, info
+
+    def render(self) -> np.ndarray:
+        return self.world.render()
+
+
+# ---------------------------------------------------------------------- preparing stages
+
+
+@dataclasses.dataclass
+class PreparedStage:
+    """A stage made ready once per rollout: compiled code, or a loaded policy and the
+    env it acts through; ``problem`` when it can never run."""
+
+    stage: Stage
+    compiled: sandbox.CompiledCode | None = None
+    model: Any = None
+    env: Any = None
+    problem: sandbox.Failure | None = None
+
+    @property
+    def name(self) -> str:
+        return self.stage.subtask.name
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.stage.policy_path)
+
+
+def prepare_stages(stages: Sequence[Stage], world: World) -> list[PreparedStage]:
+    """Compile coded stages and load learned ones (sha256 checked), once per rollout.
+    A stage that cannot run gets a ``problem`` (its episode runs fail with it)."""
+    return [_prepare(stage, world) for stage in stages]
+
+
+def _prepare(stage: Stage, world: World) -> PreparedStage:
+    prepared = PreparedStage(stage)
+    if stage.policy_path:
+        try:
+            prepared.model, prepared.env = _load_learned(stage, world)
+        except _Unusable as err:
+            prepared.problem = sandbox.Failure("policy_unusable", str(err))
+        except Exception as err:  # noqa: BLE001 - a config the env refuses, a bad zip
+            detail = f"{type(err).__name__}: {err}"
+            failure = getattr(err, "failure", None)
+            line = failure.line if failure is not None else None
+            prepared.problem = sandbox.Failure("policy_unusable", detail[:500], line)
+        return prepared
+    if not stage.code.strip():
+        prepared.problem = sandbox.Failure("policy_unusable", "the stage has no code and no policy")
+        return prepared
+    try:
+        prepared.compiled = sandbox.compile_code(stage.code, filename=f"<{stage.subtask.name}>")
+    except sandbox.SandboxError as err:
+        prepared.problem = err.failure
+    return prepared
+
+
+class _Unusable(Exception):
+    pass
+
+
+def _load_learned(stage: Stage, world: World) -> tuple[Any, Any]:
+    from stable_baselines3 import PPO
+
+    from actors.learner import sha256_of
+    from envs.rl_env import SubtaskEnv
+
+    if stage.config is None:
+        raise _Unusable("a learned stage needs the RL config its policy was trained on")
+    path = Path(stage.policy_path)
+    if not path.is_file():
+        raise _Unusable(f"no policy at {path}")
+    if stage.policy_sha256 and sha256_of(path) != stage.policy_sha256:
+        raise _Unusable(f"{path} does not match sha256 {stage.policy_sha256[:12]}…")
+    model = PPO.load(path, device="cpu")
+    subtask = stage.subtask
+    if subtask.achievement:  # the planner's test: the achievement when there is one
+        subtask = dataclasses.replace(subtask, goal={})
+    # The stage's own test and cap; no setup (the episode is under way) and no shaped
+    # reward (nothing learns here).
+    config = dataclasses.replace(stage.config, subtask=subtask, setup_code="", reward_code="")
+    flatten = type(model.observation_space).__name__ != "Dict"
+    env = SubtaskEnv(config, world_factory=lambda: world, flatten=flatten)
+    if env.observation_space != model.observation_space:
+        raise _Unusable("the policy's observation space differs from its config's")
+    if env.action_space != model.action_space:
+        raise _Unusable(
+            f"the policy has {model.action_space}, its config offers {env.action_space}"
+        )
+    return model, env
+
+
+# ---------------------------------------------------------------------- the episode
+
+
+@dataclasses.dataclass
+class ComposedEpisode:
+    """What one composed-policy episode did (:meth:`report` makes the message)."""
+
+    seed: int
+    success: bool
+    steps: int
+    reward: float
+    achievements: list[str]
+    counts: dict[str, int]
+    """Achievement → times it happened (Crafter's stats)."""
+    cause: str
+    detail: str
+    line: int
+    stages: list[StageRun]
+    trace: list[Segment]
+    output: str
+    wall_s: float
+
+    def report(self) -> EpisodeReport:
+        return EpisodeReport(
+            seed=self.seed,
+            success=self.success,
+            steps=self.steps,
+            reward=self.reward,
+            achievements=list(self.achievements),
+            cause=self.cause,
+            detail=self.detail,
+            line=self.line,
+            trace=list(self.trace),
+            wall_s=self.wall_s,
+            stages=list(self.stages),
+        )
+
+
+SkillsFactory = Callable[[Observation, Sequence[str], int], Skills]
+
+
+def run_composed(
+    world: World,
+    stages: Sequence[Stage | PreparedStage],
+    needs: Sequence[Need],
+    subtask: Subtask,
+    seed: int,
+    *,
+    wall_s: float,
+    skills_factory: SkillsFactory | None = None,
+    on_step: Callable[[Observation, float, bool, Mapping[str, Any]], None] | None = None,
+    frames: list[np.ndarray] | None = None,
+    need_stages: Sequence[PreparedStage] | None = None,
+) -> ComposedEpisode:
+    """Play one episode of a composed policy (see the module docstring).
+
+    ``stages`` may come prepared (:func:`prepare_stages`, once per rollout) or raw;
+    ``need_stages`` are the needs' stages prepared likewise (default: prepared here).
+    ``skills_factory(obs, action_names, seed)`` builds the episode's skills (default
+    :class:`Skills`; a tracing one gives the trace). ``on_step(obs, reward, done, info)``
+    sees every world step; ``frames`` collects rendered frames (the reset frame, then
+    one per step, up to :data:`MAX_FRAMES`). ``wall_s`` bounds the whole episode.
+    """
+    return _Planner(
+        world, stages, needs, subtask, seed, wall_s, skills_factory, on_step, frames, need_stages
+    ).run()
+
+
+class _Planner:
+    def __init__(
+        self,
+        world: World,
+        stages: Sequence[Stage | PreparedStage],
+        needs: Sequence[Need],
+        subtask: Subtask,
+        seed: int,
+        wall_s: float,
+        skills_factory: SkillsFactory | None,
+        on_step: Callable[..., None] | None,
+        frames: list[np.ndarray] | None,
+        need_stages: Sequence[PreparedStage] | None,
+    ) -> None:
+        self.stages = [s if isinstance(s, PreparedStage) else _prepare(s, world) for s in stages]
+        self.needs = list(needs)
+        if need_stages is None:
+            need_stages = prepare_stages([n.stage for n in self.needs], world)
+        if len(need_stages) != len(self.needs):
+            raise ValueError("need_stages must match needs one for one")
+        self.need_stages = list(need_stages)
+        self.subtask = subtask
+        self.seed = seed
+        self.wall_s = wall_s
+        self.skills_factory = skills_factory or (
+            lambda obs, actions, s: Skills(obs, actions, seed=s)
+        )
+        self.tap = EpisodeWorld(world, frames=frames, on_step=on_step)
+        self.runs: list[StageRun] = []
+        self.run_count = 0
+        self.output: list[str] = []
+        self.deadline = 0.0
+
+    # ---- the planner's checks, from the tap's books (valid mid-step, before the skills
+    # object has seen the step)
+
+    def _inventory(self) -> Mapping[str, int]:
+        return self.tap.obs.inventory
+
+    def _episode_end(self) -> str | None:
+        tap = self.tap
+        if episode_met(self.subtask, tap.obs.inventory, tap.counts):
+            return "success"
+        if tap.done:
+            return "episode_done"
+        if tap.steps >= self.subtask.max_steps:
+            return "step_budget"
+        if time.monotonic() >= self.deadline:
+            return "timeout"
+        return None
+
+    def _triggered_need(self, step: int) -> int | None:
+        status = self.tap.obs.status
+        for i, need in enumerate(self.needs):
+            if self.cooldown[i] <= step and status.get(need.stat, float("inf")) < need.below:
+                return i
+        return None
+
+    def _need_served(self, i: int, start_counts: Mapping[str, int]) -> bool:
+        """Whether a run of need ``i`` that began at ``start_counts`` may stop: ``stat``
+        reached ``until`` (when positive), else the need stage's test held in the run."""
+        need = self.needs[i]
+        if need.until > 0:
+            return self.tap.obs.status.get(need.stat, 0.0) >= need.until
+        return self._need_test(i, start_counts)
+
+    def _need_test(self, i: int, start_counts: Mapping[str, int]) -> bool:
+        tap = self.tap
+        sub = self.needs[i].stage.subtask
+        if sub.achievement:
+            return tap.counts.get(sub.achievement, 0) > start_counts.get(sub.achievement, 0)
+        return bool(sub.goal) and all(tap.obs.inventory.get(k, 0) >= n for k, n in sub.goal.items())
+
+    # ---- the loop
+
+    def run(self) -> ComposedEpisode:
+        tap = self.tap
+        obs = tap.reset(self.seed)
+        # The budget starts after the world is built, as a coded rollout's does.
+        started = time.monotonic()
+        self.deadline = started + self.wall_s
+        self.skills = self.skills_factory(obs, tap.action_names, self.seed)
+        done = [False] * len(self.stages)
+        failures = [0] * len(self.stages)
+        self.cooldown = [0] * len(self.needs)
+        cause, detail, line = "", "", 0
+        while True:
+            end = self._episode_end()
+            if end is not None:
+                cause, detail = end, _END_DETAIL[end](self)
+                break
+            if self.run_count >= 4 * MAX_STAGE_RUNS:
+                cause, detail = (
+                    "policy_finished",
+                    f"the planner stopped after {self.run_count} runs",
+                )
+                break
+            for i, prepared in enumerate(self.stages):
+                done[i] = done[i] or stage_held(
+                    prepared.stage.subtask, tap.obs.inventory, tap.counts
+                )
+            need = self._triggered_need(tap.steps)
+            if need is not None:
+                self._run_need(need)
+                continue
+            todo = [i for i in range(len(self.stages)) if not done[i]]
+            if not todo:
+                cause = "policy_finished"
+                detail = "every stage's test held, but the subtask's test does not"
+                break
+            i = todo[0]
+            run = self._run_stage(self.stages[i], need=None)
+            if run.success:
+                done[i] = True
+                continue
+            if run.cause == "interrupted" or run.cause in EPISODE_ENDS:
+                continue  # a need comes first / the loop's top ends the episode
+            failures[i] += 1
+            if run.cause in PERMANENT_CAUSES or failures[i] > STAGE_RETRIES:
+                cause, detail, line = run.cause, run.detail, run.line
+                if run.cause not in PERMANENT_CAUSES:
+                    detail = f"stage {run.name!r} failed {failures[i]} times; last: {detail}"
+                break
+        success = cause == "success"
+        if success:
+            detail, line = "", 0
+        return ComposedEpisode(
+            seed=self.seed,
+            success=success,
+            steps=tap.steps,
+            reward=tap.reward,
+            achievements=list(tap.unlocked),
+            counts=dict(tap.counts),
+            cause=cause,
+            detail=detail,
+            line=line,
+            stages=self.runs,
+            trace=list(getattr(self.skills, "_segments", [])),
+            output="\n".join(self.output)[-MAX_OUTPUT_CHARS:],
+            wall_s=round(time.monotonic() - started, 4),
+        )
+
+    def _run_need(self, i: int) -> None:
+        prepared = self.need_stages[i]
+        start_step = self.tap.steps
+        run = self._run_stage(prepared, need=i)
+        if prepared.problem is not None:
+            self.cooldown[i] = 1 << 62  # it can never run: off for the episode
+        elif not run.success or self.tap.steps == start_step:
+            self.cooldown[i] = self.tap.steps + NEED_COOLDOWN_STEPS
+
+    def _run_stage(self, prepared: PreparedStage, need: int | None) -> StageRun:
+        """One run of a stage (of need ``need`` when given), recorded as a StageRun."""
+        tap = self.tap
+        subtask = prepared.stage.subtask
+        start_steps = tap.steps
+        start_counts = dict(tap.counts)
+        self.run_count += 1
+        if prepared.problem is not None:
+            f = prepared.problem
+            return self._record(prepared, False, 0, f.cause, f.detail, f.line or 0)
+
+        def halt() -> str | None:
+            if need is None:
+                if stage_held(subtask, tap.obs.inventory, tap.counts):
+                    return "stage_success"
+            elif self._need_served(need, start_counts):
+                return "stage_success"
+            end = self._episode_end()
+            if end is not None:
+                return end
+            if need is None and self._triggered_need(tap.steps) is not None:
+                return "interrupted"
+            return None
+
+        tap.halt, tap.halted = halt, None
+        try:
+            if prepared.learned:
+                failure, extra = self._drive_learned(prepared)
+            else:
+                failure, extra = self._drive_coded(prepared)
+        finally:
+            tap.halt = lambda: None
+        steps = tap.steps - start_steps
+        reason = tap.halted or halt()
+        if reason == "stage_success" or (need is not None and self._need_test(need, start_counts)):
+            # (A need run whose stage's test held made progress: no cooldown for it.)
+            return self._record(prepared, True, steps, "success", extra, 0)
+        if reason is not None:
+            return self._record(prepared, False, steps, reason, _END_DETAIL[reason](self), 0)
+        if failure is not None:
+            detail = failure.detail + (f" ({extra})" if extra else "")
+            return self._record(prepared, False, steps, failure.cause, detail, failure.line or 0)
+        if prepared.learned:  # the env truncated it at the stage's cap
+            detail = f"the stage's cap of {subtask.max_steps} steps ran out ({extra})"
+            return self._record(prepared, False, steps, "step_budget", detail, 0)
+        if not subtask.goal and not subtask.achievement:  # no test: done when it returns
+            return self._record(prepared, True, steps, "success", "", 0)
+        detail = "the stage's code returned before its test held"
+        return self._record(prepared, False, steps, "policy_finished", detail, 0)
+
+    def _record(
+        self, prepared: PreparedStage, success: bool, steps: int, cause: str, detail: str, line: int
+    ) -> StageRun:
+        run = StageRun(prepared.name, success, steps, cause, detail, line, prepared.learned)
+        if len(self.runs) < MAX_STAGE_RUNS:
+            self.runs.append(run)
+        return run
+
+    def _drive_coded(self, prepared: PreparedStage) -> tuple[sandbox.Failure | None, str]:
+        tap, skills = self.tap, self.skills
+
+        def step(action: str) -> bool:
+            obs, _, stop, info = tap.step(action)
+            skills._observe(obs, info)
+            return stop
+
+        remaining = self.deadline - time.monotonic()
+        outcome = sandbox.run_policy(
+            prepared.compiled,
+            skills,
+            step,
+            max_steps=prepared.stage.subtask.max_steps,
+            wall_s=max(remaining, 0.001),
+            allowed_actions=tap.action_names,
+        )
+        if outcome.output:
+            self.output.append(outcome.output)
+        return outcome.failure, ""
+
+    def _drive_learned(self, prepared: PreparedStage) -> tuple[sandbox.Failure | None, str]:
+        import torch
+
+        tap, skills, env, model = self.tap, self.skills, prepared.env, prepared.model
+        torch.manual_seed(self.seed * 1_000_003 + tap.steps)  # reproducible sampling
+        obs = env.attach(tap, tap.obs, skills, achievements=tap.counts)
+        used: list[str] = []
+        failures: list[str] = []
+        # A tracing skills object (the environment actor's) offers these host-side hooks.
+        opened = skills._open_segment() if hasattr(skills, "_open_segment") else None
+        while True:
+            if time.monotonic() >= self.deadline:
+                tap.halted = "timeout"
+                break
+            action = model.predict(obs, deterministic=False)[0]
+            obs, _, terminated, truncated, info = env.step(int(action))
+            used.append(str(info["action"]))
+            if info.get("option_failure"):
+                f = info["option_failure"]
+                failures.append(f"{info['action']}: {f['cause']}")
+            if terminated or truncated:
+                break
+        counts = collections.Counter(used)
+        shown = ", ".join(f"{name}×{n}" for name, n in counts.most_common())
+        if failures:
+            shown += f"; option failures: {', '.join(failures[:3])}"
+        if opened is not None:
+            # One trace segment for the whole run, before the segments of its options.
+            skills._close_segment(opened, f"policy({prepared.name!r}): {shown}"[:200])
+        return None, shown
+
+
+_END_DETAIL: dict[str, Callable[[_Planner], str]] = {
+    "success": lambda p: "",
+    "episode_done": lambda p: "the player died" if p.tap.died else "the world ended the episode",
+    "step_budget": lambda p: f"the episode's cap of {p.subtask.max_steps} steps ran out",
+    "timeout": lambda p: f"wall-clock budget of {p.wall_s:g} s exceeded",
+    "interrupted": lambda p: "a need came first",
+}

@@ -1,0 +1,258 @@
+"""A FAKE OpenAI-compatible HTTP server for tests: no model behind it, scripted replies.
+
+It listens on 127.0.0.1 on a random port, in a background thread (stdlib
+``ThreadingHTTPServer``), and speaks just enough of the OpenAI REST API for the real
+``openai`` client to talk to it over real HTTP:
+
+- ``POST /v1/chat/completions`` → a ``chat.completion`` object with one choice and ``usage``;
+- ``GET /v1/models`` → a ``list`` with one model.
+
+What a chat request gets back is scripted: :meth:`FakeOpenAI.script` queues behaviours
+(:class:`Behaviour`: reply text, an HTTP error status with optional ``Retry-After``, a
+delay before answering), consumed one per chat request; once the queue is empty the
+default ``responder(messages) -> str`` answers. Every request is recorded
+(:attr:`FakeOpenAI.requests`), so tests can count attempts and read what was sent::
+
+    with FakeOpenAI(responder=lambda messages: '{"verdict": "accept", "advice": ""}') as fake:
+        fake.script(Behaviour(status=429, retry_after=0), Behaviour(text="{...}"))
+        backend = OpenAIBackend(fake.base_url, "fake-model", "FAKE_KEY")
+        ...
+        assert fake.count == 2
+
+``models=False`` answers 404 to ``/v1/models``. ``api_key`` (optional) makes the server
+answer 401 to any other bearer token, as the real service does. Tokens in ``usage`` are
+counted crudely (words), enough to test budgets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Responder = Callable[[list[dict[str, Any]]], str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Behaviour:
+    """One scripted answer to one chat request."""
+
+    text: str | None = None
+    """Assistant message content (None: ask the default responder)."""
+    status: int = 200
+    """HTTP status; anything but 200 sends an OpenAI-style error body."""
+    retry_after: float | None = None
+    """``Retry-After`` header (seconds) sent with an error status."""
+    delay: float = 0.0
+    """Seconds to wait before answering (longer than the client's timeout: a timeout)."""
+    usage: tuple[int, int] | None = None
+    """(prompt_tokens, completion_tokens) to report instead of the word counts."""
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def echo_last(messages: list[dict[str, Any]]) -> str:
+    """Default responder: the last user message back (rarely what a test wants)."""
+    return str(messages[-1].get("content", "")) if messages else ""
+
+
+class FakeOpenAI:
+    """The fake server; a context manager (start on enter, stop on exit)."""
+
+    def __init__(
+        self, responder: Responder = echo_last, api_key: str | None = None, models: bool = True
+    ) -> None:
+        self.responder = responder
+        self.api_key = api_key
+        self.models = models
+        """Serve ``GET /v1/models`` (False: 404, as some OpenAI-compatible servers do)."""
+        self.requests: list[dict[str, Any]] = []
+        """Every request received: {"method", "path", "headers", "body"} (body parsed JSON)."""
+        self._queue: deque[Behaviour] = deque()
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ control
+
+    def script(self, *behaviours: Behaviour | str) -> None:
+        """Queue behaviours for the next chat requests (a str is a plain reply)."""
+        with self._lock:
+            for b in behaviours:
+                self._queue.append(Behaviour(text=b) if isinstance(b, str) else b)
+
+    @property
+    def count(self) -> int:
+        """Chat completion requests received so far."""
+        return len(self.chat_requests)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r for r in self.requests if r["path"].endswith("/chat/completions")]
+
+    @property
+    def pending(self) -> int:
+        """Scripted behaviours not consumed yet."""
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeOpenAI is not started: use it as a context manager")
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # Daemon handler threads: a scripted delay outliving the test never blocks exit.
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closing.set()  # wakes handlers sleeping in a scripted delay
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ serving
+
+    def _record(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
+        with self._lock:
+            self.requests.append({"method": method, "path": path, "headers": headers, "body": body})
+
+    def _next(self) -> Behaviour | None:
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
+
+    def _sleep(self, seconds: float) -> None:
+        self._closing.wait(seconds)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeOpenAI
+    protocol_version = "HTTP/1.1"  # keep-alive, as the real service
+    # One buffered write per response, sent at once: headers and body written separately
+    # meet Nagle's algorithm and delayed ACKs, ~40 ms a request on loopback.
+    wbufsize = -1
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        pass  # quiet: tests read fake.requests instead
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib's name
+        self.fake._record("GET", self.path, dict(self.headers), None)
+        if not self._authorised():
+            return
+        if self.fake.models and self.path.rstrip("/").endswith("/models"):
+            model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+            self._send(200, {"object": "list", "data": [model]})
+        else:
+            self._error(404, f"unknown path {self.path}", "not_found_error")
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib's name
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"null")
+        except json.JSONDecodeError:
+            body = None
+        self.fake._record("POST", self.path, dict(self.headers), body)
+        if not self._authorised():
+            return
+        if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(body, dict):
+            self._error(404, f"unknown path {self.path}", "not_found_error")
+            return
+        behaviour = self.fake._next() or Behaviour()
+        if behaviour.delay:
+            self.fake._sleep(behaviour.delay)
+        if behaviour.status != 200:
+            headers = {}
+            if behaviour.retry_after is not None:
+                headers["Retry-After"] = f"{behaviour.retry_after:g}"
+            self._error(behaviour.status, f"scripted status {behaviour.status}", headers=headers)
+            return
+        messages = body.get("messages") or []
+        text = behaviour.text if behaviour.text is not None else self.fake.responder(messages)
+        if behaviour.usage is not None:
+            tokens_in, tokens_out = behaviour.usage
+        else:
+            tokens_in = sum(_words(str(m.get("content", ""))) for m in messages)
+            tokens_out = _words(text)
+        self._send(
+            200,
+            {
+                "id": f"chatcmpl-fake-{self.fake.count}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "fake-model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                        "logprobs": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": tokens_in,
+                    "completion_tokens": tokens_out,
+                    "total_tokens": tokens_in + tokens_out,
+                },
+            },
+        )
+
+    def _authorised(self) -> bool:
+        expected = self.fake.api_key
+        if expected is None or self.headers.get("Authorization") == f"Bearer {expected}":
+            return True
+        self._error(401, "Incorrect API key provided.", "invalid_api_key")
+        return False
+
+    def _error(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        error = {"message": message, "type": "fake_error", "param": None, "code": code}
+        self._send(status, {"error": error}, headers)
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (its timeout): nothing to answer

@@ -1,0 +1,251 @@
+"""The agents' parts, in-process: journal replay, setup composition, critic statistics,
+offline decisions, and the config checks of the [agents] and [task] sections."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from conftest import ROOT
+
+from actors.critic import stage_rate, statistics
+from actors.fast import compose_setup
+from actors.offline import OfflineBackend
+from envs.crafter_world import CrafterWorld
+from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
+from envs.skills import Skills
+from messages.plan import Review, SubAction
+from messages.rollout import EpisodeReport, Glimpse, RolloutResult, Segment, StageRun
+from messages.task import Stage, Subtask
+from runtime.journal import CallResult, Journal
+
+RUN = [sys.executable, str(ROOT / "run.py")]
+
+
+class CountingBackend:
+    """A backend that counts the calls that reach it (replayed ones must not)."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def call(self, role: str, purpose: str, request: dict) -> CallResult:
+        self.calls += 1
+        return CallResult(data={"echo": request["x"]}, tokens_in=3, tokens_out=2)
+
+
+def test_recorded_calls_and_jobs_are_replayed_by_a_new_journal(tmp_path: Path) -> None:
+    backend = CountingBackend()
+
+    async def first() -> None:
+        journal = Journal(tmp_path)
+        assert (await journal.call(backend, "fast", "code", {"x": 1})).data == {"echo": 1}
+        assert (await journal.call(backend, "fast", "code", {"x": 2})).data == {"echo": 2}
+        request = Subtask("probe", goal={"wood": 1})
+        journal.record_job(request, Subtask("result"), name="probe")
+
+    trio.run(first)
+    assert backend.calls == 2
+
+    async def second() -> None:
+        journal = Journal(tmp_path)
+        assert journal.loaded_calls == 2 and journal.loaded_jobs == 1
+        assert (await journal.call(backend, "fast", "code", {"x": 2})).data == {"echo": 2}
+        assert (await journal.call(backend, "fast", "code", {"x": 3})).data == {"echo": 3}
+        assert journal.job(Subtask("probe", goal={"wood": 1})) == Subtask("result")
+        assert journal.job(Subtask("probe", goal={"wood": 2})) is None
+        assert journal.totals.replayed == 1 and journal.totals.tokens_in == 9
+
+    trio.run(second)
+    assert backend.calls == 3  # only the new call reached the backend
+    keys = [json.loads(line)["key"] for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys)) == 3
+
+
+def test_a_call_cut_short_by_a_kill_is_simply_made_again(tmp_path: Path) -> None:
+    (tmp_path / "calls.jsonl").write_text('{"key": "abc", "role": "fa')  # torn last line
+    journal = Journal(tmp_path)
+    assert journal.loaded_calls == 0
+
+
+def test_composed_setup_runs_each_stage_until_its_test_holds() -> None:
+    stages = [
+        Stage(Subtask("collect_wood", goal={"wood": 1}), code=COLLECT_WOOD_SOURCE),
+        Stage(Subtask("place_table", achievement="place_table"), code=PLACE_TABLE_SOURCE),
+    ]
+    source = compose_setup(stages)
+    import sandbox
+
+    compiled = sandbox.compile_code(source)  # the sandbox accepts the composition
+    namespace: dict = {}
+    exec(compile(source, "<setup>", "exec"), namespace)
+    assert "stage0_run" in namespace and "stage1_run" in namespace
+    world = CrafterWorld()
+    wins = 0
+    for seed in (11, 12, 13):
+        obs = world.reset(seed)
+        skills = Skills(obs, world.action_names, seed=seed)
+        steps = 0
+        for action in namespace["run"](skills):
+            obs, _, done, info = world.step(action)
+            skills._observe(obs, info)
+            steps += 1
+            if done or steps > 2000:
+                break
+        wins += skills.achievements().get("place_table", 0) > 0
+    assert wins == 3
+    assert compiled is not None
+
+
+def _episode(
+    seed: int, success: bool, stages: list[StageRun], cause: str = "success"
+) -> EpisodeReport:
+    glimpse = Glimpse(
+        step=5, inventory={"wood": 1}, status={"health": 9.0}, near=["tree"], facing="grass"
+    )
+    trace = [Segment("collect('stone', 1)", 40, glimpse, glimpse)]
+    return EpisodeReport(seed, success, 100, 0.0, [], cause, "", 0, trace=trace, stages=stages)
+
+
+def test_critic_counts_a_sub_action_only_where_it_was_reached() -> None:
+    sub = SubAction("collect_stone", Subtask("collect_stone", goal={"stone": 1}), target=0.9)
+    ok = StageRun("collect_stone", True, 30, "success")
+    budget = StageRun("collect_stone", False, 300, "step_budget")
+    earlier = StageRun("make_wood_pickaxe", False, 200, "policy_finished", "no table")
+    result = RolloutResult(
+        "collect_stone",
+        [
+            _episode(1, True, [ok]),
+            _episode(2, False, [budget], "step_budget"),
+            _episode(3, False, [earlier], "policy_finished"),
+            _episode(4, True, [ok]),
+        ],
+        0.5,
+        400,
+        "env-0",
+    )
+    rate, reached = stage_rate(result, "collect_stone")
+    assert (rate, reached) == (2 / 3, 3)
+    stats = statistics(Review(sub, 1, "code", result, revisions_left=1))
+    assert stats["success_rate"] == round(2 / 3, 4) and stats["task_success_rate"] == 0.5
+    assert stats["causes"] == {"step_budget": 1, "not_reached:make_wood_pickaxe": 1}
+    assert stats["example"]["action"] == "collect('stone', 1)"
+
+
+@pytest.mark.parametrize(
+    ("rate", "cause", "left", "verdict"),
+    [
+        (0.95, "", 1, "accept"),
+        (0.5, "step_budget", 1, "revise"),
+        (0.5, "step_budget", 0, "switch"),
+        (0.5, "policy_unusable", 2, "switch"),
+    ],
+)
+def test_offline_critic_verdict_follows_rate_cause_and_revisions(
+    rate: float, cause: str, left: int, verdict: str
+) -> None:
+    request = {
+        "success_rate": rate,
+        "target": 0.9,
+        "episodes": 10,
+        "causes": {cause: 5} if cause else {},
+        "revisions_left": left,
+        "mode": "code",
+        "example": {"cause": cause} if cause else None,
+    }
+    reply = trio.run(OfflineBackend().call, "critic", "review", request)
+    assert reply.data["verdict"] == verdict
+    if verdict != "accept":
+        assert cause in reply.data["advice"]
+
+
+def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
+    request = {
+        "task": "t",
+        "iteration": 1,
+        "success_target": 0.3,
+        "final_success": 0.1,
+        "budget": {"iterations_left": 1, "env_steps_left": 10_000},
+        "subactions": [
+            {"name": "a", "mode": "code", "target": 0.9, "success_rate": 0.95,
+             "accepted": True, "verdict": "accept", "cause": "", "advice": "", "versions": 1},
+            {"name": "b", "mode": "code", "target": 0.9, "success_rate": 0.4,
+             "accepted": False, "verdict": "switch", "cause": "step_budget", "advice": "",
+             "versions": 3},
+        ],
+    }  # fmt: skip
+    reply = trio.run(OfflineBackend().call, "slow", "revise", request).data
+    assert [(c["subaction"], c["change"]) for c in reply["changes"]] == [("b", "to_rl")]
+    assert "0.40 < 0.90" in reply["changes"][0]["reason"] and not reply["stop"]
+
+
+def _config_error(tmp_path: Path, text: str, env: dict | None = None) -> str:
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    done = subprocess.run(
+        [*RUN, "--config", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert str(config) in done.stderr
+    assert not (tmp_path / "runs").exists()
+    return done.stderr
+
+
+ENVS = "[actors.environment]\ncount = 1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("[agents]\nbackend = 'opneai'\n" + ENVS, "did you mean 'openai'?"),
+        ("[agents]\nbackend = 'openai'\n" + ENVS, 'set base_url = "http://localhost:8000/v1"'),
+        (
+            "[agents]\nbackend = 'openai'\nbase_url = 'http://127.0.0.1:9/v1'\n" + ENVS,
+            "set model =",
+        ),
+        ("[task]\niterations = 'three'\n" + ENVS, "task.iterations: expected an integer"),
+        ("[task]\ntarget = 'dimond'\n" + ENVS, "task.target: expected an item or achievement"),
+        ("[task]\nsuccess_target = 3.0\n" + ENVS, "task.success_target: expected a rate"),
+        ("[run]\nname = 'x'\n", "add [actors.environment]"),
+    ],
+)
+def test_bad_agents_or_task_config_exits_2_with_the_fix(
+    tmp_path: Path, text: str, expect: str
+) -> None:
+    assert expect in _config_error(tmp_path, text)
+
+
+def test_openai_backend_without_its_key_variable_exits_2(tmp_path: Path) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RLGPT_TEST_KEY"}
+    text = (
+        "[agents]\nbackend = 'openai'\nbase_url = 'http://127.0.0.1:9/v1'\nmodel = 'm'\n"
+        "api_key_env = 'RLGPT_TEST_KEY'\n" + ENVS
+    )
+    assert "export RLGPT_TEST_KEY=" in _config_error(tmp_path, text, env)
+
+
+def test_openai_endpoint_that_refuses_exits_2(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RLGPT_TEST_KEY": "k"}
+    text = (
+        f"[agents]\nbackend = 'openai'\nbase_url = 'http://127.0.0.1:{port}/v1'\nmodel = 'm'\n"
+        "api_key_env = 'RLGPT_TEST_KEY'\ntimeout_s = 2.0\nmax_retries = 0\n" + ENVS
+    )
+    assert "check base_url" in _config_error(tmp_path, text, env)

@@ -1,0 +1,138 @@
+"""RL-GPT end to end through ``run.py``: the offline backend plans, writes code, trains
+PPO and composes a final policy on the real game; a killed head resumes its run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT
+
+RUN = [sys.executable, str(ROOT / "run.py")]
+
+# A short task with everything in it: three steps from the recipe data, one learned
+# with PPO from the first plan, code versions critiqued, a final evaluation and video.
+SMALL = """
+[run]
+name = "small"
+seed = 0
+
+[task]
+task = "make a wood pickaxe"
+target = "wood_pickaxe"
+success_target = 0.5
+iterations = 2
+revisions = 1
+code_episodes = 4
+eval_episodes = 4
+train_steps = 1024
+train_envs = 2
+episode_steps = 1500
+learn = ["place_table"]
+
+[runtime]
+heartbeat_interval = 0.5
+heartbeat_timeout = 10.0
+
+[actors.environment]
+count = 2
+
+[actors.learner]
+count = 1
+"""
+
+
+def _events(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "events.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _named(events: list[dict], name: str) -> list[dict]:
+    return [e for e in events if e.get("event") == name]
+
+
+def _start(tmp_path: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*RUN, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL)
+    proc = _start(tmp_path, "--config", str(config))
+    _, err = proc.communicate(timeout=540)
+    assert proc.returncode == 0, err[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = _events(run_dir)
+    plan = _named(events, "plan_made")[0]
+    assert "place_table:rl" in plan["subactions"] and "collect_wood:code" in plan["subactions"]
+    assert _named(events, "code_written") and _named(events, "critique")
+    trained = _named(events, "training_result")
+    assert trained and all(e["job"].startswith("place_table") for e in trained)
+    final = {e["subaction"]: e for e in _named(events, "final_stage")}
+    assert final["place_table"]["mode"] == "rl"
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["learned_stages"] >= 1 and report["final_episodes"] == 4
+    assert 0.0 <= report["final_success"] <= 1.0
+    text = (run_dir / "report.md").read_text()
+    for heading in ("## Final policy", "## Plan history", "## Critiques", "per iteration"):
+        assert heading in text
+    assert (run_dir / "success.png").exists()
+    calls = [json.loads(line) for line in (run_dir / "calls.jsonl").read_text().splitlines()]
+    assert {(c["role"], c["purpose"]) for c in calls} >= {
+        ("slow", "plan"),
+        ("fast", "code"),
+        ("fast", "rl"),
+        ("critic", "review"),
+    }
+
+
+def _wait_for(run_root: Path, event: str, proc: subprocess.Popen, timeout: float) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in run_root.glob("*/events.jsonl"):
+            if f'"event":"{event}"' in path.read_text():
+                return path.parent
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended ({proc.returncode}) before {event}")
+        time.sleep(0.2)
+    raise AssertionError(f"no {event} within {timeout} s")
+
+
+def test_killed_head_resumes_without_repeating_calls_or_finished_training(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text(SMALL.replace("iterations = 2", "iterations = 1"))
+    proc = _start(tmp_path, "--config", str(config))
+    try:
+        run_dir = _wait_for(tmp_path / "runs", "training_result", proc, timeout=400)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143
+    before = _events(run_dir)
+    finished = {e["job"] for e in _named(before, "training_result")}
+    calls_before = len((run_dir / "calls.jsonl").read_text().splitlines())
+    assert finished and calls_before >= 3
+
+    resumed = _start(tmp_path, "--resume", str(run_dir))
+    _, err = resumed.communicate(timeout=540)
+    assert resumed.returncode == 0, err[-3000:]
+    after = _events(run_dir)[len(before) :]
+    # No recorded call reached the backend again: every call key is in the file once,
+    # and the resumed head replayed the ones it needed.
+    keys = [json.loads(line)["key"] for line in (run_dir / "calls.jsonl").read_text().splitlines()]
+    assert len(keys) == len(set(keys))
+    assert len(_named(after, "agent_call_replayed")) >= calls_before
+    # No finished training job ran again.
+    started_again = {e["job"] for e in _named(after, "training_started")}
+    assert not (started_again & finished), started_again & finished
+    assert any(e.get("kind") == "TrainResult" for e in _named(after, "job_replayed"))
+    assert (run_dir / "report.md").exists()
