@@ -7,6 +7,10 @@ outcome, never an exception. If the worker thread stops answering its own budget
 single C call that runs away), the actor answers with a ``timeout`` result and then
 exits, so that the supervisor replaces it with a clean process.
 
+A request with ``stages`` (and ``needs``) runs a composed policy instead: the task
+planner of :mod:`envs.composite` runs coded and learned sub-policies in turn inside each
+episode, and each episode report lists its stage runs.
+
 Per-episode achievement stats go to ``<run dir>/rollouts/stats.jsonl`` in Crafter's own
 ``Recorder`` format, so Crafter's analysis scripts read them unchanged.
 """

@@ -150,7 +150,8 @@ class _Best:
 
     def offer(self, result: RolloutResult, name: str, stage: Stage) -> None:
         rate, _ = stage_rate(result, name)
-        if rate > self.rate:
+        # A version that never succeeded is not composed into anything.
+        if rate > self.rate and rate > 0:
             self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
 
 
@@ -322,7 +323,16 @@ class FastAgent(Actor):
                 note=reply.get("note", "")[:200],
                 revision_of=critique.cause if critique else "",
             )
-            train = await self._train(work, config, version)
+            try:
+                train = await self._train(work, config, version)
+            except RemoteFailure as exc:
+                # The config itself was unusable (its setup or reward code, say): that is
+                # this version's failure, with its cause, not the run's.
+                log.error(
+                    "training_failed", subaction=sub.name, version=version, detail=str(exc)[-500:]
+                )
+                state["failed"] = f"training failed: {str(exc)[-300:]}"
+                break
             state["train_steps"] += train.primitive_steps + train.eval_primitive_steps
             policy = store_artifact(self.run_dir, train)
             stage = Stage(
@@ -395,11 +405,16 @@ class FastAgent(Actor):
         recorded = self.agents.journal.job(req)
         if recorded is not None:
             return recorded
+        result, problem = None, ""
         try:
             result = await rollout_split(self, req, self.environments)
-        except RemoteFailure as exc:
+        except* RemoteFailure as group:
+            problem = str(group.exceptions[0])[-1000:]
+        if result is None:
+            # The environment could not run it at all: every episode fails with the reason.
+            log.error("evaluation_failed", subaction=sub.name, detail=problem[-300:])
             episodes = [
-                EpisodeReport(s, False, 0, 0.0, [], "rollout_failed", str(exc)) for s in req.seeds
+                EpisodeReport(s, False, 0, 0.0, [], "rollout_failed", problem) for s in req.seeds
             ]
             result = RolloutResult(sub.name, episodes, 0.0, 0, "")
         result = _trimmed(result)

@@ -78,6 +78,8 @@ async def run_method(head: Head) -> dict:
     task = task_of(s)
     log.info("task_started", task=task.task, target=task.target_item, backend=agents.backend.name)
     report: TaskReport = await head.client.ask("@slow", task)
+    if report.stop_reason == "planning_failed":
+        raise RuntimeError("the slow agent could not plan: see agent_call_failed in events.jsonl")
     video = await _video(head, task, report)
     totals = agents.journal.totals
     summary = {

@@ -29,7 +29,19 @@ from typing import Any
 from runtime.journal import CallResult
 
 CODE_FIXABLE = frozenset(
-    {"step_budget", "policy_finished", "episode_done", "exception", "timeout", "invalid_action"}
+    {
+        "step_budget",
+        "policy_finished",
+        "episode_done",
+        "exception",
+        "timeout",
+        "invalid_action",
+        "syntax",
+        "forbidden",
+        "memory",
+        "recursion",
+        "output_limit",
+    }
 )
 """Failure causes a code revision can answer; any other leaves only a switch to RL."""
 

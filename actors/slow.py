@@ -26,6 +26,8 @@ from messages.task import Need, Stage, Subtask
 from runtime.actor import Actor, handles
 from runtime.events import log
 
+VITALS = ("health", "food", "drink", "energy")
+"""What a survival need may watch: the vital statistics the world reports."""
 FINAL_WALL_S = 600.0
 """Wall-clock budget of one final-policy episode (up to Crafter's 10,000 steps)."""
 
@@ -451,6 +453,7 @@ def needs_table(library: Any) -> list[dict[str, Any]]:
             "code": st.source,
         }
         for st in library.survival_stages()
+        if st.stat in VITALS
     ]
 
 

@@ -71,12 +71,13 @@ def compose(
     codes = {s.name: _compiled(library.code_for(s, params(s))) for s in steps}
     stages = [(st, _compiled(st.source)) for st in library.survival_stages()]
 
+    def value(skills: Skills, stat: str) -> float:
+        return skills.daylight() if stat == "daylight" else skills.status().get(stat, 9)
+
     def needs(skills: Skills) -> Iterator[str]:
-        status = skills.status()
         for stage, code in stages:
-            if status.get(stage.stat, 9) < stage.below:
+            if value(skills, stage.stat) < stage.below:
                 yield from code(skills)
-                status = skills.status()
 
     def policy(skills: Skills) -> Iterator[str]:
         for _ in range(rounds):
@@ -109,7 +110,7 @@ def _episode(args: tuple) -> dict[str, Any]:
     if kind == "chain":
         target, survival = payload
         steps = recipes.chain(target)
-        policy = compose(steps, library.best_params, survival)
+        policy = compose(steps, lambda s: library.best_params(s, survive=False), survival)
     else:
         step_name, which, params = payload
         step = {s.name: s for s in recipes.chain(which)}[step_name]

@@ -75,8 +75,6 @@ without bound); the planner itself stops after 4× as many runs."""
 MAX_OUTPUT_CHARS = sandbox.Limits().max_output_chars
 # Causes no retry can change: the code or the policy itself is unusable.
 PERMANENT_CAUSES = frozenset({"syntax", "forbidden", "policy_unusable"})
-# Planner stop reasons that end the episode, in the order they are checked.
-EPISODE_ENDS = ("success", "episode_done", "step_budget", "timeout")
 
 
 # ---------------------------------------------------------------------- tests
@@ -364,9 +362,6 @@ class _Planner:
     # ---- the planner's checks, from the tap's books (valid mid-step, before the skills
     # object has seen the step)
 
-    def _inventory(self) -> Mapping[str, int]:
-        return self.tap.obs.inventory
-
     def _episode_end(self) -> str | None:
         tap = self.tap
         if episode_met(self.subtask, tap.obs.inventory, tap.counts):
@@ -409,6 +404,11 @@ class _Planner:
         # The budget starts after the world is built, as a coded rollout's does.
         started = time.monotonic()
         self.deadline = started + self.wall_s
+        unknown = sorted({n.stat for n in self.needs} - set(obs.status))
+        if unknown:
+            raise ValueError(
+                f"needs name unknown stats {unknown}; the world has {list(obs.status)}"
+            )
         self.skills = self.skills_factory(obs, tap.action_names, self.seed)
         done = [False] * len(self.stages)
         failures = [0] * len(self.stages)
@@ -443,7 +443,7 @@ class _Planner:
             if run.success:
                 done[i] = True
                 continue
-            if run.cause == "interrupted" or run.cause in EPISODE_ENDS:
+            if run.cause == "interrupted" or self._episode_end() is not None:
                 continue  # a need comes first / the loop's top ends the episode
             failures[i] += 1
             if run.cause in PERMANENT_CAUSES or failures[i] > STAGE_RETRIES:

@@ -51,6 +51,11 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   function that fails (or returns a non-finite or non-number) gives 0 for that step and
   is counted in ``info["reward_failures"]``.
 
+- **attach** — ``attach(world, obs, skills)`` takes over an episode already under way
+  instead of resetting one (a composed policy, :mod:`envs.composite`, hands the world to
+  a learned sub-policy mid-episode): no reset, no setup; success, the step cap and the
+  achievement counts run from the attach moment, and ``step`` then works as usual.
+
 Errors: bad code in the config (syntax, forbidden constructs, a module body that fails,
 a missing ``run``/``reward``) raises :class:`CodeError` at construction, with the
 sandbox's :class:`~sandbox.Failure` (cause, detail, line). A setup that fails (the code

@@ -411,21 +411,24 @@ class Skills:
             return False
         budget = patience
         while budget > 0:
-            found = self._search(self._nook_at, dig=self._tunnel)
-            if found is None:
+            diggable = self._diggable() if self._tunnel else frozenset()
+            d = self._nook_at(self._obs.position, None, diggable)
+            if d is not None:
+                start = self._steps
+                ok = yield from self._dig_in(d)
+                budget -= max(1, self._steps - start)
+                if ok:
+                    return True
+                continue
+            found = self._search(
+                lambda pos, f, dg=diggable: self._nook_at(pos, f, dg) is not None,
+                dig=self._tunnel,
+            )
+            if found is None or len(found) > budget:
                 return False
             start = self._steps
             ok = yield from self._follow(found, budget)
             budget -= max(1, self._steps - start)
-            if not ok:
-                continue
-            d = self._nook_at(self._obs.position, None)
-            if not d:
-                continue
-            ok = yield from self._dig_in(d, budget)
-            budget -= 6
-            if ok:
-                return True
         return self._enclosed()
 
     def rest(self, until: int | None = None, patience: int = 300) -> Iterator[str]:
@@ -459,12 +462,11 @@ class Skills:
                 return DIRECTIONS[(dx, dy)]  # occupied: moving towards it only turns
         return None
 
-    def _nook_at(self, pos: Pos, facing: Pos | None) -> Pos | None:
+    def _nook_at(self, pos: Pos, facing: Pos | None, diggable: frozenset[str]) -> Pos | None:
         """A direction d from ``pos`` where pos+d and pos+2d can hold the player and all
         their other neighbours are solid, and pos itself can take a stone."""
         if self._memory.get(pos) not in self._rules.place.get("stone", {}).get("where", ()):
             return None
-        diggable = self._diggable() if self._tunnel else frozenset()
         stone = self._obs.inventory.get("stone", 0)
         for d in DIRECTIONS:
             x1, x2 = _add(pos, d), _add(pos, (2 * d[0], 2 * d[1]))
@@ -509,7 +511,7 @@ class Skills:
                     return False
         return True
 
-    def _dig_in(self, d: Pos, budget: int) -> Iterator[str]:
+    def _dig_in(self, d: Pos) -> Iterator[str]:
         """From a nook's mouth: enter two tiles along ``d``, step back, place a stone."""
         back = (-d[0], -d[1])
         for _ in range(2):
@@ -679,9 +681,11 @@ class Skills:
     def _worth_searching(self, key: object) -> bool:
         # A full search costs milliseconds; skip it while the target was never seen, and
         # for a few steps after one failed (the map changes slowly while exploring).
+        # A creature in view moves: search for it every step.
         if isinstance(key, str) and not self._tile_counts.get(key):
             if not any(kind == key for kind, _, _ in self._obs.creatures):
                 return False
+            return True
         failed_at = self._no_path.get(key)
         return failed_at is None or self._steps - failed_at >= RESEARCH_AFTER
 

@@ -48,13 +48,17 @@ class Params:
     survive: bool = False
     """Drink, eat, sleep in a shelter and recover when vitals run low."""
     chunk: int = 40
-    """Steps per skill call between checks of vitals and danger."""
+    """Steps per skill call before the code re-decides (explore, retry)."""
+    check: int = 10
+    """With ``survive``: steps between checks of vitals and nightfall."""
     guarded: bool = False
     """Catch the code's own exceptions, explore a little and carry on."""
     validate: bool = False
     """Replace action names the world does not know by 'noop'."""
     far: int = 24
     """A station further than this (steps) is replaced by a new one if materials allow."""
+    arm: bool = False
+    """Make a sword at a table when spare materials allow (zombies die in fewer hits)."""
 
 
 MAX_PATIENCE = 6000
@@ -67,20 +71,24 @@ def first_params(step: Step) -> Params:
     return Params()
 
 
-def best_params(step: Step) -> Params:
-    """The final quality: every revision applied, patience sized to the step."""
-    return Params(
+def best_params(step: Step, **changes: object) -> Params:
+    """The final quality: every revision applied, patience sized to the step
+    (``changes`` override fields, e.g. ``survive=False`` under a composer that keeps
+    the vitals up itself)."""
+    best = Params(
         patience=max(300, step.max_steps),
         attempts=MAX_ATTEMPTS,
         explore=30,
         secure=True,
         dig=True,
         fight=True,
-        survive=False,
         chunk=40,
         guarded=True,
         validate=False,
+        arm=True,
+        survive=True,
     )
+    return dataclasses.replace(best, **changes)
 
 
 def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Params, str] | None:
@@ -124,7 +132,8 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
             )
         if p.chunk > 10:
             return replace(p, chunk=p.chunk // 2), (
-                "step_budget: checks came too late — checks vitals and danger twice as often"
+                "step_budget: long skill calls kept going the wrong way — re-decides "
+                "twice as often"
             )
         return None
     if cause == "episode_done":
@@ -133,13 +142,18 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
                 "episode_done: the player died — now fights zombies and skeletons that "
                 "come next to it"
             )
+        if not p.arm:
+            return replace(p, arm=True), (
+                "episode_done: the player died fighting — now makes a sword at a table "
+                "when spare wood/stone allow"
+            )
         if not p.survive:
             return replace(p, survive=True), (
                 "episode_done: the player died — now drinks, eats, sleeps in a shelter "
                 "and recovers when vitals run low"
             )
-        if p.chunk > 10:
-            return replace(p, chunk=p.chunk // 2), (
+        if p.check > 2:
+            return replace(p, check=p.check // 2), (
                 "episode_done: danger came between checks — checks vitals twice as often"
             )
         return None
@@ -207,6 +221,8 @@ def _tables() -> dict[str, object]:
         "SOURCES": src,
         "ORDER": order,
         "ACTIONS": list(constants.actions),
+        # Swords: made items nothing else uses, cheapest first (they add damage).
+        "SWORDS": [i for i in constants.make if "sword" in i][:2],
     }
 
 
@@ -230,6 +246,14 @@ DRINK_BELOW, DRINK_UNTIL = 4, 9  # −1 per ~20 steps: 80 steps to reach water, 
 FOOD_BELOW, FOOD_UNTIL = 4, 6  # −1 per ~25 steps: 100 steps to find a cow (+6 each)
 ENERGY_BELOW, ENERGY_UNTIL = 3, 9  # −1 per ~30 steps: 90 steps to find a nook
 HEALTH_BELOW, HEALTH_UNTIL = 4, 7  # two zombie hits from death: get away, wall in, rest
+# Night (Crafter's daylight < 0.35 for ~100 of every 300 steps): zombies spawn on grass
+# chunks at up to 3 per chunk and hit sleepers for 7, so the night is spent walled in,
+# sleeping; drink/food are topped up first so that they last until dawn (~120 steps).
+NIGHT_BELOW, DAWN = 0.35, 0.5
+NIGHT_DRINK, NIGHT_FOOD = 5, 3
+# Refill on the way when the source is in view: cheap, and it keeps the emergencies
+# (a long trip to water or cows, maybe at night) rare.
+TOP_UP_DRINK, TOP_UP_FOOD = 6, 5
 
 _PRELUDE = '''\
 PATIENCE = {patience}
@@ -240,9 +264,12 @@ DIG = {dig}
 FIGHT = {fight}
 SURVIVE = {survive}
 CHUNK = {chunk}
+CHECK = {check}
 GUARDED = {guarded}
 VALIDATE = {validate}
 FAR = {far}
+ARM = {arm}
+SWORDS = {SWORDS}
 HOW = {HOW}
 USES = {USES}
 NEAR = {NEAR}
@@ -259,6 +286,12 @@ ENERGY_BELOW = {ENERGY_BELOW}
 ENERGY_UNTIL = {ENERGY_UNTIL}
 HEALTH_BELOW = {HEALTH_BELOW}
 HEALTH_UNTIL = {HEALTH_UNTIL}
+NIGHT_BELOW = {NIGHT_BELOW}
+DAWN = {DAWN}
+NIGHT_DRINK = {NIGHT_DRINK}
+NIGHT_FOOD = {NIGHT_FOOD}
+TOP_UP_DRINK = {TOP_UP_DRINK}
+TOP_UP_FOOD = {TOP_UP_FOOD}
 
 
 def count(skills, item):
@@ -302,32 +335,67 @@ def eat(skills, until):
     return count(skills, "food") >= until
 
 
-def sleep(skills, until):
-    """Wall in with stone (dig a nook) if possible, then sleep until energy is back."""
-    yield from skills.defend(30)
-    walled = yield from skills.shelter(60)
-    if not walled and count(skills, "stone") == 0 and count(skills, "wood_pickaxe") > 0:
-        yield from skills.collect("stone", 2, 60)
+def hide(skills):
+    """Get walled in: a nook in stone within reach (dug with a pickaxe), else head for
+    the mountains and try again."""
+    for tries in range(3):
         walled = yield from skills.shelter(60)
+        if walled:
+            return True
+        if count(skills, "stone") == 0 and count(skills, "wood_pickaxe") > 0:
+            yield from skills.collect("stone", 2, 40)
+        else:
+            yield from skills.explore(20, "stone")
+    return False
+
+
+def sleep(skills, until):
+    """Wall in (dig a nook) if possible, then sleep until energy is back."""
+    yield from skills.defend(30)
+    walled = yield from hide(skills)
     ok = yield from skills.rest(until, 400)
     return ok
 
 
-def recover(skills, until):
-    """Low health: fight off whatever is next to us, wall in, rest until healed."""
-    yield from skills.defend(40)
-    if count(skills, "drink") < 3:
+def night(skills):
+    """Nights are when zombies swarm: top up drink and food, get walled in, sleep (or
+    wait) until dawn. Without a shelter, carry on (and try again at the next check)."""
+    if count(skills, "drink") < NIGHT_DRINK:
         yield from drink(skills, DRINK_UNTIL)
-    if count(skills, "food") < 3:
+    if count(skills, "food") < NIGHT_FOOD:
         yield from eat(skills, FOOD_UNTIL)
-    walled = yield from skills.shelter(40)
-    waited = 0
-    while count(skills, "health") < until and waited < 200:
+    walled = yield from hide(skills)
+    if not walled:
+        return False
+    start = skills.steps()
+    while skills.daylight() < DAWN and skills.steps() - start < 250:
+        if count(skills, "drink") < 2 or count(skills, "food") < 2:
+            return False
         if count(skills, "energy") < 9:
-            ok = yield from skills.rest(9, 20)
+            yield from skills.rest(9, 10)
         else:
-            yield "noop"
-        waited += 20 if count(skills, "energy") < 9 else 1
+            for wait in range(5):
+                yield "noop"
+        fought = yield from skills.defend(20)
+        if fought:
+            walled = yield from skills.shelter(20)
+    return True
+
+
+def recover(skills, until):
+    """Low health: fight off whatever is next to us, wall in, rest until healed (only
+    while food and drink last: health regenerates only then)."""
+    yield from skills.defend(40)
+    walled = yield from hide(skills)
+    start = skills.steps()
+    while count(skills, "health") < until and skills.steps() - start < 200:
+        if count(skills, "drink") < 2 or count(skills, "food") < 2:
+            return False
+        if count(skills, "energy") < 9:
+            yield from skills.rest(9, 10)
+        else:
+            for wait in range(5):
+                yield "noop"
         fought = yield from skills.defend(20)
         if fought:
             walled = yield from skills.shelter(30)
@@ -337,13 +405,19 @@ def recover(skills, until):
 def vitals(skills):
     """Keep the player alive: the survival stages, most urgent first."""
     yield from skills.defend(30)
-    if count(skills, "health") < HEALTH_BELOW:
-        yield from recover(skills, HEALTH_UNTIL)
+    if count(skills, "drink") <= TOP_UP_DRINK and skills.sees("water"):
+        yield from drink(skills, DRINK_UNTIL)
+    if count(skills, "food") <= TOP_UP_FOOD and skills.sees("cow"):
+        yield from eat(skills, FOOD_UNTIL)
     if count(skills, "drink") < DRINK_BELOW:
         yield from drink(skills, DRINK_UNTIL)
     if count(skills, "food") < FOOD_BELOW:
         yield from eat(skills, FOOD_UNTIL)
-    if count(skills, "energy") < ENERGY_BELOW:
+    if count(skills, "health") < HEALTH_BELOW:
+        yield from recover(skills, HEALTH_UNTIL)
+    if skills.daylight() < NIGHT_BELOW:
+        yield from night(skills)
+    elif count(skills, "energy") < ENERGY_BELOW:
         yield from sleep(skills, ENERGY_UNTIL)
     return True
 
@@ -352,8 +426,6 @@ def gather(skills, tile, item, n):
     """Hit ``tile`` until holding ``n`` of ``item`` (False when a tool is missing)."""
     spent = 0
     while count(skills, item) < n and spent < PATIENCE:
-        if SURVIVE:
-            yield from vitals(skills)
         start = skills.steps()
         want = n - count(skills, item)
         ok = yield from skills.collect(tile, want, min(CHUNK, PATIENCE - spent))
@@ -399,6 +471,14 @@ def secure(skills, needs):
     return False
 
 
+def collectable(skills, item):
+    """Whether ``item`` can be collected with the tools held now."""
+    if HOW.get(item) != "collect":
+        return False
+    tools = TOOLS[SOURCES[item]]
+    return all(count(skills, tool) >= tools[tool] for tool in tools)
+
+
 def known(skills, station):
     """Offset of a remembered station within FAR steps, else None."""
     spot = skills.nearest(station)
@@ -432,6 +512,13 @@ def stations(skills, names, keep):
         if name != anchor:
             for item in USES.get(name, {{}}):
                 needs[item] = needs.get(item, 0) + USES[name][item]
+    if ARM:
+        for sword in SWORDS:
+            if count(skills, sword) > 0 or not all(n in names for n in NEAR[sword]):
+                continue
+            if all(collectable(skills, item) for item in USES[sword]):
+                for item in USES[sword]:
+                    needs[item] = needs.get(item, 0) + USES[sword][item]
     ok = yield from secure(skills, needs)
     if not ok:
         return False
@@ -446,7 +533,20 @@ def stations(skills, names, keep):
         ok = yield from skills.place(name, min(PATIENCE, 100))
         if not ok:
             return False
+    if ARM:
+        yield from arm(skills, names, keep)
     return True
+
+
+def arm(skills, names, keep):
+    """At the stations: make the swords we lack whose materials are spare."""
+    for sword in SWORDS:
+        if count(skills, sword) > 0 or not all(n in names for n in NEAR[sword]):
+            continue
+        uses = USES[sword]
+        if all(count(skills, m) >= uses[m] + keep.get(m, 0) for m in uses):
+            ok = yield from skills.make(sword, 10)
+            keep = dict(keep)
 
 
 def build(skills, item, n):
@@ -472,8 +572,6 @@ def hunt(skills, kind, achievement):
     spent = 0
     budget = PATIENCE * (ATTEMPTS + 1)
     while skills.achievements().get(achievement, 0) == 0 and spent < budget:
-        if SURVIVE:
-            yield from vitals(skills)
         start = skills.steps()
         ok = yield from skills.collect(kind, 1, CHUNK)
         spent += skills.steps() - start + 1
@@ -487,8 +585,6 @@ def wait_and_sleep(skills):
     """Sleep once (energy must be below its maximum), walled in if possible."""
     spent = 0
     while count(skills, "energy") >= 9 and spent < PATIENCE:
-        if SURVIVE:
-            yield from vitals(skills)
         if SECURE and count(skills, "wood_pickaxe") == 0:
             yield from obtain(skills, "wood_pickaxe", 1)
         elif SECURE and count(skills, "stone") < 2 and count(skills, "wood_pickaxe") > 0:
@@ -520,8 +616,6 @@ def grow_and_eat(skills):
             spot = (here[0] + ahead[0], here[1] + ahead[1])
         waited = 0
         while skills.achievements().get("eat_plant", 0) == 0 and waited < 800:
-            if SURVIVE:
-                yield from vitals(skills)
             here = skills.position()
             ok = yield from skills.walk_to(spot[0] - here[0], spot[1] - here[1], CHUNK)
             if not ok or skills.facing_tile() != "plant":
@@ -549,16 +643,17 @@ def act(skills, body):
 
 
 def run(skills):
+    """Run the step's main(); with SURVIVE, pause it every CHECK steps to keep vitals
+    up (the paused skill re-plans when it resumes)."""
     setup(skills)
-    stage = main(skills)
-    if not VALIDATE:
-        ok = yield from act(skills, stage)
-        return ok
-    for action in act(skills, stage):
-        if action in ACTIONS:
-            yield action
-        else:
-            yield "noop"
+    last = skills.steps()
+    for action in act(skills, main(skills)):
+        if VALIDATE and action not in ACTIONS:
+            action = "noop"
+        yield action
+        if SURVIVE and skills.steps() - last >= CHECK:
+            yield from vitals(skills)
+            last = skills.steps()
 '''
 
 
@@ -576,6 +671,12 @@ def _prelude(params: Params) -> str:
         ENERGY_UNTIL=ENERGY_UNTIL,
         HEALTH_BELOW=HEALTH_BELOW,
         HEALTH_UNTIL=HEALTH_UNTIL,
+        NIGHT_BELOW=NIGHT_BELOW,
+        DAWN=DAWN,
+        NIGHT_DRINK=NIGHT_DRINK,
+        NIGHT_FOOD=NIGHT_FOOD,
+        TOP_UP_DRINK=TOP_UP_DRINK,
+        TOP_UP_FOOD=TOP_UP_FOOD,
     )
     return _PRELUDE.format(**values)
 
@@ -608,8 +709,6 @@ def _main_for(step: Step) -> str:
             tries = 0
             while skills.achievements().get({step.achievement!r}, 0) == 0 and tries <= ATTEMPTS:
                 tries += 1
-                if SURVIVE:
-                    yield from vitals(skills)
                 if SECURE and NEAR.get({step.item!r}):
                     ok = yield from stations(skills, NEAR[{step.item!r}], USES[{step.item!r}])
                 ok = yield from put(skills, {step.item!r})
@@ -702,18 +801,11 @@ def survival_params() -> Params:
 
 
 def survival_stages() -> list[SurvivalStage]:
-    """Drink, eat, sleep and recover: when each applies, until when, and its code."""
+    """Drink, eat, recover, shelter at night, sleep: when each applies (``stat`` below
+    ``below``; 'daylight' is the world's light, 0–1), until when, and its code. In the
+    order a composer should check them: most urgent first."""
     p = survival_params()
     return [
-        SurvivalStage(
-            "retreat",
-            "health",
-            HEALTH_BELOW,
-            HEALTH_UNTIL,
-            "two zombie hits (2 each, 7 on a sleeper) from death: fight off what is "
-            "adjacent, wall in, rest until health is back",
-            _stage_source("recover(skills, HEALTH_UNTIL)", p),
-        ),
         SurvivalStage(
             "drink_water",
             "drink",
@@ -728,8 +820,27 @@ def survival_stages() -> list[SurvivalStage]:
             "food",
             FOOD_BELOW,
             FOOD_UNTIL,
-            "food falls 1 per ~25 steps; at 4 there are ~100 steps to find a cow, which gives 6",
+            "food falls 1 per ~25 steps; at 4 there are ~100 steps to find a cow, "
+            "which gives 6",
             _stage_source("eat(skills, FOOD_UNTIL)", p),
+        ),
+        SurvivalStage(
+            "retreat",
+            "health",
+            HEALTH_BELOW,
+            HEALTH_UNTIL,
+            "two zombie hits (2 each, 7 on a sleeper) from death: fight off what is "
+            "adjacent, wall in, rest until health is back",
+            _stage_source("recover(skills, HEALTH_UNTIL)", p),
+        ),
+        SurvivalStage(
+            "shelter",
+            "daylight",
+            NIGHT_BELOW,
+            DAWN,
+            "at night zombies swarm the grassland (up to 3 per chunk) and hit sleepers "
+            "for 7: top up drink and food, wall in a nook of stone and sleep until dawn",
+            _stage_source("night(skills)", p),
         ),
         SurvivalStage(
             "sleep",

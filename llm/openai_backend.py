@@ -88,6 +88,9 @@ class _Completion:
 class OpenAIBackend:
     """Agent calls answered by a chat model behind an OpenAI-compatible endpoint."""
 
+    name = "openai"
+    """Backend name recorded with every call."""
+
     def __init__(
         self,
         base_url: str,

@@ -13,6 +13,7 @@ from PIL import Image
 
 from actors.environment import TracingSkills, frames_npz
 from actors.learner import make_ppo, sha256_of
+from envs import policies
 from envs.composite import (
     NEED_COOLDOWN_STEPS,
     STAGE_RETRIES,
@@ -22,7 +23,8 @@ from envs.composite import (
 from envs.configs import collect_wood_with_coded
 from envs.crafter_world import CrafterWorld
 from envs.policies import PLACE_TABLE_SOURCE
-from envs.rl_env import make_vec_env
+from envs.rl_env import SubtaskEnv, make_vec_env
+from envs.skills import Skills
 from envs.video import frames_from_npz, write_gif
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Need, Stage, Subtask
@@ -168,11 +170,67 @@ def test_a_failing_stage_is_retried_then_ends_the_episode_with_its_cause(world) 
     assert {(r.cause, r.line) for r in episode.stages[1:]} == {("exception", 3)}
     assert (episode.cause, episode.line) == ("exception", 3)
     assert "boom" in episode.detail
+    # A stage that keeps running into its own cap fails like one that raises.
+    idle = Stage(
+        Subtask("idle", goal={"stone": 1}, max_steps=5),
+        code="def run(skills):\n    while True:\n        yield 'noop'\n",
+    )
+    episode = run_composed(world, [WOOD, idle], [], GOAL, 0, wall_s=30)
+    assert [(r.name, r.cause, r.steps) for r in episode.stages[1:]] == [
+        ("idle", "step_budget", 5)
+    ] * (1 + STAGE_RETRIES)
+    assert episode.cause == "step_budget" and "failed 4 times" in episode.detail
     # Code that does not compile is not retried: the episode ends at once.
     syntax = Stage(Subtask("typo", goal={"stone": 1}), code="def run(skills)\n    yield 1\n")
     episode = run_composed(world, [WOOD, syntax], [], GOAL, 0, wall_s=30)
     assert names(episode) == ["collect_wood", "typo"]
     assert (episode.cause, episode.line) == ("syntax", 1)
+
+
+def test_the_wall_budget_and_unknown_stats_end_a_composed_episode(world) -> None:
+    spin = Stage(
+        Subtask("spin", goal={"stone": 1}),
+        code="def run(skills):\n    while True:\n        pass\n    yield 'noop'\n",
+    )
+    episode = run_composed(world, [WOOD, spin], [], GOAL, 0, wall_s=1.0)
+    assert names(episode) == ["collect_wood", "spin"]
+    assert episode.stages[1].cause == episode.cause == "timeout"
+    with pytest.raises(ValueError, match="unknown stats"):
+        run_composed(world, [WOOD], [Need("thirst", 5, DRINK)], GOAL, 0, wall_s=5)
+
+
+def test_attach_takes_over_a_running_episode_without_resetting(world) -> None:
+    config = collect_wood_with_coded()
+    config = dataclasses.replace(
+        config, subtask=Subtask("wood_again", achievement="collect_wood", max_steps=5)
+    )
+    env = SubtaskEnv(config, world_factory=lambda: world)
+    obs = world.reset(4)
+    skills = Skills(obs, world.action_names, seed=4)
+    counts: dict[str, int] = {}
+    for action in policies.collect_wood(skills):  # wood before the attach
+        obs, _, _, info = world.step(action)
+        skills._observe(obs, info)
+        for name in info["achievements"]:
+            counts[name] = counts.get(name, 0) + 1
+    assert counts == {"collect_wood": 1}
+    position, walked = obs.position, skills.steps()
+    encoded = env.attach(world, obs, skills, achievements=counts)
+    assert env.observation_space.contains(encoded)
+    assert env.observation is obs
+    noop = env.action_names.index("noop")
+    _, reward, terminated, truncated, info = env.step(noop)
+    # Same world, same player: nothing was reset; the earlier wood is not this success.
+    assert env.observation.position == position and skills.steps() == walked + 1
+    assert (reward, terminated, truncated, info["steps"]) == (0.0, False, False, 1)
+    _, reward, terminated, _, info = env.step(env.action_names.index("chop_tree"))
+    if info["achievements"]:  # still facing a tree: the option chops a second log
+        assert terminated and reward == 1.0
+    for _ in range(5):
+        if terminated or truncated:
+            break
+        _, _, terminated, truncated, info = env.step(noop)
+    assert terminated or truncated  # the cap counts from the attach: 5 steps
 
 
 def test_a_learned_stage_acts_mid_episode_between_coded_stages(world, wood_policy) -> None:

@@ -136,3 +136,86 @@ def test_killed_head_resumes_without_repeating_calls_or_finished_training(
     assert not (started_again & finished), started_again & finished
     assert any(e.get("kind") == "TrainResult" for e in _named(after, "job_replayed"))
     assert (run_dir / "report.md").exists()
+
+
+def _request_of(messages: list[dict]) -> tuple[str, dict]:
+    """(purpose line, request dict) of a chat request rendered from our prompt files."""
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    head, _, rest = user.partition("The request:")
+    body = rest.strip()
+    body = body[: body.rfind("}") + 1]
+    return head.strip(), json.loads(body)
+
+
+def scripted_model(messages: list[dict]) -> str:
+    """Good replies for every call of a run, computed by the offline rules — except the
+    first code version, which imports a module the sandbox refuses."""
+    import trio
+
+    from actors.offline import OfflineBackend
+    from knowledge import library, recipes
+
+    purpose, request = _request_of(messages)
+    offline = OfflineBackend()
+    if purpose.startswith("Write the code"):
+        sub = request["subaction"]
+        if request["version"] == 1:
+            return json.dumps({"code": "import os\n\ndef run(skills):\n    yield 'noop'\n"})
+        step = recipes.achievement_step(sub["achievement"] or sub["name"])
+        return json.dumps({"code": library.code_for(step), "note": "use the library skill"})
+    role_purpose = {
+        "Plan this task.": ("slow", "plan"),
+        "Revise the plan.": ("slow", "revise"),
+        "Write the RL configuration for this sub-action.": ("fast", "rl"),
+        "Review this version.": ("critic", "review"),
+    }[purpose]
+    reply = trio.run(offline.call, *role_purpose, request).data
+    return "Here you go:\n```json\n" + json.dumps(reply) + "\n```"
+
+
+def test_openai_backend_drives_a_run_over_http_and_survives_bad_replies(tmp_path: Path) -> None:
+    import os
+
+    from fake_openai import Behaviour, FakeOpenAI
+
+    with FakeOpenAI(responder=scripted_model) as fake:
+        # The first calls meet a rate limit, a server error and malformed JSON.
+        fake.script(
+            Behaviour(status=429, retry_after=0),
+            Behaviour(status=500),
+            Behaviour(text='{"subactions": [oops'),
+        )
+        config = tmp_path / "model.toml"
+        config.write_text(
+            SMALL.replace("iterations = 2", "iterations = 1")
+            + f'\n[agents]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
+            'model = "fake-model"\napi_key_env = "RLGPT_FAKE_KEY"\ntimeout_s = 20.0\n'
+        )
+        proc = subprocess.Popen(
+            [*RUN, "--config", str(config)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "RLGPT_FAKE_KEY": "not-a-real-key"},
+        )
+        _, err = proc.communicate(timeout=540)
+        assert proc.returncode == 0, err[-3000:]
+        (run_dir,) = (tmp_path / "runs").iterdir()
+        events = _events(run_dir)
+        calls = [json.loads(line) for line in (run_dir / "calls.jsonl").read_text().splitlines()]
+        assert all(c["backend"] == "openai" for c in calls)
+        plan_call = next(c for c in calls if c["purpose"] == "plan")
+        assert plan_call["attempts"] >= 3 and plan_call["repairs"] == 1
+        assert sum(c["tokens_in"] for c in calls) > 0
+        # The forbidden import cost its version, the critique named it, a revision fixed it.
+        forbidden = [e for e in _named(events, "critique") if e["cause"] == "forbidden"]
+        assert forbidden and forbidden[0]["verdict"] == "revise"
+        revised = [e for e in _named(events, "code_written") if e["revision_of"] == "forbidden"]
+        assert revised
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["learned_stages"] >= 1 and report["model_calls"] == len(calls)
+        # Every request the server saw is a recorded call, a retry or a repair of one.
+        health = 1 if any(r["path"].endswith("/models") for r in fake.requests) else 0
+        assert fake.count >= len(calls)
+        assert len(fake.requests) - health >= len(calls)
