@@ -44,6 +44,8 @@ from runtime.events import log
 # Beyond its own budget, how long a rollout may run before the actor presumes its worker
 # thread stuck in a C call: generous, since world steps also count in the budget.
 WATCHDOG_GRACE_S = float(os.environ.get("RLGPT_WATCHDOG_GRACE_S", "10"))
+# Pause between answering a stuck rollout and exiting (see on_rollout).
+EXIT_DRAIN_S = 0.5
 # Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
 MAX_FRAMES = 1000
 # Skill calls that make a trace segment (the high-level actions a critic reads about).
@@ -240,6 +242,10 @@ class EnvironmentActor(Actor):
         ]
         self._reply(env, RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id))
         await self._sock.flush()
+        # flush() only hands the reply to ZeroMQ (LINGER 0): give its I/O thread a moment
+        # to put it on the wire, else the broker may see us die first and re-deliver the
+        # job to our replacement, which gets stuck the same way (seen under load).
+        await trio.sleep(EXIT_DRAIN_S)
         os._exit(70)  # EX_SOFTWARE; the supervisor restarts us
 
     def rollout(self, req: RolloutRequest) -> RolloutResult:

@@ -132,8 +132,7 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
             )
         if p.chunk > 10:
             return replace(p, chunk=p.chunk // 2), (
-                "step_budget: long skill calls kept going the wrong way — re-decides "
-                "twice as often"
+                "step_budget: long skill calls kept going the wrong way — re-decides twice as often"
             )
         return None
     if cause == "episode_done":
@@ -820,8 +819,7 @@ def survival_stages() -> list[SurvivalStage]:
             "food",
             FOOD_BELOW,
             FOOD_UNTIL,
-            "food falls 1 per ~25 steps; at 4 there are ~100 steps to find a cow, "
-            "which gives 6",
+            "food falls 1 per ~25 steps; at 4 there are ~100 steps to find a cow, which gives 6",
             _stage_source("eat(skills, FOOD_UNTIL)", p),
         ),
         SurvivalStage(

@@ -195,6 +195,7 @@ async def run_head(
                     children_done.set()
 
             nursery.start_soon(supervise_all)
+
             async def start_local(actor: Actor) -> None:
                 await nursery.start(functools.partial(actor.run, inproc, context=ctx))
 

@@ -23,7 +23,9 @@ def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Complet
 
 def test_a_run_from_a_config_finishes_and_tail_shows_it(tmp_path: Path) -> None:
     config = tmp_path / "smoke.toml"
-    config.write_text('[run]\nname = "smoke"\ndriver = "checkup"\n[actors.probe]\ncount = 2\ncapacity = 2\n')
+    config.write_text(
+        '[run]\nname = "smoke"\ndriver = "checkup"\n[actors.probe]\ncount = 2\ncapacity = 2\n'
+    )
     done = _run(["--config", str(config)], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
