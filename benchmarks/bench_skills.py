@@ -4,20 +4,24 @@ What it runs (all on fresh seeds, never used while writing the skills; the world
 :class:`envs.crafter_world.CrafterWorld`, policies run in-process via
 :func:`envs.skills.run_policy`, i.e. trusted, no sandbox overhead):
 
-1. ``steps``: every step of ``chain(target)`` alone, from a fresh episode, capped at the
-   step's ``max_steps``, with its FIRST version (:func:`knowledge.library.first_params`)
-   and its final version (:func:`knowledge.library.best_params`): success rate and the
-   first version's failure causes — what the offline loop has to revise.
+1. ``steps``: every stage of ``chain(target)`` from the state the final versions of
+   the steps before it leave (:func:`staged`), capped at the stage's ``max_steps``, with
+   its FIRST version (:func:`knowledge.library.first_params`) and its final version
+   (:func:`knowledge.library.best_params`): success rate and the first version's
+   failure causes — what the offline loop has to revise.
 2. ``revise``: the offline loop in miniature for each step: start at the first version,
    run it on a few seeds, apply :func:`knowledge.library.revise` for the most common
    failure cause, repeat; prints the revisions taken and the success at the end.
 3. ``chain``: the final-version steps composed in order by a simple trusted composer
    (:func:`compose`: run each step not yet achieved until its achievement, retry the
-   whole chain while steps remain), up to the episode length (10000 steps), without and
-   with survival needs interleaved (before each step and every ``CHECK_EVERY`` steps:
-   if a vital is below its threshold, run that survival stage's code). Reports each
-   step's success (achievement reached) and the full-chain success rate, with mean
-   steps and seconds per episode.
+   whole chain while steps remain), up to the episode length (10000 steps), in three
+   modes: ``none`` (no survival at all), ``composer`` (survival stages interleaved by
+   the composer: before each step and every ``CHECK_EVERY`` steps, a stage whose vital
+   is below its threshold runs its :func:`knowledge.library.survival_stages` code) and
+   ``templates`` (the templates' own survival, ``Params.survive``: every ``check``
+   steps they drink, eat, shelter at night, sleep, recover). Reports each step's
+   success (achievement reached) and the full-chain success rate, with mean steps and
+   seconds per episode.
 
 Run::
 
@@ -71,6 +75,13 @@ def compose(
     codes = {s.name: _compiled(library.code_for(s, params(s))) for s in steps}
     stages = [(st, _compiled(st.source)) for st in library.survival_stages()]
 
+    def reached(skills: Skills, step: recipes.Step) -> bool:
+        # The achievement, and for a gathering step its goal (5 wood for what follows).
+        if not skills.achievements().get(step.achievement):
+            return False
+        inventory = skills.inventory()
+        return all(inventory.get(item, 0) >= n for item, n in step.goal.items())
+
     def value(skills: Skills, stat: str) -> float:
         return skills.daylight() if stat == "daylight" else skills.status().get(stat, 9)
 
@@ -93,7 +104,7 @@ def compose(
                 last_check = start
                 for action in codes[step.name](skills):
                     yield action
-                    if skills.achievements().get(step.achievement):
+                    if reached(skills, step):
                         break
                     if survival and skills.steps() - last_check >= CHECK_EVERY:
                         last_check = skills.steps()
@@ -104,32 +115,81 @@ def compose(
     return policy
 
 
+def staged(
+    before: list[recipes.Step],
+    step: recipes.Step,
+    params: library.Params,
+    record: dict[str, Any],
+) -> Callable[[Skills], Iterator[str]]:
+    """The steps ``before`` by their final versions (with their own survival), then
+    ``step``'s code with ``params`` for at most ``step.max_steps`` steps: the state a
+    stage starts from in a chain. ``record['cause']`` says how the stage ended."""
+    prefix = compose(before, library.best_params, False)
+    code = _compiled(library.code_for(step, params))
+
+    def done(skills: Skills, s: recipes.Step) -> bool:
+        return bool(skills.achievements().get(s.achievement))
+
+    def policy(skills: Skills) -> Iterator[str]:
+        yield from prefix(skills)
+        if not all(done(skills, s) for s in before):
+            record["prefix"] = False
+            return
+        start = skills.steps()
+        record["started"] = start
+        for action in code(skills):
+            yield action
+            if done(skills, step):
+                record["cause"] = "success"
+                return
+            if skills.steps() - start >= step.max_steps:
+                record["cause"] = "step_budget"
+                return
+        record["cause"] = "success" if done(skills, step) else "policy_finished"
+
+    return policy
+
+
 def _episode(args: tuple) -> dict[str, Any]:
     kind, payload, seed, max_steps, success_name = args
     world = CrafterWorld()
     if kind == "chain":
-        target, survival = payload
+        target, mode = payload
         steps = recipes.chain(target)
-        policy = compose(steps, lambda s: library.best_params(s, survive=False), survival)
+        if mode == "templates":  # the templates' own survival (Params.survive)
+            policy = compose(steps, library.best_params, False)
+        else:
+            policy = compose(
+                steps, lambda s: library.best_params(s, survive=False), mode == "composer"
+            )
     else:
         step_name, which, params = payload
-        step = {s.name: s for s in recipes.chain(which)}[step_name]
-        policy = _compiled(library.code_for(step, params))
+        chain = recipes.chain(which)
+        index = [s.name for s in chain].index(step_name)
+        record: dict[str, Any] = {}
+        policy = staged(chain[:index], chain[index], params, record)
     started = time.perf_counter()
     result = run_policy(
         world,
         policy,
         max_steps,
         seed=seed,
-        success=lambda s: bool(s.achievements().get(success_name)),
+        # A stage's own bookkeeping (``staged``) decides its success and cause.
+        success=(lambda s: bool(s.achievements().get(success_name))) if kind == "chain" else None,
     )
     first = {}
     for step, name in result.events:
         first.setdefault(name, step)
+    success, cause = result.success, result.cause
+    if kind != "chain":
+        success = record.get("cause") == "success"
+        cause = record.get("cause") or result.cause
+        if "started" not in record:  # the steps before never all succeeded (or died)
+            cause = "prefix_failed"
     return {
         "seed": seed,
-        "success": result.success,
-        "cause": result.cause,
+        "success": success,
+        "cause": cause,
         "steps": result.steps,
         "seconds": time.perf_counter() - started,
         "achieved": first,
@@ -146,7 +206,11 @@ def _map(jobs: int, tasks: list[tuple]) -> list[dict[str, Any]]:
 
 
 def part_steps(target: str, seeds: list[int], jobs: int) -> None:
-    print(f"\n## Steps of chain({target!r}) alone, first version vs final (cap: max_steps)")
+    print(
+        f"\n## Stages of chain({target!r}): first version vs final, each from the state the "
+        "final versions of the steps before it leave (stage cap: max_steps; episodes whose "
+        "earlier steps failed are left out)"
+    )
     print(f"{'step':22} {'max':>5} {'first':>6} {'best':>6}  first-version failures")
     chain = recipes.chain(target)
     for step in chain:
@@ -156,15 +220,22 @@ def part_steps(target: str, seeds: list[int], jobs: int) -> None:
             ("best", library.best_params(step)),
         ):
             tasks = [
-                ("step", (step.name, target, params), s, step.max_steps, step.achievement)
+                ("step", (step.name, target, params), s, EPISODE_STEPS, step.achievement)
                 for s in seeds
             ]
             rows[which] = _map(jobs, tasks)
         first, best = rows["first"], rows["best"]
-        causes = collections.Counter(r["cause"] for r in first if not r["success"])
-        rate = lambda rs: sum(r["success"] for r in rs) / len(rs)  # noqa: E731
+        causes = collections.Counter(
+            r["cause"] for r in first if not r["success"] and r["cause"] != "prefix_failed"
+        )
+
+        def rate(rs: list[dict[str, Any]]) -> str:
+            ran = [r for r in rs if r["cause"] != "prefix_failed"]
+            wins = sum(r["success"] for r in ran)
+            return f"{wins}/{len(ran)}" if ran else "-"
+
         print(
-            f"{step.name:22} {step.max_steps:5d} {rate(first):6.0%} {rate(best):6.0%}  "
+            f"{step.name:22} {step.max_steps:5d} {rate(first):>6} {rate(best):>6}  "
             + ", ".join(f"{c}×{n}" for c, n in causes.most_common())
         )
         sys.stdout.flush()
@@ -178,12 +249,15 @@ def part_revise(target: str, seeds: list[int], jobs: int, rounds: int = 6) -> No
         rate = 0.0
         for _ in range(rounds):
             tasks = [
-                ("step", (step.name, target, params), s, step.max_steps, step.achievement)
+                ("step", (step.name, target, params), s, EPISODE_STEPS, step.achievement)
                 for s in seeds
             ]
             results = _map(jobs, tasks)
-            rate = sum(r["success"] for r in results) / len(results)
-            causes = collections.Counter(r["cause"] for r in results if not r["success"])
+            ran = [r for r in results if r["cause"] != "prefix_failed"] or results
+            rate = sum(r["success"] for r in ran) / len(ran)
+            causes = collections.Counter(
+                r["cause"] for r in ran if not r["success"] and r["cause"] != "prefix_failed"
+            )
             if rate >= 0.9 or not causes:
                 break
             cause = causes.most_common(1)[0][0]
@@ -197,15 +271,25 @@ def part_revise(target: str, seeds: list[int], jobs: int, rounds: int = 6) -> No
         sys.stdout.flush()
 
 
-def part_chain(target: str, seeds: list[int], jobs: int) -> None:
+def part_chain(
+    target: str,
+    seeds: list[int],
+    jobs: int,
+    modes: tuple[str, ...] = ("none", "composer", "templates"),
+) -> None:
     chain = recipes.chain(target)
     final = chain[-1].achievement
-    for survival in (False, True):
-        tasks = [("chain", (target, survival), s, EPISODE_STEPS, final) for s in seeds]
+    labels = {
+        "none": "without survival",
+        "composer": "with survival stages interleaved by the composer",
+        "templates": "with the templates' own survival (Params.survive)",
+    }
+    for mode in modes:
+        tasks = [("chain", (target, mode), s, EPISODE_STEPS, final) for s in seeds]
         started = time.perf_counter()
         results = _map(jobs, tasks)
         wall = time.perf_counter() - started
-        label = "with survival" if survival else "without survival"
+        label = labels[mode]
         wins = sum(r["success"] for r in results)
         print(
             f"\n## chain({target!r}) composed, {label}: {wins}/{len(results)} = "
@@ -234,6 +318,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--seed-base", type=int, default=SEED_BASE)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--modes",
+        default="none,composer,templates",
+        help="chain survival modes: none, composer, templates (comma-separated)",
+    )
     args = parser.parse_args(argv)
     seeds = list(range(args.seed_base, args.seed_base + args.seeds))
     if args.part in ("steps", "all"):
@@ -241,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.part in ("revise", "all"):
         part_revise(args.target, seeds[: max(4, args.seeds // 2)], args.jobs)
     if args.part in ("chain", "all"):
-        part_chain(args.target, seeds, args.jobs)
+        part_chain(args.target, seeds, args.jobs, tuple(args.modes.split(",")))
 
 
 if __name__ == "__main__":

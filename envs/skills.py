@@ -15,6 +15,14 @@ in coordinates relative to the player), and offers movement/interaction helpers 
 are themselves generators of primitive actions, to be used with ``yield from``; each
 helper returns True when it achieved its goal and False when it gave up.
 
+The helpers: walking (``path_to``, ``approach``, ``walk_to``, ``face``, ``explore`` —
+towards unseen ground, optionally among a kind of tile, revisiting stale ground once all
+is known), interacting (``collect``, ``place``, ``make``, ``attack``), danger
+(``defend`` fights adjacent zombies/skeletons; ``guard(True)`` makes every helper do
+so first), ``tunnel(True)`` (walks dig through what the held tools can collect, e.g.
+stone with a pickaxe; lava is never entered in any mode), and rest (``shelter`` walls
+the player into a nook with a stone, ``rest`` sleeps until energy is back).
+
 Untrusted code reaches only public attributes (a sandbox refuses ``_``-prefixed names),
 so everything the object keeps — the remembered map, the plan being followed — lives in
 ``_`` attributes, and every answer is a fresh copy built of str/int/float/tuple/dict.
@@ -58,6 +66,9 @@ RESEARCH_AFTER = 8
 # What a planned walk counts for digging a tile and stepping into it (two actions),
 # against 1 for a step on open ground.
 DIG_COST = 2
+# Once all of the map in reach is known, exploring revisits tiles last seen this many
+# steps ago (creatures move; cows and zombies are not remembered).
+STALE_AFTER = 100
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -137,6 +148,7 @@ class Skills:
         self._actions = frozenset(action_names)
         self._random = random.Random(seed)
         self._memory: dict[Pos, str] = {}
+        self._seen: dict[Pos, int] = {}
         self._tile_counts: dict[str, int] = {}
         self._creature_map: dict[Pos, str] = {}
         self._no_path: dict[object, int] = {}
@@ -460,13 +472,24 @@ class Skills:
                 if (dx, dy) == (fx, fy):
                     return "do"
                 return DIRECTIONS[(dx, dy)]  # occupied: moving towards it only turns
+        # A zombie two tiles straight ahead steps next to us and hits at once: a stone
+        # in between blocks its straight approach.
+        ahead = (fx, fy)
+        if self._obs.inventory.get("stone", 0) > 0 and "place_stone" in self._actions:
+            where = self._rules.place.get("stone", {}).get("where", ())
+            for kind, dx, dy in self._obs.creatures:
+                if kind == "zombie" and (dx, dy) == (2 * fx, 2 * fy):
+                    if self._obs.tile(*ahead) in where and self._obs.creature_at(*ahead) is None:
+                        return "place_stone"
         return None
 
     def _nook_at(self, pos: Pos, facing: Pos | None, diggable: frozenset[str]) -> Pos | None:
         """A direction d from ``pos`` where pos+d and pos+2d can hold the player and all
         their other neighbours are solid, and pos itself can take a stone."""
-        if self._memory.get(pos) not in self._rules.place.get("stone", {}).get("where", ()):
-            return None
+        mouth = self._memory.get(pos)
+        if mouth not in self._rules.place.get("stone", {}).get("where", ()):
+            if mouth not in diggable:  # a dug tile takes a stone again
+                return None
         stone = self._obs.inventory.get("stone", 0)
         for d in DIRECTIONS:
             x1, x2 = _add(pos, d), _add(pos, (2 * d[0], 2 * d[1]))
@@ -532,12 +555,17 @@ class Skills:
         yield DIRECTIONS[back]
         if self._obs.facing != back:
             return False
-        for _ in range(3):
+        for _ in range(12):
             if self._enclosed():
                 return True
             if self._obs.inventory.get("stone", 0) < 1:
                 return False
-            yield "place_stone"
+            mouth = _add(self._obs.position, back)
+            creature = self._creature_at(mouth)
+            if creature is not None and creature not in self._rules.hostile:
+                return False
+            # A zombie in the way takes the stone's place: hit it until it is gone.
+            yield "do" if creature is not None else "place_stone"
         return self._enclosed()
 
     def _observe(self, obs: Observation, info: Mapping[str, Any] | None = None) -> None:
@@ -547,10 +575,12 @@ class Skills:
         self._creature_map = {(px + dx, py + dy): kind for kind, dx, dy in obs.creatures}
         (cx, cy), names = obs.center, obs.names
         memory, counts = self._memory, self._tile_counts
+        seen, now = self._seen, self._steps + (info is not None)
         for row_index, row in enumerate(obs.view.tolist()):
             y = py + row_index - cy
             for col_index, tile in enumerate(row):
                 key, name = (px + col_index - cx, y), names[tile]
+                seen[key] = now
                 old = memory.get(key)
                 if old != name:
                     memory[key] = name
@@ -790,6 +820,18 @@ class Skills:
             )
         if not plan:
             plan = self._search(lambda pos, d: self._at_frontier(pos), order, self._tunnel)
+        if not plan:
+            # All of the map in reach is known: revisit what was seen longest ago (the
+            # creatures there have moved), next to ``toward`` if possible.
+            stale = self._steps - STALE_AFTER
+            seen = self._seen
+            if toward is not None and self._tile_counts.get(toward):
+                near = self._near_set(toward)
+                plan = self._search(
+                    lambda pos, d: pos in near and seen.get(pos, 0) <= stale, order, self._tunnel
+                )
+            if not plan:
+                plan = self._search(lambda pos, d: seen.get(pos, 0) <= stale, order, self._tunnel)
         self._plan = plan or []
         self._plan_key = key
         if not self._plan:
@@ -799,12 +841,17 @@ class Skills:
 
     def _near_set(self, kind: str, radius: int = 2) -> frozenset[Pos]:
         """Positions within ``radius`` (both axes) of a remembered tile of ``kind``."""
+        key = (kind, radius, self._tile_counts.get(kind, 0), len(self._memory))
+        if self._near_cache is not None and self._near_cache[0] == key:
+            return self._near_cache[1]
         out: set[Pos] = set()
         span = range(-radius, radius + 1)
         for (x, y), name in self._memory.items():
             if name == kind:
                 out.update((x + dx, y + dy) for dx in span for dy in span)
-        return frozenset(out)
+        near = frozenset(out)
+        self._near_cache = (key, near)
+        return near
 
     def _at_frontier(self, pos: Pos) -> bool:
         memory = self._memory

@@ -83,6 +83,7 @@ def best_params(step: Step, **changes: object) -> Params:
         dig=True,
         fight=True,
         chunk=40,
+        check=5,
         guarded=True,
         validate=False,
         arm=True,
@@ -125,8 +126,8 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
                 "step_budget: walking around mountains took too long — now tunnels "
                 "through stone with a pickaxe (never into lava)"
             )
-        if p.patience < max(MAX_PATIENCE, step.max_steps) and p.patience < step.max_steps:
-            patience = min(step.max_steps, 2 * p.patience)
+        if p.patience < min(MAX_PATIENCE, step.max_steps):
+            patience = min(step.max_steps, MAX_PATIENCE, 2 * p.patience)
             return replace(p, patience=patience, explore=max(p.explore, 30)), (
                 f"step_budget: attempts were cut short — patience {p.patience} → {patience}"
             )
@@ -220,6 +221,23 @@ def _tables() -> dict[str, object]:
         "SOURCES": src,
         "ORDER": order,
         "ACTIONS": list(constants.actions),
+        # Station → the other stations some recipe needs next to it (furnace → table):
+        # a station is best placed beside its companions.
+        "COMPANIONS": {
+            item: sorted(
+                {
+                    s
+                    for rule in constants.make.values()
+                    if item in rule.get("nearby", [])
+                    for s in rule.get("nearby", [])
+                    if s != item
+                }
+            )
+            for item in constants.place
+        },
+        # Gather up to this many while at the source (wood is cheap at the start and a
+        # second table far from the first needs it): the inventory's maximum.
+        "STOCK": {"wood": int(constants.items["wood"]["max"])},
         # Swords: made items nothing else uses, cheapest first (they add damage).
         "SWORDS": [i for i in constants.make if "sword" in i][:2],
     }
@@ -244,15 +262,21 @@ HABITAT = {
 DRINK_BELOW, DRINK_UNTIL = 4, 9  # −1 per ~20 steps: 80 steps to reach water, then fill up
 FOOD_BELOW, FOOD_UNTIL = 4, 6  # −1 per ~25 steps: 100 steps to find a cow (+6 each)
 ENERGY_BELOW, ENERGY_UNTIL = 3, 9  # −1 per ~30 steps: 90 steps to find a nook
-HEALTH_BELOW, HEALTH_UNTIL = 4, 7  # two zombie hits from death: get away, wall in, rest
-# Night (Crafter's daylight < 0.35 for ~100 of every 300 steps): zombies spawn on grass
-# chunks at up to 3 per chunk and hit sleepers for 7, so the night is spent walled in,
+HEALTH_BELOW, HEALTH_UNTIL = 6, 8  # 3 zombie hits from 0: get away, wall in, rest
+# Night (Crafter's daylight < 0.45 for ~120 of every 300 steps): zombies spawn on grass
+# chunks at 2-3 per chunk and hit sleepers for 7, so the night is spent walled in,
 # sleeping; drink/food are topped up first so that they last until dawn (~120 steps).
-NIGHT_BELOW, DAWN = 0.35, 0.5
-NIGHT_DRINK, NIGHT_FOOD = 5, 3
+NIGHT_BELOW, DAWN = 0.45, 0.6
+# At night only a vital below this takes the player out for water or a cow.
+CRITICAL = 2
 # Refill on the way when the source is in view: cheap, and it keeps the emergencies
 # (a long trip to water or cows, maybe at night) rare.
 TOP_UP_DRINK, TOP_UP_FOOD = 6, 5
+# At dusk (light falling below 0.6, ~60 steps before night) fill up for the night: a
+# full drink lasts ~180 steps, food ~225 — the night in a shelter is ~120 steps.
+DUSK, DUSK_DRINK, DUSK_FOOD = 0.6, 7, 6
+# Steps a survival trip (to water, a cow, a shelter) may take before giving up.
+TRIP = 150
 
 _PRELUDE = '''\
 PATIENCE = {patience}
@@ -269,6 +293,8 @@ VALIDATE = {validate}
 FAR = {far}
 ARM = {arm}
 SWORDS = {SWORDS}
+COMPANIONS = {COMPANIONS}
+STOCK = {STOCK}
 HOW = {HOW}
 USES = {USES}
 NEAR = {NEAR}
@@ -287,10 +313,14 @@ HEALTH_BELOW = {HEALTH_BELOW}
 HEALTH_UNTIL = {HEALTH_UNTIL}
 NIGHT_BELOW = {NIGHT_BELOW}
 DAWN = {DAWN}
-NIGHT_DRINK = {NIGHT_DRINK}
-NIGHT_FOOD = {NIGHT_FOOD}
+CRITICAL = {CRITICAL}
 TOP_UP_DRINK = {TOP_UP_DRINK}
 TOP_UP_FOOD = {TOP_UP_FOOD}
+DUSK = {DUSK}
+DUSK_DRINK = {DUSK_DRINK}
+DUSK_FOOD = {DUSK_FOOD}
+TRIP = {TRIP}
+MEMO = {{}}
 
 
 def count(skills, item):
@@ -313,24 +343,28 @@ def setup(skills):
 def drink(skills, until):
     """Drink water until the drink vital reaches ``until``."""
     spent = 0
-    while count(skills, "drink") < until and spent < PATIENCE:
+    while count(skills, "drink") < until and spent < TRIP:
         start = skills.steps()
-        ok = yield from skills.collect("water", 1, min(CHUNK * 4, PATIENCE))
-        spent += skills.steps() - start + 1
+        ok = yield from skills.collect("water", 1, TRIP)
         if not ok:
             yield from skills.explore(EXPLORE + 10, "water")
+        if skills.steps() == start:
+            yield "noop"
+        spent += skills.steps() - start
     return count(skills, "drink") >= until
 
 
 def eat(skills, until):
     """Eat cows until food reaches ``until``."""
     spent = 0
-    while count(skills, "food") < until and spent < PATIENCE:
+    while count(skills, "food") < until and spent < TRIP:
         start = skills.steps()
-        ok = yield from skills.collect("cow", 1, min(CHUNK * 4, PATIENCE))
-        spent += skills.steps() - start + 1
+        ok = yield from skills.collect("cow", 1, TRIP)
         if not ok:
             yield from skills.explore(EXPLORE + 10, "grass")
+        if skills.steps() == start:
+            yield "noop"
+        spent += skills.steps() - start
     return count(skills, "food") >= until
 
 
@@ -338,7 +372,7 @@ def hide(skills):
     """Get walled in: a nook in stone within reach (dug with a pickaxe), else head for
     the mountains and try again."""
     for tries in range(3):
-        walled = yield from skills.shelter(60)
+        walled = yield from skills.shelter(TRIP)
         if walled:
             return True
         if count(skills, "stone") == 0 and count(skills, "wood_pickaxe") > 0:
@@ -357,12 +391,8 @@ def sleep(skills, until):
 
 
 def night(skills):
-    """Nights are when zombies swarm: top up drink and food, get walled in, sleep (or
-    wait) until dawn. Without a shelter, carry on (and try again at the next check)."""
-    if count(skills, "drink") < NIGHT_DRINK:
-        yield from drink(skills, DRINK_UNTIL)
-    if count(skills, "food") < NIGHT_FOOD:
-        yield from eat(skills, FOOD_UNTIL)
+    """Nights are when zombies swarm: get walled in, sleep (or wait) until dawn.
+    Without a shelter, carry on (and try again at the next check)."""
     walled = yield from hide(skills)
     if not walled:
         return False
@@ -402,16 +432,33 @@ def recover(skills, until):
 
 
 def vitals(skills):
-    """Keep the player alive: the survival stages, most urgent first."""
+    """Keep the player alive: the survival stages, most urgent first. By day vitals are
+    topped up (more at dusk, to last the night); at night only a critical one takes
+    the player out onto the grass, where the zombies are."""
     yield from skills.defend(30)
-    if count(skills, "drink") <= TOP_UP_DRINK and skills.sees("water"):
-        yield from drink(skills, DRINK_UNTIL)
-    if count(skills, "food") <= TOP_UP_FOOD and skills.sees("cow"):
-        yield from eat(skills, FOOD_UNTIL)
-    if count(skills, "drink") < DRINK_BELOW:
-        yield from drink(skills, DRINK_UNTIL)
-    if count(skills, "food") < FOOD_BELOW:
-        yield from eat(skills, FOOD_UNTIL)
+    light = skills.daylight()
+    falling = light < MEMO.get("light", 1.0)
+    MEMO["light"] = light
+    dark = light < NIGHT_BELOW
+    if not dark:
+        if falling and light < DUSK:
+            if count(skills, "drink") < DUSK_DRINK:
+                yield from drink(skills, DRINK_UNTIL)
+            if count(skills, "food") < DUSK_FOOD:
+                yield from eat(skills, FOOD_UNTIL)
+        if count(skills, "drink") <= TOP_UP_DRINK and skills.sees("water"):
+            yield from drink(skills, DRINK_UNTIL)
+        if count(skills, "food") <= TOP_UP_FOOD and skills.sees("cow"):
+            yield from eat(skills, FOOD_UNTIL)
+        if count(skills, "drink") < DRINK_BELOW:
+            yield from drink(skills, DRINK_UNTIL)
+        if count(skills, "food") < FOOD_BELOW:
+            yield from eat(skills, FOOD_UNTIL)
+    else:
+        if count(skills, "drink") < CRITICAL:
+            yield from drink(skills, DRINK_UNTIL)
+        if count(skills, "food") < CRITICAL:
+            yield from eat(skills, FOOD_UNTIL)
     if count(skills, "health") < HEALTH_BELOW:
         yield from recover(skills, HEALTH_UNTIL)
     if skills.daylight() < NIGHT_BELOW:
@@ -439,6 +486,7 @@ def obtain(skills, item, n):
     tries = 0
     while count(skills, item) < n and tries <= ATTEMPTS:
         tries += 1
+        start = skills.steps()
         kind = HOW.get(item)
         if kind == "collect":
             tile = SOURCES[item]
@@ -448,12 +496,18 @@ def obtain(skills, item, n):
                     if not ok:
                         return False
             ok = yield from gather(skills, tile, item, n)
+            if ok and SECURE and count(skills, item) < STOCK.get(item, 0):
+                # Cheap extra while at the source: a short try, no exploring.
+                more = STOCK[item]
+                yield from skills.collect(tile, more - count(skills, item), CHUNK)
         elif kind == "make":
             ok = yield from build(skills, item, n)
         else:
             return False
         if not ok and EXPLORE:
             yield from skills.explore(EXPLORE, HABITAT.get(SOURCES.get(item, item)))
+        if skills.steps() == start:
+            yield "noop"  # nothing to do now: let time pass rather than spin
     return count(skills, item) >= n
 
 
@@ -484,6 +538,15 @@ def known(skills, station):
     if spot is not None and dist(spot) <= FAR:
         return spot
     return None
+
+
+def beside(skills, names):
+    """Walk next to the nearest remembered station of ``names`` within FAR steps."""
+    for name in names:
+        if known(skills, name) is not None:
+            ok = yield from skills.path_to(name, min(PATIENCE, 100))
+            return ok
+    return False
 
 
 def put(skills, item):
@@ -553,16 +616,18 @@ def build(skills, item, n):
     tries = 0
     while count(skills, item) < n and tries <= ATTEMPTS:
         tries += 1
+        start = skills.steps()
+        ok = True
         if SECURE:
             ok = yield from secure(skills, USES[item])
             if ok:
                 ok = yield from stations(skills, NEAR[item], USES[item])
-            if not ok:
-                yield from skills.explore(EXPLORE, None)
-                continue
-        ok = yield from skills.make(item, PATIENCE)
+        if ok:
+            ok = yield from skills.make(item, PATIENCE)
         if not ok and EXPLORE:
             yield from skills.explore(EXPLORE, None)
+        if skills.steps() == start:
+            yield "noop"  # nothing to do now: let time pass rather than spin
     return count(skills, item) >= n
 
 
@@ -577,6 +642,8 @@ def hunt(skills, kind, achievement):
         if not ok:
             yield from skills.explore(max(EXPLORE, 10), HABITAT.get(kind))
             spent += max(EXPLORE, 10)
+        if skills.steps() == start:
+            yield "noop"
     return skills.achievements().get(achievement, 0) > 0
 
 
@@ -672,10 +739,13 @@ def _prelude(params: Params) -> str:
         HEALTH_UNTIL=HEALTH_UNTIL,
         NIGHT_BELOW=NIGHT_BELOW,
         DAWN=DAWN,
-        NIGHT_DRINK=NIGHT_DRINK,
-        NIGHT_FOOD=NIGHT_FOOD,
+        CRITICAL=CRITICAL,
         TOP_UP_DRINK=TOP_UP_DRINK,
         TOP_UP_FOOD=TOP_UP_FOOD,
+        DUSK=DUSK,
+        DUSK_DRINK=DUSK_DRINK,
+        DUSK_FOOD=DUSK_FOOD,
+        TRIP=TRIP,
     )
     return _PRELUDE.format(**values)
 
@@ -710,6 +780,8 @@ def _main_for(step: Step) -> str:
                 tries += 1
                 if SECURE and NEAR.get({step.item!r}):
                     ok = yield from stations(skills, NEAR[{step.item!r}], USES[{step.item!r}])
+                if SECURE:
+                    yield from beside(skills, COMPANIONS.get({step.item!r}, []))
                 ok = yield from put(skills, {step.item!r})
                 if not ok and EXPLORE:
                     yield from skills.explore(EXPLORE, None)
@@ -928,8 +1000,6 @@ OPTION_NAMES: tuple[str, ...] = ()
 def options_for(step: Step) -> list[tuple[str, str, str]]:
     """(name, description, source) of the coded actions for ``step``'s RL action space:
     walking to what the step hits, hitting, exploring, placing and making what it needs."""
-    from crafter import constants
-
     names = ["explore", "attack", "defend"]
     if step.kind == "collect":
         names.insert(0, f"walk_to_{step.source}")
@@ -956,7 +1026,6 @@ def options_for(step: Step) -> list[tuple[str, str, str]]:
         names.append("explore_mountain")
     known = _all_options()
     seen = [n for n in dict.fromkeys(names) if n in known]
-    _ = constants
     return [(n, known[n][0], option(n)) for n in seen]
 
 

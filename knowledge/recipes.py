@@ -30,8 +30,10 @@ STEP_KINDS = ("collect", "place", "make", "achieve")
 # deeper in the mountains): TIER_STEPS[tier] plus PER_UNIT per unit to gather.
 TIER_STEPS = (150, 400, 1200, 3000, 5000)
 PER_UNIT = 40
-PLACE_STEPS = 150
-MAKE_STEPS = 150
+# A stage that places or makes something is short, but may include a night walled in
+# (~120 steps) when its code keeps the vitals up.
+PLACE_STEPS = 300
+MAKE_STEPS = 300
 
 # Achievements that are not "collect X / place X / make X": what 'do' or 'sleep' aims
 # at, where to find it, and what must come before. The game's rules (objects.py) are
@@ -129,6 +131,10 @@ def sources() -> dict[str, str]:
     return out
 
 
+def _a(name: str) -> str:
+    return ("an " if name[:1] in "aeiou" else "a ") + name
+
+
 def _tier(tile: str, seen: frozenset[str] = frozenset()) -> int:
     """How many tools deep a tile is: tree 0, stone 1, iron 2, diamond 3."""
     collect, _, make, _ = _data()
@@ -169,8 +175,8 @@ def _base_step(item: str, kind: str | None = None) -> Step:
             goal={item: int(rule.get("gives", 1))},
             achievement=f"make_{item}",
             depends=tuple(dict.fromkeys(deps)),
-            description=f"Make a {item} from {what}"
-            + (f", standing next to a {where}." if where else "."),
+            description=f"Make {_a(item)} from {what}"
+            + (f", standing next to {_a(where)}." if where else "."),
             max_steps=MAKE_STEPS,
             uses=uses,
             near=near,
@@ -188,7 +194,7 @@ def _base_step(item: str, kind: str | None = None) -> Step:
             goal={},
             achievement=f"place_{item}",
             depends=tuple(dict.fromkeys(deps)),
-            description=f"Place a {item} (uses {what}) on a free "
+            description=f"Place {_a(item)} (uses {what}) on a free "
             f"{'/'.join(rule.get('where', ()))} tile in front of you.",
             max_steps=PLACE_STEPS,
             uses=uses,
@@ -202,7 +208,7 @@ def _base_step(item: str, kind: str | None = None) -> Step:
         tier = _tier(source)
         chance = rule.get("probability", 1)
         note = f" (it gives with probability {chance})" if chance < 1 else ""
-        need = f" holding a {' and a '.join(tools)}" if tools else ""
+        need = " holding " + " and ".join(_a(t) for t in tools) if tools else ""
         inventory_item = item not in ("health", "food", "drink", "energy")
         return Step(
             name=f"collect_{item}",
@@ -211,7 +217,7 @@ def _base_step(item: str, kind: str | None = None) -> Step:
             goal={item: 1} if inventory_item else {},
             achievement=f"collect_{item}",
             depends=tuple(deps),
-            description=f"Collect {item} by facing a {source} and hitting it{need}{note}.",
+            description=f"Collect {item} by facing {_a(source)} and hitting it{need}{note}.",
             max_steps=TIER_STEPS[min(tier, len(TIER_STEPS) - 1)]
             + (PER_UNIT if inventory_item else 0),
             source=source,

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import trio
 from conftest import make_settings, run_head_with
 
 from actors.environment import rollout_split
@@ -157,6 +158,12 @@ def test_a_rollout_past_the_watchdog_says_timeout_and_the_actor_is_replaced(
     async def driver(head: Head) -> dict:
         stuck = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[81_001, 81_002], wall_s=0.001)
         seen["stuck"] = await head.client.ask("@environment", stuck, timeout=120)
+        # The stuck actor answers first and exits a moment later: wait for that exit,
+        # then for its replacement, so the next request goes to the new process.
+        events = head.run_dir / "events.jsonl"
+        with trio.fail_after(60):
+            while "exit status 70" not in events.read_text():
+                await trio.sleep(0.05)
         await head.wait_for("environment", 1)
         honest = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
         seen["after"] = await head.client.ask("@environment", honest, timeout=120)

@@ -1,0 +1,287 @@
+"""The offline knowledge: the recipe planner, the skill library and its revisions, on
+Crafter's own data and real Crafter episodes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from crafter import constants
+
+import sandbox
+from envs.crafter_world import CrafterWorld
+from envs.policies import compile_policy
+from envs.skills import Skills, run_policy
+from knowledge import library, recipes
+from knowledge.library import Params
+
+# Fresh seeds, never used while writing the skills.
+FRESH_SEEDS = (7001, 7002, 7003)
+
+CAUSES = (
+    "step_budget",
+    "policy_finished",
+    "episode_done",
+    "exception",
+    "policy_error",
+    "timeout",
+    "invalid_action",
+)
+
+
+@pytest.fixture(scope="module")
+def world() -> CrafterWorld:
+    return CrafterWorld()
+
+
+# ---------------------------------------------------------------------- recipes
+
+
+def test_diamond_chain_follows_the_data():
+    steps = recipes.chain("diamond")
+    names = [s.name for s in steps]
+    assert names[0] == "collect_wood" and names[-1] == "collect_diamond"
+    assert set(names) == {
+        "collect_wood", "place_table", "make_wood_pickaxe", "collect_stone",
+        "make_stone_pickaxe", "place_furnace", "collect_coal", "collect_iron",
+        "make_iron_pickaxe", "collect_diamond",
+    }  # fmt: skip
+    # Topological: every dependency comes first; stations are placed once.
+    for i, step in enumerate(steps):
+        assert all(dep in names[:i] for dep in step.depends), step.name
+    assert names.count("place_table") == 1
+    # Tools required to collect, from data: stone needs the wood pickaxe, and so on.
+    by_name = {s.name: s for s in steps}
+    for tile in ("stone", "iron", "diamond"):
+        for tool in constants.collect[tile]["require"]:
+            assert f"make_{tool}" in by_name[f"collect_{tile}"].depends
+    # Consumed materials aggregated over the chain: the table's wood plus every tool's.
+    wood = constants.place["table"]["uses"].get("wood", 0) + sum(
+        constants.make[t]["uses"].get("wood", 0)
+        for t in ("wood_pickaxe", "stone_pickaxe", "iron_pickaxe")
+    )
+    assert by_name["collect_wood"].goal == {"wood": wood}
+    stone = constants.make["stone_pickaxe"]["uses"]["stone"] + constants.place["furnace"][
+        "uses"
+    ].get("stone", 0)
+    assert by_name["collect_stone"].goal == {"stone": stone}
+    assert by_name["make_iron_pickaxe"].near == tuple(constants.make["iron_pickaxe"]["nearby"])
+    assert all(s.achievement in constants.achievements for s in steps)
+
+
+def test_chain_takes_items_and_achievement_names():
+    assert [s.name for s in recipes.chain("collect_diamond")] == [
+        s.name for s in recipes.chain("diamond")
+    ]
+    assert recipes.chain("make_iron_pickaxe")[-1].name == "make_iron_pickaxe"
+    assert [s.name for s in recipes.chain("wood_pickaxe")] == [
+        "collect_wood", "place_table", "make_wood_pickaxe",
+    ]  # fmt: skip
+    assert [s.name for s in recipes.chain("eat_plant")] == [
+        "collect_sapling", "place_plant", "eat_plant",
+    ]  # fmt: skip
+    assert recipes.chain("place_stone")[-1].kind == "place"
+    with pytest.raises(KeyError):
+        recipes.chain("unobtainium")
+
+
+def test_every_achievement_has_a_step_and_the_curriculum_orders_them():
+    for name in constants.achievements:
+        step = recipes.achievement_step(name)
+        assert step.achievement == name and step.max_steps > 0
+        assert step.kind in recipes.STEP_KINDS
+    order = recipes.curriculum()
+    names = [s.name for s in order]
+    assert len(names) == len(set(names)) == len(constants.achievements) == 22
+    for i, step in enumerate(order):
+        assert all(dep in names[:i] for dep in step.depends), step.name
+    described = recipes.describe(order)
+    assert json.loads(json.dumps(described)) == described
+    assert {"name", "goal", "achievement", "depends", "max_steps"} <= set(described[0])
+
+
+# ---------------------------------------------------------------------- library
+
+
+def _all_sources() -> list[tuple[str, str]]:
+    out = []
+    for step in recipes.curriculum():
+        for params in (library.first_params(step), library.best_params(step)):
+            out.append((step.name, library.code_for(step, params)))
+        out.extend((name, src) for name, _, src in library.options_for(step))
+    out.extend((name, library.option(name)) for name in library.OPTION_NAMES)
+    out.extend((stage.name, stage.source) for stage in library.survival_stages())
+    return out
+
+
+def test_every_template_option_and_stage_compiles_in_the_sandbox():
+    sources = _all_sources()
+    assert len(sources) > 100
+    for name, source in sources:
+        compiled = sandbox.compile_code(source, filename=f"<{name}>")
+        assert "run" in compiled.functions, name
+
+
+def test_options_are_short_coded_actions_for_the_step():
+    names = [n for n, _, _ in library.options_for(recipes.achievement_step("collect_wood"))]
+    assert names[0] == "walk_to_tree" and {"attack", "explore"} <= set(names)
+    names = [n for n, _, _ in library.options_for(recipes.achievement_step("make_wood_pickaxe"))]
+    assert {"place_table", "make_wood_pickaxe", "walk_to_table"} <= set(names)
+    assert set(library.OPTION_NAMES) >= {"walk_to_tree", "attack", "explore", "place_table"}
+
+
+def test_each_cause_revises_the_params():
+    step = recipes.achievement_step("collect_iron")
+    first = library.first_params(step)
+    assert (first.secure, first.dig, first.fight, first.survive) == (False,) * 4
+    for cause in CAUSES:
+        revised = library.revise(step, first, cause, "detail")
+        assert revised is not None, cause
+        params, reason = revised
+        assert params != first and cause in reason, cause
+    assert library.revise(step, first, "success", "") is None
+    # Revising again and again changes something each time and then stops (→ RL).
+    for cause in CAUSES:
+        params, seen = first, {first}
+        for _ in range(30):
+            revised = library.revise(step, params, cause, "")
+            if revised is None:
+                break
+            params = revised[0]
+            assert params not in seen
+            seen.add(params)
+        else:
+            pytest.fail(f"{cause}: revisions never stop")
+
+
+def test_revisions_change_the_code():
+    step = recipes.achievement_step("collect_iron")
+    first = library.first_params(step)
+    for cause in ("policy_finished", "step_budget", "episode_done"):
+        params, _ = library.revise(step, first, cause, "")
+        assert library.code_for(step, params) != library.code_for(step, first)
+
+
+def test_survival_stages_cover_every_vital():
+    stages = library.survival_stages()
+    assert {s.stat for s in stages} >= {"drink", "food", "energy", "health"}
+    for stage in stages:
+        assert stage.below < stage.until or stage.stat == "daylight"
+        assert stage.reason
+
+
+def test_params_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Params().patience = 5  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------- real Crafter
+
+
+def _compose(steps, params):
+    codes = [(s, compile_policy(library.code_for(s, params(s)))) for s in steps]
+
+    def policy(skills):
+        for step, code in codes:
+            if skills.achievements().get(step.achievement):
+                continue
+            for action in code(skills):
+                yield action
+                if skills.achievements().get(step.achievement):
+                    break
+
+    return policy
+
+
+def test_best_wood_pickaxe_chain_succeeds_on_fresh_seeds(world):
+    steps = recipes.chain("wood_pickaxe")
+    policy = _compose(steps, library.best_params)
+    for seed in FRESH_SEEDS:
+        result = run_policy(
+            world,
+            policy,
+            400,
+            seed=seed,
+            success=lambda s: bool(s.achievements().get("make_wood_pickaxe")),
+        )
+        assert result.success, (seed, result.cause, result.steps)
+        assert {"collect_wood", "place_table"} <= set(result.achievements)
+
+
+def test_best_template_runs_in_the_sandbox(world):
+    """The make_wood_pickaxe template alone, through the sandbox: it secures its own
+    wood and table."""
+    step = recipes.achievement_step("make_wood_pickaxe")
+    compiled = sandbox.compile_code(library.code_for(step))
+    obs = world.reset(FRESH_SEEDS[0])
+    skills = Skills(obs, world.action_names, seed=FRESH_SEEDS[0])
+
+    def step_fn(action: str) -> bool:
+        obs, _, done, info = world.step(action)
+        skills._observe(obs, info)
+        return done or bool(skills.achievements().get("make_wood_pickaxe"))
+
+    outcome = sandbox.run_policy(
+        compiled,
+        skills,
+        step_fn,
+        max_steps=400,
+        wall_s=30.0,
+        allowed_actions=world.action_names,
+    )
+    assert outcome.failure is None, outcome.failure
+    assert skills.achievements().get("make_wood_pickaxe")
+
+
+def test_skills_hold_no_reference_to_the_world(world):
+    """What coded policies reach (Skills' public methods, through the sandbox's proxy)
+    is built from observations only: no attribute of the skills object is the world,
+    its env or its map."""
+    skills = Skills(world.reset(5), world.action_names)
+    forbidden = (CrafterWorld, type(world._env), type(world._env._world))
+    for name, value in vars(skills).items() if hasattr(skills, "__dict__") else ():
+        assert not isinstance(value, forbidden), name
+    for name in Skills.__slots__ if hasattr(Skills, "__slots__") else ():
+        assert not isinstance(getattr(skills, name, None), forbidden), name
+    # Everything it remembers was in a local view: at most the first view's tiles now.
+    assert len(skills._memory) <= 9 * 7
+    proxy = sandbox.ReadOnlyProxy(skills)
+    with pytest.raises(AttributeError):
+        proxy._memory  # noqa: B018 — private state is out of the policy's reach
+
+
+def test_walks_never_enter_lava_and_tunnel_with_a_pickaxe(world):
+    """On a synthetic remembered map (real Skills): the only short way passes lava, the
+    plan goes around it; with a pickaxe and tunnelling on, it digs through stone."""
+    skills = Skills(world.reset(5), world.action_names)
+    px, py = skills.position()
+    memory = {}
+    for dx in range(-3, 8):
+        for dy in range(-3, 4):
+            memory[(px + dx, py + dy)] = "stone"
+    for dx in range(0, 6):
+        memory[(px + dx, py)] = "grass"  # corridor to the goal …
+    memory[(px + 3, py)] = "lava"  # … blocked by lava
+    for dx in range(0, 6):
+        memory[(px + dx, py + 2)] = "grass"  # a detour two rows down
+    memory[(px, py + 1)] = memory[(px + 5, py + 1)] = "grass"
+    memory[(px + 6, py)] = "tree"
+    skills._memory = memory
+    skills._creature_map = {}
+    goal = lambda pos, d: memory.get((pos[0] + d[0], pos[1] + d[1])) == "tree"  # noqa: E731
+    plan = skills._search(goal)
+    assert plan is not None
+    visited = [(pos[0] + d[0], pos[1] + d[1]) for d, pos, _ in plan[:-1]]
+    assert (px + 3, py) not in visited and all(memory[p] != "lava" for p in visited)
+    assert not any(dig for _, _, dig in plan)
+    # With a pickaxe and tunnelling on, digging the stone beside the lava is shorter.
+    memory[(px, py + 2)] = "stone"  # close the detour's start: only digging remains
+    memory[(px, py + 1)] = "stone"
+    assert skills._search(goal, dig=False) is None
+    skills._obs = dataclasses.replace(
+        skills._obs, inventory={**skills._obs.inventory, "wood_pickaxe": 1}
+    )
+    plan = skills._search(goal, dig=True)
+    assert plan is not None and any(dig for _, _, dig in plan)
+    assert all(memory.get((p[0] + d[0], p[1] + d[1])) != "lava" for d, p, _ in plan)
