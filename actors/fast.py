@@ -68,8 +68,13 @@ def compose_setup(stages: list[Stage]) -> str:
         lines.append("    yield 'noop'")
     for fn, subtask in calls:
         test = _test_expr(subtask)
+        # Each stage stops as soon as its test holds: skill code may go on to other
+        # work (resting, sheltering) that is no part of the setup.
         lines.append(f"    if not ({test}):")
-        lines.append(f"        yield from {fn}(skills)")
+        lines.append(f"        for action in {fn}(skills):")
+        lines.append("            yield action")
+        lines.append(f"            if {test}:")
+        lines.append("                break")
     return "\n".join(lines) + "\n"
 
 

@@ -137,7 +137,12 @@ class LearnerActor(Actor):
         attempts = folder / "attempts.jsonl"
         reached = _furthest(attempts)
         vec = make_vec_env(
-            req.config, req.n_envs, req.seed, subproc=req.subproc, world_pool=training_worlds(req)
+            req.config,
+            req.n_envs,
+            req.seed,
+            subproc=req.subproc,
+            world_pool=training_worlds(req),
+            setup_retries=SETUP_RETRIES,
         )
         try:
             found = latest_checkpoint(folder)
@@ -219,6 +224,9 @@ def make_ppo(
 # Training pools start at seed × this, so pools of different seeds do not overlap and
 # stay far below the held-out seeds (TrainRequest.eval_seed, 1,000,000 by default).
 POOL_STRIDE = 10_000
+SETUP_RETRIES = 3
+"""Further worlds a training reset tries when setup code fails on one (the player can die
+on the way to a sub-action's start); a config whose setup keeps failing still fails."""
 
 
 def training_worlds(req: TrainRequest) -> range:
