@@ -268,13 +268,22 @@ class EnvironmentActor(Actor):
                 episodes.append(report)
                 if printed:
                     output.append(printed)
-            return rollout_result(
-                req,
-                episodes,
-                actor_id=self.actor_id,
-                output="\n".join(output)[-sandbox.Limits().max_output_chars :],
-                frames=frames_npz(frames) if frames else b"",
-            )
+            return self._result(req, episodes, output, frames)
+
+    def _result(
+        self,
+        req: RolloutRequest,
+        episodes: list[EpisodeReport],
+        output: list[str],
+        frames: list[np.ndarray],
+    ) -> RolloutResult:
+        return rollout_result(
+            req,
+            episodes,
+            actor_id=self.actor_id,
+            output="\n".join(output)[-sandbox.Limits().max_output_chars :],
+            frames=frames_npz(frames) if frames else b"",
+        )
 
     def composed_rollout(self, req: RolloutRequest) -> RolloutResult:
         """Run a composed policy (``req.stages`` and ``req.needs``) on every seed of
@@ -302,13 +311,7 @@ class EnvironmentActor(Actor):
                 episodes.append(episode.report())
                 if episode.output:
                     output.append(episode.output)
-            return rollout_result(
-                req,
-                episodes,
-                actor_id=self.actor_id,
-                output="\n".join(output)[-sandbox.Limits().max_output_chars :],
-                frames=frames_npz(frames) if frames else b"",
-            )
+            return self._result(req, episodes, output, frames)
 
     def policy_rollout(self, req: RolloutRequest) -> RolloutResult:
         """Run a trained SB3 policy on ``req``'s worlds (blocking; in a worker thread).

@@ -28,6 +28,7 @@ from messages.task import CodedAction, RLConfig, Stage, Subtask
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
+from runtime.head import log_progress
 
 OPTION_STEPS = 50
 """K of a coded high-level action: long enough for a walk to a visible target."""
@@ -175,14 +176,7 @@ class FastAgent(Actor):
 
     @handles(TrainProgress)
     def on_progress(self, msg: TrainProgress, env: Envelope) -> None:
-        log.info(
-            "training_progress",
-            job=msg.name,
-            learner=env.frm,
-            steps=msg.steps,
-            steps_per_s=msg.steps_per_s,
-            success_rate=round(msg.success_rate, 3),
-        )
+        log_progress(msg, env)
 
     @handles(WorkOn)
     async def on_work(self, work: WorkOn, env: Envelope) -> SubActionOutcome:
@@ -262,13 +256,7 @@ class FastAgent(Actor):
             )
             self._save(f"code/{sub.name}-it{work.iteration}-v{version}.py", code)
             stage = Stage(subtask=sub.subtask, code=code)
-            result = await self._evaluate(work, stage)
-            state["code_steps"] += result.steps
-            best.offer(result, sub.name, stage)
-            critique = await self._review(
-                work, version, "code", result, work.revisions + 1 - version, code=code
-            )
-            state["critiques"].append(critique)
+            critique = await self._measure(work, version, stage, state, best, code=code)
             if critique.verdict != "revise":
                 break
             previous = {"code": code, "note": reply.get("note", ""), "params": reply.get("params")}
@@ -346,13 +334,7 @@ class FastAgent(Actor):
                 policy_sha256=train.sha256,
                 config=config,
             )
-            result = await self._evaluate(work, stage)
-            state["code_steps"] += result.steps
-            best.offer(result, sub.name, stage)
-            critique = await self._review(
-                work, version, "rl", result, work.revisions + 1 - version, train=train
-            )
-            state["critiques"].append(critique)
+            critique = await self._measure(work, version, stage, state, best, train=train)
             if critique.verdict != "revise":
                 break
             previous = {"config": reply, "held_out_success": train.eval_success_rate}
@@ -434,26 +416,32 @@ class FastAgent(Actor):
         )
         return result
 
-    async def _review(
+    async def _measure(
         self,
         work: WorkOn,
         version: int,
-        mode: str,
-        result: RolloutResult,
-        revisions_left: int,
+        stage: Stage,
+        state: dict,
+        best: _Best,
         code: str = "",
         train: TrainResult | None = None,
     ) -> Critique:
+        """Evaluate one version, keep it if it is the best so far, and get its critique."""
+        result = await self._evaluate(work, stage)
+        state["code_steps"] += result.steps
+        best.offer(result, work.subaction.name, stage)
         review = Review(
             subaction=work.subaction,
             version=version,
-            mode=mode,  # type: ignore[arg-type]
+            mode="rl" if stage.policy_path else "code",
             result=result,
-            revisions_left=revisions_left,
+            revisions_left=work.revisions + 1 - version,
             code=code,
             train=train,
         )
-        return await self.ask("@critic", review)
+        critique: Critique = await self.ask("@critic", review)
+        state["critiques"].append(critique)
+        return critique
 
     def _save(self, relative: str, text: str) -> None:
         if self.run_dir is None:

@@ -150,7 +150,6 @@ class SlowAgent(Actor):
             return sub.name in redo or not any(o.mode == sub.mode for o in have)
 
         settings = self.settings.task
-        order = {s.name: i for i, s in enumerate(plan.subactions)}
         done = {s.name: trio.Event() for s in plan.subactions}
 
         async def one(sub: SubAction, needs: list[Need]) -> None:
@@ -169,7 +168,7 @@ class SlowAgent(Actor):
                         before=before,
                         needs=needs,
                         iteration=iteration,
-                        seeds=self._code_seeds(task, order[sub.name]),
+                        seeds=list(task.code_seeds),
                         revisions=settings.revisions,
                         train_steps=settings.train_steps,
                         hint=redo.get(sub.name, ""),
@@ -181,7 +180,7 @@ class SlowAgent(Actor):
             finally:
                 done[sub.name].set()
 
-        needs = self._needs(plan, outcomes)
+        needs = list(self._need_list)
         async with trio.open_nursery() as nursery:
             for sub in plan.subactions:
                 if not sub.need:
@@ -278,7 +277,7 @@ class SlowAgent(Actor):
             for s in plan.subactions
             if not s.need and outcomes.get(s.name)
         ]
-        needs = self._needs(plan, outcomes)
+        needs = list(self._need_list)
         final = [o for outs in outcomes.values() for o in outs]
         for sub in plan.subactions:
             if not sub.need and outcomes.get(sub.name):
@@ -409,14 +408,6 @@ class SlowAgent(Actor):
             seen.add(name)
             stack.extend(by_name[name].depends)
         return [s.name for s in plan.subactions if s.name in seen]
-
-    def _code_seeds(self, task: RunTask, index: int) -> list[int]:
-        return list(task.code_seeds)
-
-    def _needs(self, plan: Plan, outcomes: dict[str, list[SubActionOutcome]]) -> list[Need]:
-        """The survival needs the task planner serves in every evaluation: the skill
-        library's survival code for each vital the plan watches."""
-        return list(self._need_list)
 
     @staticmethod
     def _best(outs: list[SubActionOutcome]) -> SubActionOutcome:

@@ -59,14 +59,19 @@ class Client(Actor):
     @handles(TrainProgress)
     def on_progress(self, msg: TrainProgress, env: Envelope) -> None:
         self.progress[msg.name] = msg
-        log.info(
-            "training_progress",
-            job=msg.name,
-            learner=env.frm,
-            steps=msg.steps,
-            steps_per_s=msg.steps_per_s,
-            success_rate=round(msg.success_rate, 3),
-        )
+        log_progress(msg, env)
+
+
+def log_progress(msg: TrainProgress, env: Envelope) -> None:
+    """The ``training_progress`` event, for whichever actor asked for the training."""
+    log.info(
+        "training_progress",
+        job=msg.name,
+        learner=env.frm,
+        steps=msg.steps,
+        steps_per_s=msg.steps_per_s,
+        success_rate=round(msg.success_rate, 3),
+    )
 
 
 @dataclass
