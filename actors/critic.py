@@ -22,27 +22,43 @@ from runtime.events import log
 VERDICTS = ("accept", "revise", "switch")
 
 
+ENDINGS = frozenset({"episode_done", "step_budget", "timeout"})
+"""Episode causes that end whatever is under way: they are the failure of the sub-action
+that was running (or waiting its turn after a need), not of a need."""
+
+
 def failure_of(episode: EpisodeReport, stage: str) -> tuple[str, str, int, str]:
-    """(cause, detail, line, where) of a failed episode, seen from sub-action ``stage``."""
+    """(cause, detail, line, where) of a failed episode, seen from sub-action ``stage``.
+
+    When the sub-action ran, the failure is what ended the episode (a death, the step
+    cap) if that came while it was under way — even inside a need run that interrupted
+    it — else the cause of its own last run. When it never ran, ``not_reached:<cause>``.
+    """
     runs = [r for r in episode.stages if r.name == stage]
     if runs:
         last = runs[-1]
+        if episode.cause in ENDINGS or last.cause in ("interrupted", "success"):
+            return episode.cause, episode.detail, episode.line or last.line, stage
         return last.cause, last.detail, last.line, stage
     if episode.stages:
-        # The sub-action never ran: a stage before it failed (or a need kept interrupting).
-        last = episode.stages[-1]
-        return f"not_reached:{last.name}", last.detail or last.cause, 0, last.name
+        # The sub-action never ran: a stage before it failed, or the player died first.
+        return f"not_reached:{episode.cause}", episode.detail, 0, episode.stages[-1].name
     return episode.cause, episode.detail, episode.line, stage
+
+
+def reached(episode: EpisodeReport, stage: str) -> bool:
+    """Whether sub-action ``stage`` got its turn in the episode (or the episode succeeded)."""
+    return episode.success or any(r.name == stage for r in episode.stages)
 
 
 def stage_rate(result: RolloutResult, name: str) -> tuple[float, int]:
     """Success of sub-action ``name`` among the episodes that reached it (its stage ran,
     or the episode succeeded), and how many did: a stage before it failing is not its
     failure."""
-    reached = [e for e in result.episodes if e.success or any(r.name == name for r in e.stages)]
-    if not reached:
+    got = [e for e in result.episodes if reached(e, name)]
+    if not got:
         return 0.0, 0
-    return sum(e.success for e in reached) / len(reached), len(reached)
+    return sum(e.success for e in got) / len(got), len(got)
 
 
 def glimpse_dict(g: Glimpse | None) -> dict[str, Any] | None:
@@ -60,8 +76,11 @@ def glimpse_dict(g: Glimpse | None) -> dict[str, Any] | None:
 def statistics(review: Review) -> dict[str, Any]:
     """What the critic measured: the request its backend answers."""
     sub, result = review.subaction, review.result
-    failed = [e for e in result.episodes if not e.success]
-    rate, reached = stage_rate(result, sub.name)
+    # The failures that are this sub-action's: those of episodes that reached it (a
+    # stage before it failing is that stage's failure); only when none did, the rest.
+    failed = [e for e in result.episodes if not e.success and reached(e, sub.name)]
+    failed = failed or [e for e in result.episodes if not e.success]
+    rate, got = stage_rate(result, sub.name)
     causes = collections.Counter(failure_of(e, sub.name)[0] for e in failed)
     stats: dict[str, Any] = {
         "subaction": {
@@ -75,7 +94,7 @@ def statistics(review: Review) -> dict[str, Any]:
         "version": review.version,
         "target": sub.target,
         "success_rate": round(rate, 4),
-        "reached": reached,
+        "reached": got,
         "task_success_rate": round(result.success_rate, 4),
         "episodes": len(result.episodes),
         "mean_steps": round(result.steps / max(1, len(result.episodes)), 1),

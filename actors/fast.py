@@ -26,6 +26,7 @@ from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from messages.task import CodedAction, RLConfig, Stage, Subtask
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
+from runtime import ledger
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
 from runtime.head import log_progress
@@ -173,6 +174,8 @@ class FastAgent(Actor):
         """The run's Settings (task budgets, seed)."""
         self.environments = max(1, environments)
         """Environment actors to spread an evaluation over."""
+        self.memory: dict[str, dict[str, Any]] = {}
+        """Sub-action → its last coded version and critique (a redo goes on from it)."""
 
     @handles(TrainProgress)
     def on_progress(self, msg: TrainProgress, env: Envelope) -> None:
@@ -215,6 +218,7 @@ class FastAgent(Actor):
             coded_rate=best["code"].rate,
             learned_rate=best["rl"].rate,
             task_rate=chosen.task_rate,
+            exhausted=state.get("exhausted", False),
         )
         log.info(
             "subaction_finished",
@@ -232,7 +236,13 @@ class FastAgent(Actor):
         sub = work.subaction
         previous: dict[str, Any] | None = None
         critique: Critique | None = None
-        for version in range(1, work.revisions + 2):
+        start = 1
+        memo = self.memory.get(sub.name) if work.hint else None
+        if memo is not None:
+            # A redo goes on from the last version and its critique, not from scratch.
+            previous, critique, start = memo["previous"], memo["critique"], memo["version"] + 1
+        for i in range(work.revisions + 1):
+            version = start + i
             request = {
                 "subaction": subaction_dict(sub),
                 "version": version,
@@ -242,6 +252,7 @@ class FastAgent(Actor):
             reply = await self.agents.call("fast", "code", request)
             if previous is not None and reply.get("unchanged"):
                 log.info("code_unchanged", subaction=sub.name, reason=reply.get("note", ""))
+                state["exhausted"] = True
                 break
             code = reply["code"]
             state["versions"] += 1
@@ -256,10 +267,12 @@ class FastAgent(Actor):
             )
             self._save(f"code/{sub.name}-it{work.iteration}-v{version}.py", code)
             stage = Stage(subtask=sub.subtask, code=code)
-            critique = await self._measure(work, version, stage, state, best, code=code)
+            left = work.revisions - i
+            critique = await self._measure(work, version, left, stage, state, best, code=code)
+            previous = {"code": code, "note": reply.get("note", ""), "params": reply.get("params")}
+            self.memory[sub.name] = {"previous": previous, "critique": critique, "version": version}
             if critique.verdict != "revise":
                 break
-            previous = {"code": code, "note": reply.get("note", ""), "params": reply.get("params")}
 
     # ------------------------------------------------------------------ RL
 
@@ -334,7 +347,8 @@ class FastAgent(Actor):
                 policy_sha256=train.sha256,
                 config=config,
             )
-            critique = await self._measure(work, version, stage, state, best, train=train)
+            left = work.revisions + 1 - version
+            critique = await self._measure(work, version, left, stage, state, best, train=train)
             if critique.verdict != "revise":
                 break
             previous = {"config": reply, "held_out_success": train.eval_success_rate}
@@ -366,6 +380,7 @@ class FastAgent(Actor):
         # Recorded without the bytes (they are on disk now) and with the local path.
         result = dataclasses.replace(result, policy_bytes=b"", policy_path=str(path))
         journal.record_job(req, result, name=req.name)
+        ledger.append(self.run_dir, [ledger.training_line(result)])
         log.info(
             "training_result",
             job=req.name,
@@ -406,6 +421,7 @@ class FastAgent(Actor):
             result = RolloutResult(sub.name, episodes, 0.0, 0, "")
         result = _trimmed(result)
         self.agents.journal.record_job(req, result, name=sub.name)
+        ledger.append(self.run_dir, ledger.rollout_lines("code", result))
         log.info(
             "evaluation_finished",
             subaction=sub.name,
@@ -420,6 +436,7 @@ class FastAgent(Actor):
         self,
         work: WorkOn,
         version: int,
+        left: int,
         stage: Stage,
         state: dict,
         best: _Best,
@@ -435,7 +452,7 @@ class FastAgent(Actor):
             version=version,
             mode="rl" if stage.policy_path else "code",
             result=result,
-            revisions_left=work.revisions + 1 - version,
+            revisions_left=left,
             code=code,
             train=train,
         )

@@ -189,6 +189,8 @@ class LearnerActor(Actor):
                 device=str(model.device),
                 actor_id=self.actor_id,
                 policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
+                episodes=callback.episodes,
+                achievement_episodes=dict(sorted(callback.achievement_episodes.items())),
             )
         finally:
             vec.close()
@@ -333,6 +335,9 @@ class Progress(BaseCallback):
         self.last_checkpoint = resumed_from
         self.primitive_steps = 0
         self.episodes = 0
+        self.achievement_episodes: dict[str, int] = {}
+        self._unlocked: dict[int, set[str]] = {}
+        """Env index → achievements unlocked in its episode under way."""
         self.successes: list[float] = []
         self.returns: list[float] = []
         self.losses: dict[str, float] = {}
@@ -347,11 +352,16 @@ class Progress(BaseCallback):
         }
 
     def _on_step(self) -> bool:
-        for info in self.locals.get("infos", ()):
+        for index, info in enumerate(self.locals.get("infos", ())):
             self.primitive_steps += int(info.get("primitive_steps", 1))
+            unlocked = self._unlocked.setdefault(index, set())
+            unlocked.update(info.get("achievements", ()))
             episode = info.get("episode")
             if episode is not None:
                 self.episodes += 1
+                for name in unlocked:
+                    self.achievement_episodes[name] = self.achievement_episodes.get(name, 0) + 1
+                unlocked.clear()
                 self.returns = (self.returns + [float(episode["r"])])[-PROGRESS_WINDOW:]
                 won = float(bool(info.get("is_success")))
                 self.successes = (self.successes + [won])[-PROGRESS_WINDOW:]

@@ -9,6 +9,9 @@ policy and writes ``report.md`` (with plots) beside ``report.json``.
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -20,6 +23,7 @@ from actors.slow import FINAL_WALL_S, SlowAgent
 from messages.plan import RunTask, TaskReport
 from messages.rollout import RolloutRequest
 from messages.task import Subtask
+from runtime import ledger
 from runtime.actor import RemoteFailure
 from runtime.events import log
 from runtime.head import Head
@@ -46,6 +50,7 @@ def task_of(settings: Any) -> RunTask:
 
 async def run_method(head: Head) -> dict:
     s = head.settings
+    started = time.monotonic()
     agents = Agents(make_backend(s.agents), head.run_dir, s.agents.token_budget)
     if agents.journal.loaded_calls or agents.journal.loaded_jobs:
         log.info(
@@ -101,10 +106,34 @@ async def run_method(head: Head) -> dict:
         "coded_stages": sum(1 for st in report.stages if not st.policy_path),
         "video": video,
     }
+    summary.update(scores(head.run_dir, task.target_item, report))
+    summary["wall_s"] = round(time.monotonic() - started, 1)
+    if head.run_dir is not None:
+        (head.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     from actors.report import write_report
 
     write_report(head.run_dir, s, task, report, summary, slow.critiques)
     return summary
+
+
+def scores(run_dir: Path | None, target: str, report: TaskReport) -> dict[str, Any]:
+    """Env steps and Crafter scores from the run's episode ledger: over every episode the
+    run stepped (the scoreboard protocol) and over the final evaluation alone."""
+    from crafter import constants
+
+    names = list(constants.achievements)
+    lines = ledger.read(run_dir) if run_dir is not None else []
+    every = ledger.tally(lines)
+    final = ledger.tally(lines, kinds=["final"])
+    return {
+        "target": target,
+        "env_steps": every["steps"],
+        "episodes": every["episodes"],
+        "score_all_episodes": round(ledger.crafter_score(ledger.rates(every), names), 2),
+        "score_final": round(ledger.crafter_score(report.achievements, names), 2),
+        "final_achievements": dict(report.achievements),
+        "final_ledger_episodes": final["episodes"],
+    }
 
 
 async def _video(head: Head, task: RunTask, report: TaskReport) -> str:
@@ -133,6 +162,7 @@ async def _video(head: Head, task: RunTask, report: TaskReport) -> str:
         return ""
     from envs.video import write_gif
 
+    ledger.append(head.run_dir, ledger.rollout_lines("video", result))
     path = write_gif(result.frames, head.run_dir / "episode.gif")
     log.info("video_written", path=str(path), seed=req.seeds[0])
     return path.name

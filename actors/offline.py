@@ -95,14 +95,21 @@ class OfflineBackend:
         subactions = []
         previous: list[str] = []
         learn = set(req.get("learn", []))
+        curriculum = bool(req.get("curriculum"))
         for step in req["steps"]:
             learned = step["name"] in learn
+            # A chain: each step after the one before it (its state carries the chain's
+            # materials). A curriculum: each after its own prerequisites only, so that
+            # independent achievements are worked on at once, from a fresh world.
+            depends = [d for d in step.get("depends", []) if d in previous]
+            if not curriculum:
+                depends = previous[-1:]
             subactions.append(
                 {
                     "name": step["name"],
                     "description": step["description"],
                     "mode": "rl" if learned else "code",
-                    "depends": previous[-1:],
+                    "depends": depends,
                     "goal": step["goal"],
                     "achievement": step["achievement"],
                     "max_steps": step["max_steps"],
@@ -124,30 +131,38 @@ class OfflineBackend:
 
     def _slow_revise(self, req: dict[str, Any]) -> dict[str, Any]:
         changes = []
+        left = req["budget"]["iterations_left"] > 0
         for sub in req["subactions"]:
             name, verdict, mode = sub["name"], sub["verdict"], sub["mode"]
             rate, target = sub["success_rate"], sub["target"]
-            if verdict == "accept":
+            cause = sub["cause"] or "none"
+            if verdict == "accept" or sub.get("accepted"):
                 continue
-            if mode == "code" and verdict == "switch":
+            # Nothing measured (never reached) or no failure recorded: code can go on.
+            fixable = cause.split(":", 1)[0] in CODE_FIXABLE | {"not_reached", "none"}
+            if mode == "code" and (sub.get("exhausted") or not fixable):
                 changes.append(
                     {
                         "subaction": name,
                         "change": "to_rl",
                         "reason": f"coded version stayed at {rate:.2f} < {target:.2f} after "
-                        f"{sub['versions']} versions (last cause: {sub['cause'] or 'none'}): "
-                        "learn it with PPO, the coded skills as high-level actions",
+                        f"{sub['versions']} versions and no code revision answers its last "
+                        f"cause ({cause}): learn it with PPO, the coded skills as high-level "
+                        "actions",
                     }
                 )
-            elif req["budget"]["iterations_left"] > 0:
+            elif mode == "code" and left:
                 changes.append(
                     {
                         "subaction": name,
                         "change": "redo",
-                        "reason": f"{mode} version at {rate:.2f} < {target:.2f}, cause "
-                        f"{sub['cause'] or 'none'}: another inner loop from the critique",
+                        "reason": f"coded version at {rate:.2f} < {target:.2f}, cause {cause}, "
+                        "and the code still has revisions that answer it: another inner "
+                        "loop from the last critique",
                     }
                 )
+            # A learned sub-action under target keeps its best version (coded or learned,
+            # whichever measured higher): another PPO run costs more than it promises.
         met = req["final_success"] >= req["success_target"]
         stop = met or not changes
         why = (
@@ -177,9 +192,7 @@ class OfflineBackend:
             }
         critique = req.get("critique") or {}
         params = library.Params(**previous["params"])
-        revised = library.revise(
-            step, params, critique.get("cause", ""), critique.get("detail", "")
-        )
+        revised = revise_for(step, params, critique.get("cause", ""), critique.get("detail", ""))
         if revised is None:
             return {
                 "code": previous["code"],
@@ -227,7 +240,9 @@ class OfflineBackend:
             return {"verdict": "accept", "advice": f"{rate:.2f} ≥ target {target:.2f}"}
         advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
         if base == "not_reached":
-            advice = f"it rarely got its turn: {cause.split(':', 1)[1]} before it failed"
+            # Nothing of this sub-action was measured: no revision or switch is due.
+            advice = f"it never got its turn: {cause.split(':', 1)[1]} came first"
+            return {"verdict": "revise", "advice": f"{rate:.2f}; {advice}"}
         where = ""
         if example.get("line"):
             where = f" (line {example['line']}: {example.get('code_line', '')})"
@@ -239,6 +254,42 @@ class OfflineBackend:
         if req["revisions_left"] <= 0 or (req["mode"] == "code" and base not in CODE_FIXABLE):
             return {"verdict": "switch", "advice": text + "; no revision left for code"}
         return {"verdict": "revise", "advice": text}
+
+
+CAUSE_FIELDS = {
+    "policy_finished": ("secure", "attempts", "explore", "dig"),
+    "step_budget": ("dig", "patience", "explore"),
+    "episode_done": ("fight", "arm", "check"),
+    "exception": ("guarded",),
+    "policy_error": ("guarded",),
+    "invalid_action": ("validate",),
+}
+"""What a revision for each failure cause changes: every template setting that answers
+the cause, at once (a model asked to fix "the player died" fixes fighting and arming
+together, not one per round)."""
+
+
+def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, str] | None:
+    """The revision a critique's ``cause`` calls for: the library's rule for the cause
+    (its reason is the note), with every other setting that answers the same cause
+    brought to the library's final value in the same revision. None when nothing
+    changes."""
+    from knowledge import library
+
+    first = library.revise(step, params, cause, detail)
+    if first is None:
+        return None
+    revised, reason = first
+    best = library.best_params(step, survive=False)  # the composer keeps the vitals up
+    more = {}
+    for name in CAUSE_FIELDS.get(cause, ()):
+        now, final = getattr(revised, name), getattr(best, name)
+        if now != final and (not isinstance(final, bool) or final):
+            more[name] = final
+    if more:
+        revised = dataclasses.replace(revised, **more)
+        reason += "; also " + ", ".join(f"{k}={v}" for k, v in sorted(more.items()))
+    return revised, reason
 
 
 def _progress_reward(items: list[str]) -> str:

@@ -23,7 +23,9 @@ from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
 from messages.rollout import RolloutRequest
 from messages.task import Need, Stage, Subtask
+from runtime import ledger
 from runtime.actor import Actor, handles
+from runtime.config import ALL_ACHIEVEMENTS
 from runtime.events import log
 
 VITALS = ("health", "food", "drink", "energy")
@@ -56,7 +58,10 @@ class SlowAgent(Actor):
     async def on_task(self, task: RunTask, env: Envelope) -> TaskReport:
         from knowledge import library, recipes
 
-        steps = recipes.describe(recipes.chain(task.target_item))
+        curriculum = task.target_item == ALL_ACHIEVEMENTS
+        steps = recipes.describe(
+            recipes.curriculum() if curriculum else recipes.chain(task.target_item)
+        )
         needs_known = needs_table(library)
         plans: list[Plan] = []
         outcomes: dict[str, list[SubActionOutcome]] = {}
@@ -74,6 +79,7 @@ class SlowAgent(Actor):
                     "needs": needs_known,
                     "sub_target": self.settings.task.sub_target,
                     "learn": list(self.settings.task.learn),
+                    "curriculum": curriculum,
                 },
             )
             plan = self._plan_from(task, reply, needs_known, version=1)
@@ -83,14 +89,22 @@ class SlowAgent(Actor):
         plans.append(plan)
         self._log_plan(plan)
         redo: dict[str, str] = {}
+        wall_s = self.settings.task.wall_s
+        deadline = trio.current_time() + wall_s if wall_s > 0 else float("inf")
         for iteration in range(1, task.iterations + 1):
             log.info("iteration_started", iteration=iteration, plan_version=plan.version)
             try:
-                await self._work(task, plan, outcomes, redo, iteration, spent)
+                with trio.move_on_at(deadline) as scope:
+                    await self._work(task, plan, outcomes, redo, iteration, spent)
             except BudgetSpent as exc:
                 stop_reason = "tokens"
                 log.warning("budget_spent", kind="tokens", detail=str(exc))
                 break
+            if scope.cancelled_caught:
+                # Work under way is cancelled (its asks tell the workers to stop); what
+                # finished is kept and the final policy is composed from it.
+                stop_reason = "wall_time"
+                log.warning("budget_spent", kind="wall_time", budget_s=wall_s)
             rates = {
                 name: round(self._best(outs).success_rate, 4) for name, outs in outcomes.items()
             }
@@ -105,6 +119,8 @@ class SlowAgent(Actor):
                 env_steps=used,
                 **{f"rate_{k}": v for k, v in rates.items()},
             )
+            if stop_reason == "wall_time":
+                break
             if task_rate >= task.success_target and all(
                 self._best(outcomes[s.name]).accepted for s in plan.subactions if s.name in outcomes
             ):
@@ -211,6 +227,7 @@ class SlowAgent(Actor):
                     "cause": critique.cause if critique else "",
                     "advice": critique.advice if critique else "",
                     "versions": sum(o.versions for o in outs),
+                    "exhausted": bool(outs) and outs[-1].exhausted,
                 }
             )
         reply = await self.agents.call(
@@ -290,10 +307,13 @@ class SlowAgent(Actor):
                     coded_rate=self._rate(outcomes[sub.name], "code"),
                     learned_rate=self._rate(outcomes[sub.name], "rl"),
                 )
+        known = [*_achievements(), ALL_ACHIEVEMENTS]
         goal = Subtask(
+            # Every achievement: no single test; the episode runs until every stage's
+            # test held, the player dies or Crafter's episode ends.
             name=task.target_item,
             description=task.task,
-            goal={task.target_item: 1} if task.target_item not in _achievements() else {},
+            goal={task.target_item: 1} if task.target_item not in known else {},
             achievement=task.target_item if task.target_item in _achievements() else "",
             max_steps=self.settings.task.episode_steps,
         )
@@ -308,6 +328,7 @@ class SlowAgent(Actor):
             if result is None:
                 result = await rollout_split(self, req, self.environments)
                 self.agents.journal.record_job(req, result, name="final")
+                ledger.append(self.run_dir, ledger.rollout_lines("final", result))
             rate, eval_steps = result.success_rate, result.steps
             counts: dict[str, int] = {}
             for e in result.episodes:

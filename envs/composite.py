@@ -96,6 +96,14 @@ def episode_met(subtask: Subtask, inventory: Mapping[str, int], counts: Mapping[
     return bool(subtask.goal) and all(inventory.get(k, 0) >= n for k, n in subtask.goal.items())
 
 
+def stat_value(obs: Observation, stat: str) -> float:
+    """A need's statistic: a vital from the status, or ``daylight`` (the light the
+    player sees, 0–1)."""
+    if stat == "daylight":
+        return float(obs.daylight)
+    return float(obs.status.get(stat, float("inf")))
+
+
 # ---------------------------------------------------------------------- the world tap
 
 
@@ -375,9 +383,9 @@ class _Planner:
         return None
 
     def _triggered_need(self, step: int) -> int | None:
-        status = self.tap.obs.status
+        obs = self.tap.obs
         for i, need in enumerate(self.needs):
-            if self.cooldown[i] <= step and status.get(need.stat, float("inf")) < need.below:
+            if self.cooldown[i] <= step and stat_value(obs, need.stat) < need.below:
                 return i
         return None
 
@@ -386,7 +394,7 @@ class _Planner:
         reached ``until`` (when positive), else the need stage's test held in the run."""
         need = self.needs[i]
         if need.until > 0:
-            return self.tap.obs.status.get(need.stat, 0.0) >= need.until
+            return stat_value(self.tap.obs, need.stat) >= need.until
         return self._need_test(i, start_counts)
 
     def _need_test(self, i: int, start_counts: Mapping[str, int]) -> bool:
@@ -404,7 +412,7 @@ class _Planner:
         # The budget starts after the world is built, as a coded rollout's does.
         started = time.monotonic()
         self.deadline = started + self.wall_s
-        unknown = sorted({n.stat for n in self.needs} - set(obs.status))
+        unknown = sorted({n.stat for n in self.needs} - set(obs.status) - {"daylight"})
         if unknown:
             raise ValueError(
                 f"needs name unknown stats {unknown}; the world has {list(obs.status)}"

@@ -165,6 +165,9 @@ class SubActionOutcome:
     """Best learned success (−1: never learned)."""
     task_rate: float = 0.0
     """Success of the whole composed evaluation (every stage up to this one)."""
+    exhausted: bool = False
+    """The inner loop stopped because no revision answers the last critique (the
+    backend returned the version unchanged): more rounds of this mode would not help."""
 
 
 @message("plan.task")

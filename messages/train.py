@@ -125,3 +125,7 @@ class TrainResult:
     """Which learner."""
     policy_bytes: bytes = b""
     """The SB3 zip itself, when the learner is remote (no shared run directory)."""
+    episodes: int = 0
+    """Training episodes this attempt finished."""
+    achievement_episodes: dict[str, int] = field(default_factory=dict)
+    """Achievement → training episodes (of ``episodes``) that unlocked it."""

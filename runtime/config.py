@@ -108,13 +108,18 @@ class AgentSettings:
     """openai: check at start that the endpoint answers (a refusal exits with status 2)."""
 
 
+ALL_ACHIEVEMENTS = "achievements"
+"""The [task] target that asks for every achievement of the game."""
+
+
 @dataclass
 class TaskSettings:
     task: str = "obtain a diamond"
     """The goal in words (prompts and the report show it)."""
     target: str = "diamond"
     """What success means: an item to hold (``diamond``) or an achievement name
-    (``collect_diamond``, ``place_table``)."""
+    (``collect_diamond``, ``place_table``); ``achievements`` plans the curriculum of all
+    22 achievements (the final episodes then run to Crafter's full length)."""
     success_target: float = 0.3
     """The run stops early once the final policy reaches this success rate."""
     iterations: int = 3
@@ -138,6 +143,10 @@ class TaskSettings:
     learn: list[str] = field(default_factory=list)
     """Sub-actions to learn with RL from the first plan (e.g. ``["collect_wood"]``),
     whatever their code would do; the others start as code."""
+    wall_s: float = 0.0
+    """Wall-clock budget in seconds of the outer loop (0: none). When it runs out, work
+    under way is cancelled, what finished is kept, and the final policy is evaluated
+    (that evaluation comes on top of this budget)."""
 
 
 @dataclass
@@ -411,13 +420,14 @@ def _check_task(s: Settings) -> None:
     f, t = s.source, s.task
     from crafter import constants
 
-    if t.target not in constants.items and t.target not in constants.achievements:
+    if t.target != ALL_ACHIEVEMENTS and t.target not in (*constants.items, *constants.achievements):
         raise ConfigError(
             f,
             "task.target",
             "an item or achievement of the game",
             repr(t.target),
-            "e.g. diamond, wood_pickaxe or place_table (see crafter's data.yaml)",
+            f"e.g. diamond, wood_pickaxe, place_table (see crafter's data.yaml) or "
+            f"{ALL_ACHIEVEMENTS!r} for the curriculum of all 22",
         )
     for key in ("success_target", "sub_target"):
         value = getattr(t, key)
@@ -429,6 +439,10 @@ def _check_task(s: Settings) -> None:
     for key in ("revisions",):
         if getattr(t, key) < 0:
             raise ConfigError(f, f"task.{key}", "an integer ≥ 0", repr(getattr(t, key)))
+    if t.wall_s < 0:
+        raise ConfigError(
+            f, "task.wall_s", "seconds ≥ 0 (0: no limit)", repr(t.wall_s), "e.g. wall_s = 1200"
+        )
     if t.env_steps < 1000 or t.episode_steps < 10:
         raise ConfigError(
             f,

@@ -3,6 +3,7 @@ offline decisions, and the config checks of the [agents] and [task] sections."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -132,8 +133,37 @@ def test_critic_counts_a_sub_action_only_where_it_was_reached() -> None:
     assert (rate, reached) == (2 / 3, 3)
     stats = statistics(Review(sub, 1, "code", result, revisions_left=1))
     assert stats["success_rate"] == round(2 / 3, 4) and stats["task_success_rate"] == 0.5
-    assert stats["causes"] == {"step_budget": 1, "not_reached:make_wood_pickaxe": 1}
+    # Episode 3 failed before collect_stone's turn: that is make_wood_pickaxe's failure.
+    assert stats["causes"] == {"step_budget": 1}
     assert stats["example"]["action"] == "collect('stone', 1)"
+
+
+def test_critic_blames_what_ended_the_episode_and_names_unreached_sub_actions() -> None:
+    sub = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
+    cut = StageRun("collect_iron", False, 40, "interrupted", "a need came first")
+    died = StageRun("eat_cow", False, 20, "episode_done", "the player died")
+    earlier = StageRun("collect_coal", False, 200, "policy_finished", "no coal seen")
+    result = RolloutResult(
+        "collect_iron",
+        [
+            # Died inside a need run that interrupted collect_iron: collect_iron's death.
+            dataclasses.replace(_episode(1, False, [cut, died], "episode_done"), detail="died"),
+            _episode(2, False, [earlier], "policy_finished"),
+        ],
+        0.0,
+        400,
+        "env-0",
+    )
+    stats = statistics(Review(sub, 1, "code", result, revisions_left=1))
+    assert stats["causes"] == {"episode_done": 1}
+    assert stats["example"]["stage"] == "collect_iron"
+    only_earlier = dataclasses.replace(result, episodes=[result.episodes[1]])
+    stats = statistics(Review(sub, 1, "code", only_earlier, revisions_left=1))
+    assert stats["reached"] == 0
+    assert stats["causes"] == {"not_reached:policy_finished": 1}
+    assert stats["example"]["stage"] == "collect_coal"
+    reply = OfflineBackend()._critic_review(stats)
+    assert reply["verdict"] == "revise"  # nothing measured: no switch to RL on this
 
 
 @pytest.mark.parametrize(
@@ -175,12 +205,40 @@ def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
              "accepted": True, "verdict": "accept", "cause": "", "advice": "", "versions": 1},
             {"name": "b", "mode": "code", "target": 0.9, "success_rate": 0.4,
              "accepted": False, "verdict": "switch", "cause": "step_budget", "advice": "",
-             "versions": 3},
+             "versions": 3, "exhausted": True},
+            {"name": "c", "mode": "code", "target": 0.9, "success_rate": 0.5,
+             "accepted": False, "verdict": "switch", "cause": "episode_done", "advice": "",
+             "versions": 3, "exhausted": False},
+            {"name": "d", "mode": "rl", "target": 0.9, "success_rate": 0.2,
+             "accepted": False, "verdict": "revise", "cause": "step_budget", "advice": "",
+             "versions": 2},
         ],
     }  # fmt: skip
     reply = trio.run(OfflineBackend().call, "slow", "revise", request).data
-    assert [(c["subaction"], c["change"]) for c in reply["changes"]] == [("b", "to_rl")]
+    # b: no code revision answers it any more → RL; c: the code can still be revised →
+    # another inner loop; d: a learned version under target keeps the best one.
+    changes = [(c["subaction"], c["change"]) for c in reply["changes"]]
+    assert changes == [("b", "to_rl"), ("c", "redo")]
     assert "0.40 < 0.90" in reply["changes"][0]["reason"] and not reply["stop"]
+    request["budget"]["iterations_left"] = 0
+    reply = trio.run(OfflineBackend().call, "slow", "revise", request).data
+    assert [(c["subaction"], c["change"]) for c in reply["changes"]] == [("b", "to_rl")]
+
+
+def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:
+    from knowledge import library, recipes
+
+    from actors.offline import revise_for
+
+    step = recipes.achievement_step("collect_iron")
+    first = library.first_params(step)
+    died, reason = revise_for(step, first, "episode_done", "")
+    best = library.best_params(step, survive=False)
+    assert (died.fight, died.arm, died.check) == (True, True, best.check)
+    assert reason.startswith("episode_done") and "arm=True" in reason
+    missing, _ = revise_for(step, first, "policy_finished", "")
+    assert missing.secure and missing.dig and missing.attempts == best.attempts
+    assert revise_for(step, best, "exception", "") is None  # nothing left to change
 
 
 def _config_error(tmp_path: Path, text: str, env: dict | None = None) -> str:
