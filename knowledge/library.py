@@ -259,8 +259,8 @@ HABITAT = {
 
 # Survival thresholds (Crafter: every vital 0–9; health regenerates only while food,
 # drink and energy are all above 0, and drops when one is 0).
-DRINK_BELOW, DRINK_UNTIL = 4, 9  # −1 per ~20 steps: 80 steps to reach water, then fill up
-FOOD_BELOW, FOOD_UNTIL = 4, 6  # −1 per ~25 steps: 100 steps to find a cow (+6 each)
+DRINK_BELOW, DRINK_UNTIL = 5, 9  # −1 per ~20 steps: 80 steps to reach water, then fill up
+FOOD_BELOW, FOOD_UNTIL = 6, 8  # −1 per ~25 steps: 100 steps to find a cow (+6 each)
 ENERGY_BELOW, ENERGY_UNTIL = 3, 9  # −1 per ~30 steps: 90 steps to find a nook
 HEALTH_BELOW, HEALTH_UNTIL = 6, 8  # 3 zombie hits from 0: get away, wall in, rest
 # Night (Crafter's daylight < 0.45 for ~120 of every 300 steps): zombies spawn on grass
@@ -340,8 +340,16 @@ def setup(skills):
     skills.tunnel(DIG)
 
 
+def dark(skills):
+    """Night: zombies swarm the grassland, a trip out is worth it only when critical."""
+    return skills.daylight() < NIGHT_BELOW
+
+
 def drink(skills, until):
-    """Drink water until the drink vital reaches ``until``."""
+    """Drink water until the drink vital reaches ``until`` (at night only when it is
+    critical: the shelter comes first)."""
+    if dark(skills) and count(skills, "drink") >= CRITICAL and not skills.sees("water"):
+        return False
     spent = 0
     while count(skills, "drink") < until and spent < TRIP:
         start = skills.steps()
@@ -355,7 +363,9 @@ def drink(skills, until):
 
 
 def eat(skills, until):
-    """Eat cows until food reaches ``until``."""
+    """Eat cows until food reaches ``until`` (at night only when it is critical)."""
+    if dark(skills) and count(skills, "food") >= CRITICAL and not skills.sees("cow"):
+        return False
     spent = 0
     while count(skills, "food") < until and spent < TRIP:
         start = skills.steps()
@@ -392,7 +402,13 @@ def sleep(skills, until):
 
 def night(skills):
     """Nights are when zombies swarm: get walled in, sleep (or wait) until dawn.
+    At dusk (still light) drink and eat first, so that they last until dawn.
     Without a shelter, carry on (and try again at the next check)."""
+    if not dark(skills):
+        if count(skills, "drink") < DUSK_DRINK:
+            yield from drink(skills, DRINK_UNTIL)
+        if count(skills, "food") < DUSK_FOOD:
+            yield from eat(skills, FOOD_UNTIL)
     walled = yield from hide(skills)
     if not walled:
         return False
@@ -906,7 +922,7 @@ def survival_stages() -> list[SurvivalStage]:
         SurvivalStage(
             "shelter",
             "daylight",
-            NIGHT_BELOW,
+            DUSK,
             DAWN,
             "at night zombies swarm the grassland (up to 3 per chunk) and hit sleepers "
             "for 7: top up drink and food, wall in a nook of stone and sleep until dawn",

@@ -226,9 +226,8 @@ def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
 
 
 def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:
-    from knowledge import library, recipes
-
     from actors.offline import revise_for
+    from knowledge import library, recipes
 
     step = recipes.achievement_step("collect_iron")
     first = library.first_params(step)
