@@ -140,15 +140,19 @@ class OfflineBackend:
                 continue
             # Nothing measured (never reached) or no failure recorded: code can go on.
             fixable = cause.split(":", 1)[0] in CODE_FIXABLE | {"not_reached", "none"}
-            if mode == "code" and (sub.get("exhausted") or not fixable):
+            if mode == "code" and (sub.get("exhausted") or sub.get("stalled") or not fixable):
+                why = (
+                    "another round of revisions did not raise it"
+                    if sub.get("stalled") and fixable and not sub.get("exhausted")
+                    else "no code revision answers its last cause"
+                )
                 changes.append(
                     {
                         "subaction": name,
                         "change": "to_rl",
                         "reason": f"coded version stayed at {rate:.2f} < {target:.2f} after "
-                        f"{sub['versions']} versions and no code revision answers its last "
-                        f"cause ({cause}): learn it with PPO, the coded skills as high-level "
-                        "actions",
+                        f"{sub['versions']} versions and {why} ({cause}): learn it with PPO, "
+                        "the coded skills as high-level actions",
                     }
                 )
             elif mode == "code" and left:

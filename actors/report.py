@@ -47,6 +47,10 @@ def write_report(
         f"- Env steps: {report.train_steps:,} training, {report.code_steps:,} code evaluation, "
         f"{report.eval_steps:,} final evaluation; "
         f"{report.train_steps + report.code_steps + report.eval_steps:,} in all",
+        f"- Crafter score: {summary.get('score_all_episodes', 0):.1f}% over all "
+        f"{summary.get('episodes', 0):,} episodes the run stepped (the scoreboard protocol; "
+        f"{summary.get('env_steps', 0):,} env steps in its episode ledger), "
+        f"{summary.get('score_final', 0):.1f}% for the final policy",
         f"- Agent calls: {summary['model_calls']} ({summary['model_calls_replayed']} replayed "
         f"on resume); tokens {summary['tokens_in']:,} in, {summary['tokens_out']:,} out",
         f"- Written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; "

@@ -228,6 +228,7 @@ class SlowAgent(Actor):
                     "advice": critique.advice if critique else "",
                     "versions": sum(o.versions for o in outs),
                     "exhausted": bool(outs) and outs[-1].exhausted,
+                    "stalled": _stalled(outs),
                 }
             )
         reply = await self.agents.call(
@@ -450,6 +451,16 @@ class SlowAgent(Actor):
     @staticmethod
     def _task_rate(outs: list[SubActionOutcome]) -> float:
         return max((o.task_rate for o in outs), default=0.0)
+
+
+def _stalled(outs: list[SubActionOutcome]) -> bool:
+    """Whether the last inner loop of a sub-action (a redo) did not raise its best rate
+    in that mode."""
+    if len(outs) < 2:
+        return False
+    last = outs[-1]
+    before = [o.success_rate for o in outs[:-1] if o.mode == last.mode]
+    return bool(before) and last.success_rate <= max(before)
 
 
 def needs_table(library: Any) -> list[dict[str, Any]]:

@@ -19,9 +19,11 @@ coded (``Stage.code``, a ``run(skills)`` generator run in the sandbox) or learne
   even if the items are later spent (a table's wood).
 - **a stage run** lasts until its test holds, its ``subtask.max_steps``, its code returns
   or fails, or a need triggers (``interrupted``: not a failure, restarted from scratch
-  later). A stage that fails is run again up to :data:`STAGE_RETRIES` more times, then
-  the episode gives up with that run's cause; a failure that no retry can fix (code
-  that does not compile, a policy that cannot be loaded) ends the episode at once.
+  later). A stage that fails is run again — at least :data:`STAGE_RETRIES` more times,
+  and beyond that while its failed runs took fewer than :data:`STAGE_ALLOWANCE` × its
+  ``max_steps`` steps in all — then the episode gives up with that run's cause; a
+  failure that no retry can fix (code that does not compile, a policy that cannot be
+  loaded) ends the episode at once.
 - **a need run** lasts until ``stat`` reaches ``until`` (when positive; else until its
   stage's test holds, counted from the run's start: an achievement unlocked during the
   run, or the goal inventory), its code returns, or its stage's ``max_steps``. It
@@ -63,7 +65,14 @@ from messages.rollout import EpisodeReport, Segment, StageRun
 from messages.task import Need, Stage, Subtask
 
 STAGE_RETRIES = 3
-"""Further runs a failed stage gets (4 runs in all) before the episode gives up."""
+"""Further runs a failed stage always gets (4 runs in all) before the episode gives up."""
+STAGE_ALLOWANCE = 4
+"""Beyond those, a failed stage is run again while its failed runs took fewer than this
+many times its ``max_steps`` in all (and each took a step): a search that gave up early
+goes on from where it stands, as a longer search would (a search's causes only:
+gave up, or ran into its cap; code that raises gets the fixed retries)."""
+MAX_STAGE_FAILURES = 40
+"""Failed runs of one stage after which the episode gives up whatever the steps."""
 NEED_COOLDOWN_STEPS = 50
 """World steps a need waits after a run that did not serve it (Crafter's vitals drop one
 point every ~25–35 steps: 50 steps lets the stages make progress meanwhile)."""
@@ -75,6 +84,8 @@ without bound); the planner itself stops after 4× as many runs."""
 MAX_OUTPUT_CHARS = sandbox.Limits().max_output_chars
 # Causes no retry can change: the code or the policy itself is unusable.
 PERMANENT_CAUSES = frozenset({"syntax", "forbidden", "policy_unusable"})
+# Causes of a search that stopped short (gave up, ran into its cap): going on helps.
+SEARCH_CAUSES = frozenset({"policy_finished", "step_budget"})
 
 
 # ---------------------------------------------------------------------- tests
@@ -420,6 +431,7 @@ class _Planner:
         self.skills = self.skills_factory(obs, tap.action_names, self.seed)
         done = [False] * len(self.stages)
         failures = [0] * len(self.stages)
+        failed_steps = [0] * len(self.stages)
         self.cooldown = [0] * len(self.needs)
         cause, detail, line = "", "", 0
         while True:
@@ -454,7 +466,15 @@ class _Planner:
             if run.cause == "interrupted" or self._episode_end() is not None:
                 continue  # a need comes first / the loop's top ends the episode
             failures[i] += 1
-            if run.cause in PERMANENT_CAUSES or failures[i] > STAGE_RETRIES:
+            failed_steps[i] += run.steps
+            allowance = STAGE_ALLOWANCE * self.stages[i].stage.subtask.max_steps
+            more = failures[i] <= STAGE_RETRIES or (
+                run.cause in SEARCH_CAUSES
+                and run.steps > 0
+                and failed_steps[i] < allowance
+                and failures[i] < MAX_STAGE_FAILURES
+            )
+            if run.cause in PERMANENT_CAUSES or not more:
                 cause, detail, line = run.cause, run.detail, run.line
                 if run.cause not in PERMANENT_CAUSES:
                     detail = f"stage {run.name!r} failed {failures[i]} times; last: {detail}"

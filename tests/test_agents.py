@@ -209,6 +209,9 @@ def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
             {"name": "c", "mode": "code", "target": 0.9, "success_rate": 0.5,
              "accepted": False, "verdict": "switch", "cause": "episode_done", "advice": "",
              "versions": 3, "exhausted": False},
+            {"name": "e", "mode": "code", "target": 0.9, "success_rate": 0.5,
+             "accepted": False, "verdict": "switch", "cause": "episode_done", "advice": "",
+             "versions": 6, "exhausted": False, "stalled": True},
             {"name": "d", "mode": "rl", "target": 0.9, "success_rate": 0.2,
              "accepted": False, "verdict": "revise", "cause": "step_budget", "advice": "",
              "versions": 2},
@@ -216,13 +219,15 @@ def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
     }  # fmt: skip
     reply = trio.run(OfflineBackend().call, "slow", "revise", request).data
     # b: no code revision answers it any more → RL; c: the code can still be revised →
-    # another inner loop; d: a learned version under target keeps the best one.
+    # another inner loop; e: a redo did not raise it → RL; d: a learned version under
+    # target keeps the best one.
     changes = [(c["subaction"], c["change"]) for c in reply["changes"]]
-    assert changes == [("b", "to_rl"), ("c", "redo")]
+    assert changes == [("b", "to_rl"), ("c", "redo"), ("e", "to_rl")]
     assert "0.40 < 0.90" in reply["changes"][0]["reason"] and not reply["stop"]
     request["budget"]["iterations_left"] = 0
     reply = trio.run(OfflineBackend().call, "slow", "revise", request).data
-    assert [(c["subaction"], c["change"]) for c in reply["changes"]] == [("b", "to_rl")]
+    changes = [(c["subaction"], c["change"]) for c in reply["changes"]]
+    assert changes == [("b", "to_rl"), ("e", "to_rl")]
 
 
 def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:

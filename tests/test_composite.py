@@ -16,6 +16,7 @@ from actors.learner import make_ppo, sha256_of
 from envs import policies
 from envs.composite import (
     NEED_COOLDOWN_STEPS,
+    STAGE_ALLOWANCE,
     STAGE_RETRIES,
     prepare_stages,
     run_composed,
@@ -180,6 +181,16 @@ def test_a_failing_stage_is_retried_then_ends_the_episode_with_its_cause(world) 
         ("idle", "step_budget", 5)
     ] * (1 + STAGE_RETRIES)
     assert episode.cause == "step_budget" and "failed 4 times" in episode.detail
+    # A search that gives up early goes on while its failed runs stay under the stage's
+    # step allowance: 3 steps a run, a cap of 20 → 80 steps → runs until 81 steps.
+    quitter = Stage(
+        Subtask("quitter", goal={"stone": 1}, max_steps=20),
+        code="def run(skills):\n    for _ in range(3):\n        yield 'noop'\n",
+    )
+    episode = run_composed(world, [WOOD, quitter], [], GOAL, 0, wall_s=30)
+    runs = [r for r in episode.stages if r.name == "quitter"]
+    assert {(r.cause, r.steps) for r in runs} == {("policy_finished", 3)}
+    assert len(runs) == -(-STAGE_ALLOWANCE * 20 // 3) > 1 + STAGE_RETRIES
     # Code that does not compile is not retried: the episode ends at once.
     syntax = Stage(Subtask("typo", goal={"stone": 1}), code="def run(skills)\n    yield 1\n")
     episode = run_composed(world, [WOOD, syntax], [], GOAL, 0, wall_s=30)
