@@ -89,6 +89,7 @@ from messages.task import RLConfig
 from sandbox import (
     CompiledCode,
     Failure,
+    Limits,
     Namespace,
     ReadOnlyProxy,
     SandboxError,
@@ -96,6 +97,10 @@ from sandbox import (
     load,
 )
 from sandbox import run_policy as run_sandboxed
+
+SETUP_SOURCE_CHARS = 2_000_000
+"""Longest composed setup: up to ~20 stage modules of ~100k characters each (every one
+was compiled on its own under the usual limit when it was evaluated)."""
 
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
@@ -494,8 +499,10 @@ class SubtaskEnv(gym.Env):
         if not source.strip():
             return None
         filename = f"<{part}>"
+        # A setup composes every stage before the sub-action, each a whole module.
+        limits = Limits(max_source_chars=SETUP_SOURCE_CHARS) if part == "setup_code" else None
         try:
-            compiled = compile_code(source, filename=filename)
+            compiled = compile_code(source, filename=filename, limits=limits)
             namespace = load(compiled)
         except SandboxError as err:
             raise CodeError(part, err.failure) from None

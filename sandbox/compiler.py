@@ -32,7 +32,7 @@ from sandbox.limits import Limits
 
 # LLM replies are a few thousand tokens; 100k characters bounds parser time and memory
 # (deeply nested or enormous sources can exhaust the parser before any check runs).
-MAX_SOURCE_CHARS = 100_000
+MAX_SOURCE_CHARS = Limits().max_source_chars
 
 # Names refused at compile time (most are also absent from the sandbox's builtins; naming
 # them here gives the agent a clear message with a line number instead of a NameError).
@@ -82,8 +82,10 @@ def compile_code(
     limits = limits or Limits()
     if not isinstance(source, str):
         raise SandboxError("syntax", "source must be a str")
-    if len(source) > MAX_SOURCE_CHARS:
-        raise SandboxError("forbidden", f"source longer than {MAX_SOURCE_CHARS} characters")
+    if len(source) > limits.max_source_chars:
+        raise SandboxError(
+            "forbidden", f"source longer than {limits.max_source_chars} characters"
+        )
     try:
         tree = ast.parse(source, filename, "exec")
     except SyntaxError as err:

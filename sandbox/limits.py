@@ -27,3 +27,6 @@ class Limits:
     max_output_chars: int = 64 * 1024
     """Printed output kept per namespace: enough to debug thousands of steps, small enough
     to ship in a rollout message."""
+    max_source_chars: int = 100_000
+    """Longest source accepted (one policy is a few thousand lines at most; a composed
+    setup of many stage modules gets a larger limit from its caller)."""
