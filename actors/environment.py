@@ -339,6 +339,11 @@ class EnvironmentActor(Actor):
         )
         episodes = []
         for r in records:
+            if "skipped" in r:  # the setup died before the policy's turn
+                episodes.append(
+                    EpisodeReport(r["seed"], False, 0, 0.0, [], "setup_failed", r["skipped"])
+                )
+                continue
             cause = "success" if r["success"] else "episode_done" if r["died"] else "step_budget"
             used = collections.Counter(r["actions"])
             detail = ", ".join(f"{name}×{n}" for name, n in used.most_common())
@@ -346,6 +351,8 @@ class EnvironmentActor(Actor):
                 EpisodeReport(r["seed"], r["success"], r["steps"], float(r["success"]),
                               list(r["achievements"]), cause, detail)
             )  # fmt: skip
+        # Every requested world counts here (a failed setup is a failed episode).
+        rate = sum(e.success for e in episodes) / len(episodes) if episodes else 0.0
         return RolloutResult(req.subtask.name, episodes, rate, steps, self.actor_id)
 
     def _episode(

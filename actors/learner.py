@@ -244,15 +244,22 @@ def training_worlds(req: TrainRequest) -> range:
 
 def held_out(config: Any, act: Any, seeds: Sequence[int]) -> tuple[float, int, list[dict]]:
     """Play one episode of ``config``'s env per world seed, choosing actions with
-    ``act(obs)``: (success rate, world steps, per-episode records)."""
-    from envs.rl_env import make_env
+    ``act(obs)``: (success rate, world steps, per-episode records). A world whose setup
+    fails (the player died on the way to the sub-action's start) is left out of the
+    rate and recorded as ``skipped``."""
+    from envs.rl_env import SetupError, make_env
 
     env = make_env(config)
-    wins = steps = 0
+    wins = steps = played = 0
     records = []
     try:
         for seed in seeds:
-            obs, _ = env.reset(seed=seed)
+            try:
+                obs, _ = env.reset(seed=seed)
+            except SetupError as exc:
+                records.append({"seed": seed, "skipped": str(exc)[:300]})
+                continue
+            played += 1
             taken, used, unlocked = 0, [], []
             while True:
                 obs, _, terminated, truncated, info = env.step(int(act(obs)))
@@ -270,7 +277,7 @@ def held_out(config: Any, act: Any, seeds: Sequence[int]) -> tuple[float, int, l
             )  # fmt: skip
     finally:
         env.close()
-    return (wins / len(seeds) if seeds else 0.0), steps, records
+    return (wins / played if played else 0.0), steps, records
 
 
 def evaluate(model: Any, req: TrainRequest, episodes: int | None = None) -> tuple[float, int]:
