@@ -305,6 +305,7 @@ class EnvironmentActor(Actor):
                     skills_factory=lambda obs, actions, s: TracingSkills(obs, actions, seed=s),
                     frames=frames if i == 0 and req.frames else None,
                     need_stages=need_stages,
+                    skip_failed=req.skip_failed,
                 )
                 if self.stats is not None:
                     self.stats.write(episode.steps, episode.reward, episode.counts)

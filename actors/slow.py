@@ -322,7 +322,7 @@ class SlowAgent(Actor):
         if stages:
             req = RolloutRequest(
                 subtask=goal, seeds=list(task.eval_seeds), wall_s=FINAL_WALL_S, stages=stages,
-                needs=needs,
+                needs=needs, skip_failed=task.target_item == ALL_ACHIEVEMENTS,
             )  # fmt: skip
             log.info("final_evaluation_started", episodes=len(req.seeds), stages=len(stages))
             result = self.agents.journal.job(req)

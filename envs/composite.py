@@ -330,6 +330,7 @@ def run_composed(
     on_step: Callable[[Observation, float, bool, Mapping[str, Any]], None] | None = None,
     frames: list[np.ndarray] | None = None,
     need_stages: Sequence[PreparedStage] | None = None,
+    skip_failed: bool = False,
 ) -> ComposedEpisode:
     """Play one episode of a composed policy (see the module docstring).
 
@@ -338,11 +339,15 @@ def run_composed(
     ``skills_factory(obs, action_names, seed)`` builds the episode's skills (default
     :class:`Skills`; a tracing one gives the trace). ``on_step(obs, reward, done, info)``
     sees every world step; ``frames`` collects rendered frames (the reset frame, then
-    one per step, up to :data:`MAX_FRAMES`). ``wall_s`` bounds the whole episode.
+    one per step, up to :data:`MAX_FRAMES`). ``wall_s`` bounds the whole episode. With
+    ``skip_failed`` a stage that gives up is dropped for the episode and the planner goes
+    on with the next (a curriculum); the episode then ends once no stage is left.
     """
-    return _Planner(
+    planner = _Planner(
         world, stages, needs, subtask, seed, wall_s, skills_factory, on_step, frames, need_stages
-    ).run()
+    )
+    planner.skip_failed = skip_failed
+    return planner.run()
 
 
 class _Planner:
@@ -377,6 +382,7 @@ class _Planner:
         self.run_count = 0
         self.output: list[str] = []
         self.deadline = 0.0
+        self.skip_failed = False
 
     # ---- the planner's checks, from the tap's books (valid mid-step, before the skills
     # object has seen the step)
@@ -432,6 +438,7 @@ class _Planner:
         done = [False] * len(self.stages)
         failures = [0] * len(self.stages)
         failed_steps = [0] * len(self.stages)
+        dropped: set[int] = set()
         self.cooldown = [0] * len(self.needs)
         cause, detail, line = "", "", 0
         while True:
@@ -453,10 +460,13 @@ class _Planner:
             if need is not None:
                 self._run_need(need)
                 continue
-            todo = [i for i in range(len(self.stages)) if not done[i]]
+            todo = [i for i in range(len(self.stages)) if not done[i] and i not in dropped]
             if not todo:
                 cause = "policy_finished"
                 detail = "every stage's test held, but the subtask's test does not"
+                if dropped:
+                    names = ", ".join(self.stages[i].name for i in sorted(dropped))
+                    detail = f"no stage left; gave up on {names}"
                 break
             i = todo[0]
             run = self._run_stage(self.stages[i], need=None)
@@ -474,6 +484,9 @@ class _Planner:
                 and failed_steps[i] < allowance
                 and failures[i] < MAX_STAGE_FAILURES
             )
+            if (run.cause in PERMANENT_CAUSES or not more) and self.skip_failed:
+                dropped.add(i)
+                continue
             if run.cause in PERMANENT_CAUSES or not more:
                 cause, detail, line = run.cause, run.detail, run.line
                 if run.cause not in PERMANENT_CAUSES:

@@ -38,6 +38,9 @@ class RolloutRequest:
     and ``policy_path`` empty."""
     needs: list[Need] = field(default_factory=list)
     """With ``stages``: survival needs the task planner serves first when they trigger."""
+    skip_failed: bool = False
+    """With ``stages``: a stage that gives up is dropped for the episode and the next one
+    runs (a curriculum of achievements), instead of ending the episode."""
 
 
 @message("rollout.stage_run")

@@ -191,6 +191,10 @@ def test_a_failing_stage_is_retried_then_ends_the_episode_with_its_cause(world) 
     runs = [r for r in episode.stages if r.name == "quitter"]
     assert {(r.cause, r.steps) for r in runs} == {("policy_finished", 3)}
     assert len(runs) == -(-STAGE_ALLOWANCE * 20 // 3) > 1 + STAGE_RETRIES
+    # In a curriculum (skip_failed) a stage that gives up is dropped and the next runs.
+    episode = run_composed(world, [broken, WOOD], [], GOAL, 0, wall_s=30, skip_failed=True)
+    assert names(episode) == ["broken"] * (1 + STAGE_RETRIES) + ["collect_wood"]
+    assert episode.cause == "policy_finished" and "gave up on broken" in episode.detail
     # Code that does not compile is not retried: the episode ends at once.
     syntax = Stage(Subtask("typo", goal={"stone": 1}), code="def run(skills)\n    yield 1\n")
     episode = run_composed(world, [WOOD, syntax], [], GOAL, 0, wall_s=30)
