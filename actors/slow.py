@@ -28,9 +28,12 @@ from runtime.actor import Actor, handles
 from runtime.config import ALL_ACHIEVEMENTS
 from runtime.events import log
 
-VITALS = ("health", "food", "drink", "energy")
-"""What a survival need may watch: the vital statistics the world reports."""
+VITALS = ("health", "food", "drink", "energy", "daylight")
+"""What a survival need may watch: the vital statistics the world reports, and the
+daylight the player sees (sheltering at dusk)."""
 FINAL_WALL_S = 600.0
+PLAY_SEED_BASE = 3_000_000
+"""Worlds the final policy plays on after its evaluation (``[task] play_to_budget``)."""
 """Wall-clock budget of one final-policy episode (up to Crafter's 10,000 steps)."""
 
 
@@ -342,6 +345,12 @@ class SlowAgent(Actor):
                 episodes=len(result.episodes),
                 steps=eval_steps,
             )
+            if self.settings.task.play_to_budget:
+                used = spent["code"] + spent["train"] + eval_steps
+                mean = eval_steps / max(1, len(result.episodes))
+                # One episode's worth is kept for the report's video (re-played after).
+                longest = max((e.steps for e in result.episodes), default=0)
+                await self._play(req, task.env_steps - used - longest, mean)
         return TaskReport(
             plans=plans,
             outcomes=final,
@@ -356,6 +365,39 @@ class SlowAgent(Actor):
             needs=needs,
             achievements=achievements,
         )
+
+    async def _play(self, final: RolloutRequest, left: int, mean_steps: float) -> None:
+        """Play the final policy on fresh worlds until ``left`` env steps are spent, as a
+        learning agent goes on playing until its budget ends: the scoreboard protocol
+        counts every episode within the budget. Episodes that would pass the budget are
+        not counted (the ledger records the ones within it, in seed order)."""
+        base = PLAY_SEED_BASE + self.settings.run.seed * 100_000
+        played, steps, k = 0, 0, 0
+        log.info("play_started", env_steps=left)
+        while steps < left and k < 100_000:
+            # Enough episodes to spend what is left, in rounds of a few minutes at most.
+            need = (left - steps) / max(mean_steps, 1.0)
+            chunk = int(min(max(need, 2 * self.environments), 32 * self.environments))
+            req = dataclasses.replace(final, seeds=list(range(base + k, base + k + chunk)))
+            k += chunk
+            result = self.agents.journal.job(req)
+            fresh = result is None
+            if fresh:
+                result = await rollout_split(self, req, self.environments)
+                self.agents.journal.record_job(req, result, name="play")
+            kept = []
+            for episode in sorted(result.episodes, key=lambda e: e.seed):
+                if steps + episode.steps > left:
+                    steps = left  # the budget is spent
+                    break
+                steps += episode.steps
+                kept.append(episode)
+            played += len(kept)
+            if fresh:
+                kept_result = dataclasses.replace(result, episodes=kept)
+                ledger.append(self.run_dir, ledger.rollout_lines("play", kept_result))
+            log.info("play_progress", episodes=played, env_steps=steps, budget=left)
+        log.info("play_finished", episodes=played, env_steps=steps)
 
     # ------------------------------------------------------------------ helpers
 

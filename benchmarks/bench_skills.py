@@ -311,12 +311,156 @@ def part_chain(
         sys.stdout.flush()
 
 
+# ---------------------------------------------------------------------- the production composer
+
+COMPOSED_SEED_BASE = 94_000
+"""Development seeds of the composed measurements (never ≥ 500,000: those are the
+system's code and evaluation seeds)."""
+
+
+def composed_stages(steps: list[recipes.Step], by_achievement: bool = False) -> list[Any]:
+    """Coded stages for ``steps`` as the planner gets them: ``recipes.describe``'s
+    subtasks (the goal inventory as the test when there is one, else the achievement;
+    ``by_achievement``: always the achievement) with the final templates
+    (``best_params(step, survive=False)``: the needs keep the vitals up)."""
+    from messages.task import Stage, Subtask
+
+    by_name = {s.name: s for s in steps}
+    out = []
+    for d in recipes.describe(steps):
+        goal = {k: int(v) for k, v in (d.get("goal") or {}).items()}
+        if by_achievement:
+            goal = {}
+        sub = Subtask(
+            d["name"],
+            d.get("description", ""),
+            goal=goal,
+            achievement="" if goal else d.get("achievement", ""),
+            max_steps=int(d["max_steps"]),
+        )
+        step = by_name[d["name"]]
+        code = library.code_for(step, library.best_params(step, survive=False))
+        out.append(Stage(sub, code=code))
+    return out
+
+
+def composed_needs() -> list[Any]:
+    """Every survival need of :func:`knowledge.library.survival_stages` (daylight too)."""
+    from messages.task import Need, Stage, Subtask
+
+    return [
+        Need(
+            stat=s.stat,
+            below=float(s.below),
+            stage=Stage(Subtask(s.name, s.reason, max_steps=300), code=s.source),
+            until=float(s.until),
+        )
+        for s in library.survival_stages()
+    ]
+
+
+def _composed_episode(args: tuple) -> dict[str, Any]:
+    from envs.composite import run_composed
+    from messages.task import Subtask
+
+    part, seed = args
+    world = CrafterWorld()
+    if part == "composite":
+        stages = composed_stages(recipes.chain("diamond"))
+        goal = Subtask("diamond", "collect a diamond", goal={"diamond": 1}, max_steps=EPISODE_STEPS)
+    else:  # curriculum: every achievement in order; the episode's own test never holds
+        stages = composed_stages(recipes.curriculum(), by_achievement=True)
+        goal = Subtask("curriculum", "all 22 achievements", max_steps=EPISODE_STEPS)
+    started = time.perf_counter()
+    ep = run_composed(world, stages, composed_needs(), goal, seed, wall_s=900)
+    failed = collections.Counter((r.name, r.cause) for r in ep.stages if not r.success)
+    return {
+        "seed": seed,
+        "success": ep.success,
+        "steps": ep.steps,
+        "cause": ep.cause,
+        "detail": ep.detail[:120],
+        "counts": dict(ep.counts),
+        "seconds": time.perf_counter() - started,
+        "failed_runs": failed.most_common(4),
+    }
+
+
+def _composed_map(jobs: int, tasks: list[tuple]) -> list[dict[str, Any]]:
+    if jobs <= 1:
+        return [_composed_episode(t) for t in tasks]
+    with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(_composed_episode, tasks))
+
+
+def crafter_score(rates: list[float]) -> float:
+    """Crafter's score (%): exp(mean ln(1 + rate%)) − 1 over the achievements."""
+    import math
+
+    return math.exp(sum(math.log(1 + 100 * r) for r in rates) / len(rates)) - 1
+
+
+def part_composite(seeds: list[int], jobs: int, verbose: bool = False) -> None:
+    """chain('diamond') through the production composer (envs.composite.run_composed):
+    best templates, all five survival needs."""
+    started = time.perf_counter()
+    results = _composed_map(jobs, [("composite", s) for s in seeds])
+    wall = time.perf_counter() - started
+    wins = sum(r["success"] for r in results)
+    if verbose:
+        for r in results:
+            print(r["seed"], r["success"], r["steps"], r["cause"], r["detail"], r["failed_runs"])
+    causes = collections.Counter(r["cause"] for r in results if not r["success"])
+    steps = sum(r["steps"] for r in results) / len(results)
+    print(
+        f"\n## diamond via run_composed (best params, all needs), seeds {seeds[0]}…{seeds[-1]}: "
+        f"{wins}/{len(results)} = {wins / len(results):.0%}; failures {dict(causes)}; "
+        f"mean {steps:.0f} steps (wall {wall:.0f} s, {jobs} jobs)"
+    )
+    sys.stdout.flush()
+
+
+def part_curriculum(seeds: list[int], jobs: int, verbose: bool = False) -> None:
+    """All 22 achievements: recipes.curriculum() in order through run_composed (best
+    templates, all needs), Crafter's 10,000-step episodes; per-achievement success and
+    the Crafter score."""
+    from crafter import constants
+
+    started = time.perf_counter()
+    results = _composed_map(jobs, [("curriculum", s) for s in seeds])
+    wall = time.perf_counter() - started
+    if verbose:
+        for r in results:
+            got = sum(1 for a in constants.achievements if r["counts"].get(a))
+            print(r["seed"], got, r["steps"], r["cause"], r["detail"], r["failed_runs"])
+    print(f"\n## curriculum via run_composed, seeds {seeds[0]}…{seeds[-1]} (wall {wall:.0f} s)")
+    rates = []
+    for name in constants.achievements:
+        rate = sum(1 for r in results if r["counts"].get(name)) / len(results)
+        rates.append(rate)
+        print(f"{name:20} {rate:6.0%}")
+    causes = collections.Counter(r["cause"] for r in results)
+    steps = sum(r["steps"] for r in results) / len(results)
+    print(f"episode ends: {dict(causes)}; mean {steps:.0f} steps")
+    print(f"Crafter score: {crafter_score(rates):.1f}%")
+    sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("steps", "revise", "chain", "all"), default="all")
+    parser.add_argument(
+        "--part",
+        choices=("steps", "revise", "chain", "composite", "curriculum", "all"),
+        default="all",
+    )
     parser.add_argument("--target", default="diamond")
     parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--seed-base", type=int, default=SEED_BASE)
+    parser.add_argument(
+        "--seed-base",
+        type=int,
+        help=f"default {SEED_BASE}; composite and curriculum: {COMPOSED_SEED_BASE}",
+    )
+    parser.add_argument("--verbose", action="store_true", help="one line per episode")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--modes",
@@ -324,13 +468,20 @@ def main(argv: list[str] | None = None) -> None:
         help="chain survival modes: none, composer, templates (comma-separated)",
     )
     args = parser.parse_args(argv)
-    seeds = list(range(args.seed_base, args.seed_base + args.seeds))
+    base = args.seed_base
+    if base is None:
+        base = COMPOSED_SEED_BASE if args.part in ("composite", "curriculum") else SEED_BASE
+    seeds = list(range(base, base + args.seeds))
     if args.part in ("steps", "all"):
         part_steps(args.target, seeds, args.jobs)
     if args.part in ("revise", "all"):
         part_revise(args.target, seeds[: max(4, args.seeds // 2)], args.jobs)
     if args.part in ("chain", "all"):
         part_chain(args.target, seeds, args.jobs, tuple(args.modes.split(",")))
+    if args.part == "composite":
+        part_composite(seeds, args.jobs, args.verbose)
+    if args.part == "curriculum":
+        part_curriculum(seeds, args.jobs, args.verbose)
 
 
 if __name__ == "__main__":

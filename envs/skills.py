@@ -151,6 +151,7 @@ class Skills:
         self._seen: dict[Pos, int] = {}
         self._tile_counts: dict[str, int] = {}
         self._creature_map: dict[Pos, str] = {}
+        self._sightings: dict[Pos, tuple[str, int]] = {}
         self._no_path: dict[object, int] = {}
         self._achievements: dict[str, int] = {}
         self._steps = 0
@@ -178,6 +179,20 @@ class Skills:
         """Offsets of every tile of ``kind`` seen so far (as last seen), nearest first."""
         px, py = self._obs.position
         found = [(x - px, y - py) for (x, y), name in self._memory.items() if name == kind]
+        found.sort(key=lambda d: (abs(d[0]) + abs(d[1]), d[1], d[0]))
+        return tuple(found)
+
+    def sighted(self, kind: str, max_age: int = 300) -> tuple[tuple[int, int], ...]:
+        """Offsets where a creature of ``kind`` was last seen within ``max_age`` steps
+        and not seen gone since (creatures wander: they are likely still near), nearest
+        first. Hostiles are not kept."""
+        px, py = self._obs.position
+        now = self._steps
+        found = [
+            (x - px, y - py)
+            for (x, y), (name, step) in self._sightings.items()
+            if name == kind and now - step <= max_age
+        ]
         found.sort(key=lambda d: (abs(d[0]) + abs(d[1]), d[1], d[0]))
         return tuple(found)
 
@@ -321,6 +336,50 @@ class Skills:
             fought = True
             yield action
         return fought
+
+    def enclosed(self) -> bool:
+        """Whether the player is walled in: no zombie can walk up to it (its pocket of
+        at most two free tiles touches no walkable tile)."""
+        return self._enclosed()
+
+    def evade(self, steps: int = 1) -> Iterator[str]:
+        """Step away from the hostiles in view for up to ``steps`` steps (fighting one
+        that is adjacent): to the free neighbouring tile furthest from them, off the rows
+        and columns of skeletons (their arrows fly straight). True if there was
+        anything to evade."""
+        moved = False
+        for _ in range(steps):
+            action = self._threat_action(force=True) or self._evade_action()
+            if action is None:
+                break
+            moved = True
+            yield action
+        return moved
+
+    def _evade_action(self) -> str | None:
+        near = [(k, dx, dy) for k, dx, dy in self.hostiles() if abs(dx) + abs(dy) <= 6]
+        if not near:
+            return None
+        pos = self._obs.position
+
+        def danger(dx: int, dy: int) -> float:
+            score = 0.0
+            for kind, hx, hy in near:
+                d = abs(hx - dx) + abs(hy - dy)
+                score += 10.0 / (1 + d)
+                if kind == "skeleton" and (hx == dx or hy == dy) and d <= 5:
+                    score += 3.0
+            return score
+
+        best, best_score = None, danger(0, 0)
+        for d, action in DIRECTIONS.items():
+            target = _add(pos, d)
+            if not self._passable(target) or self._memory.get(target) in self._rules.deadly:
+                continue
+            score = danger(*d)
+            if score < best_score - 1e-9:
+                best, best_score = action, score
+        return best
 
     def collect(self, kind: str, n: int = 1, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
         """Go to ``kind`` and 'do' on it until it gave ``n`` times; True on success.
@@ -587,6 +646,20 @@ class Skills:
                     counts[name] = counts.get(name, 0) + 1
                     if old is not None:
                         counts[old] -= 1
+        sightings = self._sightings
+        if sightings:
+            rows, cols = len(obs.view), len(obs.view[0]) if len(obs.view) else 0
+            for key in [k for k in sightings if abs(k[0] - px) <= cols // 2]:
+                if abs(key[1] - py) <= rows // 2 and key not in self._creature_map:
+                    del sightings[key]  # in view, and gone
+        hostile = self._rules.hostile
+        for key, kind in self._creature_map.items():
+            if kind not in hostile and kind != "arrow":
+                sightings[key] = (kind, now)
+        if len(sightings) > 200:
+            oldest = sorted(sightings, key=lambda k: sightings[k][1])[: len(sightings) - 200]
+            for key in oldest:
+                del sightings[key]
         if info is not None:
             self._steps += 1
             for name in info.get("achievements", ()):

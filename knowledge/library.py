@@ -269,6 +269,9 @@ HEALTH_BELOW, HEALTH_UNTIL = 6, 8  # 3 zombie hits from 0: get away, wall in, re
 NIGHT_BELOW, DAWN = 0.45, 0.6
 # At night only a vital below this takes the player out for water or a cow.
 CRITICAL = 2
+# Health at or below which a trip for drink or food that is not critical gives way to
+# the retreat (zombies hit for 2: two hits from death).
+WEAK = 4
 # Refill on the way when the source is in view: cheap, and it keeps the emergencies
 # (a long trip to water or cows, maybe at night) rare.
 TOP_UP_DRINK, TOP_UP_FOOD = 6, 5
@@ -314,6 +317,7 @@ HEALTH_UNTIL = {HEALTH_UNTIL}
 NIGHT_BELOW = {NIGHT_BELOW}
 DAWN = {DAWN}
 CRITICAL = {CRITICAL}
+WEAK = {WEAK}
 TOP_UP_DRINK = {TOP_UP_DRINK}
 TOP_UP_FOOD = {TOP_UP_FOOD}
 DUSK = {DUSK}
@@ -345,6 +349,17 @@ def dark(skills):
     return skills.daylight() < NIGHT_BELOW
 
 
+def hurt(skills, vital):
+    """Health too low for a trip that can wait (the retreat comes first), or another
+    vital more urgent than this one (needs do not interrupt each other: give way)."""
+    if count(skills, vital) < CRITICAL:
+        return False
+    if count(skills, "health") <= WEAK:
+        return True
+    other = "food" if vital == "drink" else "drink"
+    return count(skills, other) < CRITICAL and count(skills, other) < count(skills, vital)
+
+
 def drink(skills, until):
     """Drink water until the drink vital reaches ``until`` (at night only when it is
     critical: the shelter comes first)."""
@@ -352,6 +367,8 @@ def drink(skills, until):
         return False
     spent = 0
     while count(skills, "drink") < until and spent < TRIP:
+        if hurt(skills, "drink"):
+            return False
         start = skills.steps()
         ok = yield from skills.collect("water", 1, TRIP)
         if not ok:
@@ -368,6 +385,8 @@ def eat(skills, until):
         return False
     spent = 0
     while count(skills, "food") < until and spent < TRIP:
+        if hurt(skills, "food"):
+            return False
         start = skills.steps()
         ok = yield from skills.collect("cow", 1, TRIP)
         if not ok:
@@ -385,7 +404,12 @@ def hide(skills):
         walled = yield from skills.shelter(TRIP)
         if walled:
             return True
-        if count(skills, "stone") == 0 and count(skills, "wood_pickaxe") > 0:
+        if count(skills, "wood_pickaxe") == 0 and SECURE:
+            # No pickaxe yet (the first evening): make one — a nook is dug into stone.
+            got = yield from obtain(skills, "wood_pickaxe", 1)
+            if not got:
+                yield from skills.explore(20, "stone")
+        elif count(skills, "stone") < 2 and count(skills, "wood_pickaxe") > 0:
             yield from skills.collect("stone", 2, 40)
         else:
             yield from skills.explore(20, "stone")
@@ -396,6 +420,9 @@ def sleep(skills, until):
     """Wall in (dig a nook) if possible, then sleep until energy is back."""
     yield from skills.defend(30)
     walled = yield from hide(skills)
+    if walled:
+        ok = yield from hold(skills, lambda: count(skills, "energy") >= until, 400)
+        return ok
     ok = yield from skills.rest(until, 400)
     return ok
 
@@ -412,19 +439,36 @@ def night(skills):
     walled = yield from hide(skills)
     if not walled:
         return False
+    ok = yield from hold(skills, lambda: skills.daylight() >= DAWN, 300)
+    return ok
+
+
+def hold(skills, served, patience):
+    """Stay walled in until ``served()`` (or ``patience`` steps, or drink/food run low):
+    sleep while tired, re-wall if the nook opens, fight what comes next to the player,
+    step away from hostiles when no wall can be had."""
     start = skills.steps()
-    while skills.daylight() < DAWN and skills.steps() - start < 250:
+    while not served() and skills.steps() - start < patience:
         if count(skills, "drink") < 2 or count(skills, "food") < 2:
             return False
+        before = skills.steps()
+        if not skills.enclosed():
+            yield from skills.defend(20)
+            walled = yield from skills.shelter(30)
+            if not walled:
+                moved = yield from skills.evade(5)
+                if not moved:
+                    yield "noop"
+                continue
         if count(skills, "energy") < 9:
             yield from skills.rest(9, 10)
         else:
-            for wait in range(5):
+            for wait in range(3):
                 yield "noop"
-        fought = yield from skills.defend(20)
-        if fought:
-            walled = yield from skills.shelter(20)
-    return True
+        yield from skills.defend(20)
+        if skills.steps() == before:
+            yield "noop"
+    return served()
 
 
 def recover(skills, until):
@@ -432,19 +476,8 @@ def recover(skills, until):
     while food and drink last: health regenerates only then)."""
     yield from skills.defend(40)
     walled = yield from hide(skills)
-    start = skills.steps()
-    while count(skills, "health") < until and skills.steps() - start < 200:
-        if count(skills, "drink") < 2 or count(skills, "food") < 2:
-            return False
-        if count(skills, "energy") < 9:
-            yield from skills.rest(9, 10)
-        else:
-            for wait in range(5):
-                yield "noop"
-        fought = yield from skills.defend(20)
-        if fought:
-            walled = yield from skills.shelter(30)
-    return count(skills, "health") >= until
+    ok = yield from hold(skills, lambda: count(skills, "health") >= until, 300)
+    return ok
 
 
 def vitals(skills):
@@ -756,6 +789,7 @@ def _prelude(params: Params) -> str:
         NIGHT_BELOW=NIGHT_BELOW,
         DAWN=DAWN,
         CRITICAL=CRITICAL,
+        WEAK=WEAK,
         TOP_UP_DRINK=TOP_UP_DRINK,
         TOP_UP_FOOD=TOP_UP_FOOD,
         DUSK=DUSK,
@@ -883,8 +917,9 @@ def _stage_source(call: str, params: Params) -> str:
 
 
 def survival_params() -> Params:
-    """Params of the survival code: patient, fighting, tunnelling; no recursion."""
-    return Params(patience=300, attempts=3, explore=20, secure=False, dig=True, fight=True)
+    """Params of the survival code: patient, fighting, tunnelling; securing (a shelter
+    without a pickaxe yet makes one first)."""
+    return Params(patience=300, attempts=3, explore=20, secure=True, dig=True, fight=True)
 
 
 def survival_stages() -> list[SurvivalStage]:

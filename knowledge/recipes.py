@@ -352,6 +352,10 @@ def chain(target: str) -> list[Step]:
     return out
 
 
+LAST = frozenset({"defeat_skeleton", "eat_plant"})
+"""Achievements the curriculum leaves to the end (dangerous or slow to wait for)."""
+
+
 def curriculum() -> list[Step]:
     """All 22 achievements' steps in one order for an all-achievements run:
     prerequisites first, easy before hard."""
@@ -359,11 +363,13 @@ def curriculum() -> list[Step]:
     order = _order(steps, steps)
     # Without a single target the critical path ranks every leaf alike; prefer the
     # steps with fewer prerequisites (the easy ones) as long as dependencies allow.
+    # Hunting skeletons in the dark tunnels and guarding a sapling for hundreds of steps
+    # risk the episode or stall it: they come after everything else.
     done: list[str] = []
     remaining = set(order)
     while remaining:
         ready = [n for n in remaining if all(d in done for d in steps[n].depends)]
-        ready.sort(key=lambda n: (len(_closure(n)), order.index(n)))
+        ready.sort(key=lambda n: (n in LAST, len(_closure(n)), order.index(n)))
         done.append(ready[0])
         remaining.discard(ready[0])
     return [steps[n] for n in done]

@@ -143,6 +143,10 @@ class TaskSettings:
     learn: list[str] = field(default_factory=list)
     """Sub-actions to learn with RL from the first plan (e.g. ``["collect_wood"]``),
     whatever their code would do; the others start as code."""
+    play_to_budget: bool = False
+    """After the final evaluation, go on playing the final policy on fresh worlds until
+    ``env_steps`` is spent (every episode lands in the run's episode ledger: Crafter's
+    scoreboard protocol counts all episodes within the budget)."""
     wall_s: float = 0.0
     """Wall-clock budget in seconds of the outer loop (0: none). When it runs out, work
     under way is cancelled, what finished is kept, and the final policy is evaluated

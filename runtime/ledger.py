@@ -6,8 +6,11 @@ protocol counts every episode run within the env-step budget — for this system
 the code and policy evaluations, the PPO training episodes and the final evaluation.
 ``runs/<id>/episodes.jsonl`` holds them, one JSON object per line:
 
-- a rollout episode: ``{"kind": "code" | "final", "seed", "steps", "achievements"}``
-  (``achievements``: the names unlocked in that episode);
+- a rollout episode: ``{"kind", "seed", "steps", "achievements"}`` (``achievements``:
+  the names unlocked in that episode), kind ``code`` (a version's evaluation),
+  ``final`` (the final evaluation), ``video`` (the episode rendered for the report) or
+  ``play`` (the final policy playing on until the budget is spent,
+  ``[task] play_to_budget``);
 - a training job, aggregated: ``{"kind": "train", "job", "episodes", "steps",
   "achievement_episodes"}`` (achievement → training episodes that unlocked it; the
   steps include the job's held-out evaluation, whose episodes are not itemised).

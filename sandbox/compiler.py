@@ -83,9 +83,7 @@ def compile_code(
     if not isinstance(source, str):
         raise SandboxError("syntax", "source must be a str")
     if len(source) > limits.max_source_chars:
-        raise SandboxError(
-            "forbidden", f"source longer than {limits.max_source_chars} characters"
-        )
+        raise SandboxError("forbidden", f"source longer than {limits.max_source_chars} characters")
     try:
         tree = ast.parse(source, filename, "exec")
     except SyntaxError as err:

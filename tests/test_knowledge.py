@@ -285,3 +285,45 @@ def test_walks_never_enter_lava_and_tunnel_with_a_pickaxe(world):
     plan = skills._search(goal, dig=True)
     assert plan is not None and any(dig for _, _, dig in plan)
     assert all(memory.get((p[0] + d[0], p[1] + d[1])) != "lava" for d, p, _ in plan)
+
+
+def _survival_obs(daylight, drink, food=9.0, health=9.0, water=True):
+    import numpy as np
+
+    from envs.world import Observation, freeze_view
+
+    names = ("void", "grass", "water")
+    view = np.ones((7, 9), np.int16)
+    if water:
+        view[3, 8] = 2  # water four tiles to the right
+    return Observation(
+        view=freeze_view(view),
+        creatures=(),
+        inventory={},
+        status={"health": health, "food": food, "drink": drink, "energy": 9.0},
+        facing=(0, 1),
+        daylight=daylight,
+        position=(0, 0),
+        names=names,
+    )
+
+
+def test_survival_trips_give_way_at_night_and_when_hurt():
+    stages = {s.name: s for s in library.survival_stages()}
+    # The shelter need starts at dusk, before the night, so drink and food are topped
+    # up while it is light.
+    assert stages["shelter"].below >= library.NIGHT_BELOW
+    drink = compile_policy(stages["drink_water"].source)
+
+    def first_action(obs):
+        return next(iter(drink(Skills(obs, constants.actions))), None)
+
+    # By day, low drink: it heads for the water in view.
+    assert first_action(_survival_obs(1.0, drink=3.0)) == "move_right"
+    # At night a trip to water out of view waits for the shelter unless drink is
+    # critical…
+    assert first_action(_survival_obs(0.1, drink=3.0, water=False)) is None
+    assert first_action(_survival_obs(0.1, drink=1.0, water=False)) is not None
+    assert first_action(_survival_obs(0.1, drink=3.0)) == "move_right"  # water in view
+    # …and it gives way to the retreat when health is low (and drink can wait).
+    assert first_action(_survival_obs(1.0, drink=3.0, health=3.0)) is None

@@ -33,6 +33,8 @@ train_steps = 1024
 train_envs = 2
 episode_steps = 1500
 learn = ["place_table"]
+env_steps = 8000
+play_to_budget = true
 
 [runtime]
 heartbeat_interval = 0.5
@@ -83,6 +85,16 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     for heading in ("## Final policy", "## Plan history", "## Critiques", "per iteration"):
         assert heading in text
     assert (run_dir / "success.png").exists()
+    # The episode ledger: every episode the run stepped, within its env-step budget, the
+    # final policy playing on to spend it; the summary's figures come from it.
+    ledger = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    kinds = {line["kind"] for line in ledger}
+    assert {"code", "train", "final", "play"} <= kinds
+    assert sum(line["steps"] for line in ledger) <= 8000  # the video's episode included
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == sum(line["steps"] for line in ledger)
+    assert 0.0 < summary["score_all_episodes"] <= 100.0 and summary["score_final"] > 0.0
+    assert "Crafter score" in text
     calls = [json.loads(line) for line in (run_dir / "calls.jsonl").read_text().splitlines()]
     assert {(c["role"], c["purpose"]) for c in calls} >= {
         ("slow", "plan"),

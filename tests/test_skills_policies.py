@@ -133,3 +133,57 @@ def test_skills_remember_only_tiles_that_were_in_view(world):
         offset = skills.nearest(kind)
         if offset is not None:
             assert (px + offset[0] + start[0], py + offset[1] + start[1]) in seen
+
+
+# ---------------------------------------------------------------------- synthetic views
+
+_NAMES = ("void", "grass", "stone", "water", "tree", "path", "sand")
+
+
+def _obs(rows, creatures=(), position=(0, 0), facing=(0, 1), inventory=None, daylight=1.0):
+    """An Observation from a 7×9 grid of one-letter tiles: g grass, s stone, w water,
+    t tree, p path, a sand."""
+    letters = {"g": 1, "s": 2, "w": 3, "t": 4, "p": 5, "a": 6}
+    view = np.array([[letters[c] for c in row] for row in rows], np.int16)
+    assert view.shape == (VIEW_ROWS, VIEW_COLS)
+    from envs.world import Observation, freeze_view
+
+    return Observation(
+        view=freeze_view(view),
+        creatures=tuple(creatures),
+        inventory=dict(inventory or {}),
+        status={"health": 9.0, "food": 9.0, "drink": 9.0, "energy": 9.0},
+        facing=facing,
+        daylight=daylight,
+        position=position,
+        names=_NAMES,
+    )
+
+
+_OPEN = ["ggggggggg"] * VIEW_ROWS
+
+
+def test_sighted_remembers_a_cow_out_of_view_and_forgets_it_when_it_is_gone():
+    skills = Skills(_obs(_OPEN, [("cow", 3, 0), ("zombie", -2, 0)]), constants.actions)
+    assert skills.sighted("cow") == ((3, 0),)
+    assert skills.sighted("zombie") == ()  # hostiles are not kept
+    # Walk 6 to the left: the cow's spot (3, 0) is out of view now, still remembered.
+    skills._observe(_obs(_OPEN, position=(-6, 0)), {"achievements": ()})
+    assert skills.sighted("cow") == ((9, 0),)
+    assert skills.sighted("cow", max_age=0) == ()
+    # Back where the spot is in view, and no cow there: forgotten.
+    skills._observe(_obs(_OPEN, position=(0, 0)), {"achievements": ()})
+    assert skills.sighted("cow") == ()
+
+
+def test_enclosed_and_evade():
+    walled = ["sssssssss", "sssssssss", "sssssssss", "ssssgssss", "sssssssss"]
+    walled += ["sssssssss", "sssssssss"]
+    assert Skills(_obs(walled), constants.actions).enclosed()
+    assert not Skills(_obs(_OPEN), constants.actions).enclosed()
+    # A zombie two tiles to the right: evade steps left (away), never towards it.
+    skills = Skills(_obs(_OPEN, [("zombie", 2, 0)]), constants.actions)
+    assert next(iter(skills.evade(1))) == "move_left"
+    # Nothing hostile in view: nothing to evade.
+    calm = Skills(_obs(_OPEN, [("cow", 2, 0)]), constants.actions)
+    assert list(calm.evade(3)) == []

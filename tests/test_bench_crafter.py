@@ -1,0 +1,284 @@
+"""The Crafter benchmark: score formula, the run ledger, BENCHMARKS.md, and a tiny real run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location(
+        "bench_crafter", ROOT / "benchmarks" / "bench_crafter.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_crafter"] = module  # the worker pool pickles functions by module
+    spec.loader.exec_module(module)
+    return module
+
+
+bc = _load()
+A = bc.ACHIEVEMENTS
+
+
+def test_achievements_are_crafters_22():
+    from crafter import constants
+
+    assert len(A) == 22
+    assert set(A) == set(constants.achievements)
+
+
+# ---------------------------------------------------------------------- the score
+
+
+def test_score_all_zero_is_zero():
+    assert bc.crafter_score({a: 0.0 for a in A}) == 0.0
+    assert bc.crafter_score({}) == 0.0  # missing achievements count 0
+
+
+def test_score_all_hundred_is_hundred():
+    assert bc.crafter_score({a: 100.0 for a in A}) == pytest.approx(100.0)
+
+
+def test_score_mixed_by_hand():
+    # Half the achievements at 99 %, half at 0 %: exp((ln 100 + ln 1) / 2) - 1 = 10 - 1 = 9.
+    rates = {a: (99.0 if i % 2 else 0.0) for i, a in enumerate(A)}
+    assert bc.crafter_score(rates) == pytest.approx(9.0)
+    # One achievement at 100 %, the rest 0: exp(ln(101) / 22) - 1.
+    one = {a: 0.0 for a in A} | {"collect_wood": 100.0}
+    assert bc.crafter_score(one) == pytest.approx(math.exp(math.log(101) / 22) - 1)
+    assert bc.crafter_score(one) == pytest.approx(
+        0.2334, abs=1e-4
+    )  # ln 101 = 4.6151; /22 = 0.20978
+    # A geometric mean: below the arithmetic mean of the rates (4.55 %).
+    assert bc.crafter_score(one) < 100 / 22
+
+
+def test_success_rates_count_episodes_not_unlocks():
+    episodes = [
+        {"achievements": ["collect_wood", "collect_wood", "place_table"]},
+        {"achievements": ["collect_wood"]},
+        {"achievements": []},
+        {"achievements": ["not_an_achievement"]},
+    ]
+    rates = bc.success_rates(episodes)
+    assert rates["collect_wood"] == 50.0
+    assert rates["place_table"] == 25.0
+    assert rates["collect_diamond"] == 0.0
+    assert set(rates) == set(A)
+    assert bc.success_rates([]) == {a: 0.0 for a in A}
+
+
+def test_bar():
+    assert bc.bar(0) == "·"
+    assert bc.bar(100) == "█" * bc.BAR_WIDTH
+    assert bc.bar(50) == "█" * (bc.BAR_WIDTH // 2)
+    assert bc.bar(52.5).startswith("█" * 10) and len(bc.bar(52.5)) == 11
+
+
+# ---------------------------------------------------------------------- the ledger
+
+
+def _write_run(run_dir: Path, lines: list, summary: dict | None = None) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = "\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines)
+    (run_dir / "episodes.jsonl").write_text(text + "\n")
+    summary = summary or {
+        "env_steps": 1500,
+        "wall_s": 12.5,
+        "final_success": 0.5,
+        "target": "diamond",
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+TRAIN_EPISODES = [
+    {"kind": "train", "seed": 2, "steps": 200, "achievements": []},
+    {"kind": "train", "seed": 3, "steps": 500, "achievements": ["collect_wood", "eat_cow"]},
+]
+TRAIN_JOB = [  # the same two training episodes as one job's aggregate line
+    {
+        "kind": "train",
+        "job": "collect_wood-it1-v1",
+        "episodes": 2,
+        "steps": 700,
+        "achievement_episodes": {"collect_wood": 1, "eat_cow": 1},
+    }
+]
+
+
+@pytest.mark.parametrize("train", [TRAIN_EPISODES, TRAIN_JOB], ids=["episodes", "job"])
+def test_ledger_reader_on_a_synthetic_run(tmp_path, train):
+    lines = [
+        {"kind": "code", "seed": 1, "steps": 300, "achievements": ["collect_wood"]},
+        *train,
+        {"kind": "final", "seed": 100, "steps": 400, "achievements": ["collect_diamond"]},
+        {"kind": "final", "seed": 101, "steps": 100, "achievements": ["collect_wood"]},
+    ]
+    _write_run(tmp_path / "run", lines)
+    episodes, summary = bc.read_ledger(tmp_path / "run")
+    assert len(episodes) == 3 + len(train) and summary["target"] == "diamond"
+    r = bc.ledger_result(episodes, summary, budget=2000)
+    board, final = r["scoreboard"], r["final"]
+    assert board["episodes"] == 5 and board["steps"] == 1500
+    assert board["rates"]["collect_wood"] == 60.0
+    assert board["rates"]["eat_cow"] == 20.0
+    assert board["rates"]["collect_diamond"] == 20.0
+    assert final["episodes"] == 2
+    assert final["rates"]["collect_diamond"] == 50.0 and final["diamond"] == 50.0
+    assert final["rates"]["collect_wood"] == 50.0 and final["rates"]["eat_cow"] == 0.0
+    assert final["score"] == pytest.approx(bc.crafter_score(final["rates"]))
+    assert r["env_steps"] == 1500 and r["wall_s"] == 12.5 and r["final_success"] == 0.5
+    assert r["episode_kinds"] == {"code": 1, "train": 2, "final": 2}
+    assert r["seeds"]["final"] == [100, 101]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "{not json",
+        {"kind": "eval", "seed": 1, "steps": 3, "achievements": []},
+        {"kind": "final", "seed": "1", "steps": 3, "achievements": []},
+        {"kind": "final", "seed": 1, "steps": 3, "achievements": "collect_wood"},
+        {"kind": "final", "seed": 1, "achievements": []},
+        {"kind": "train", "steps": 3, "episodes": "2", "achievement_episodes": {}},
+        {"kind": "train", "steps": 3, "episodes": 2, "achievement_episodes": {"eat_cow": 1.5}},
+        [1, 2],
+    ],
+)
+def test_ledger_reader_refuses_bad_lines(tmp_path, bad):
+    good = {"kind": "final", "seed": 0, "steps": 10, "achievements": []}
+    _write_run(tmp_path / "run", [good, bad])
+    with pytest.raises(bc.LedgerError, match=":2:"):
+        bc.read_ledger(tmp_path / "run")
+
+
+def test_ledger_reader_needs_the_summary(tmp_path):
+    good = {"kind": "final", "seed": 0, "steps": 10, "achievements": []}
+    _write_run(tmp_path / "run", [good], summary={"env_steps": 10})
+    with pytest.raises(bc.LedgerError, match="missing keys"):
+        bc.read_ledger(tmp_path / "run")
+    with pytest.raises(bc.LedgerError, match="missing"):
+        bc.read_ledger(tmp_path / "nothing")
+
+
+# ---------------------------------------------------------------------- BENCHMARKS.md
+
+
+def _fake_report() -> dict:
+    def result(score_rate: float) -> dict:
+        rates = {a: 0.0 for a in A} | {"collect_wood": score_rate}
+        s = {"episodes": 3, "steps": 900, "rates": rates, "score": bc.crafter_score(rates)}
+        return {
+            "scoreboard": s | {"diamond": 0.0},
+            "final": s | {"diamond": 0.0},
+            "env_steps": 1234,
+            "wall_s": 61.0,
+            "seeds": {"scoreboard": [0, 2], "final": [10_000_000, 10_000_001]},
+        }
+
+    meta = {
+        "command": "python benchmarks/bench_crafter.py --quick",
+        "date": "2026-01-01T00:00:00+00:00",
+        "quick": True,
+        "budget": 20000,
+        "final_episodes": 2,
+        "episode_steps": 10000,
+        "seed": 0,
+        "machine": {"cpu": "Test CPU", "cores": 2, "ram_gib": 8.0, "platform": "Linux"},
+        "versions": {"python": "3.11", "crafter": "1.8.3"},
+    }
+    results = {
+        "code": result(30.0),
+        "ppo": result(10.0),
+        "rlgpt": {"error": "RuntimeError: no config"},
+    }
+    return {"meta": meta, "results": results}
+
+
+def test_markdown_keeps_published_anchors_apart():
+    text = bc.render_markdown(_fake_report())
+    assert "## Measured here" in text and "## Published (not measured here)" in text
+    measured, published = text.split("## Published (not measured here)")
+    assert measured.index("## Measured here") >= 0
+    for anchor in bc.PUBLISHED:
+        row = f"| {anchor['method']} | {anchor['score']:.1f} % |"
+        assert row in published
+        assert f"| {anchor['method']} |" not in measured
+        assert f"{anchor['score']:.1f} %" not in measured  # no measured figure is one here
+    for name in ("DreamerV3", "Achievement Distillation", "SPRING", "Human experts"):
+        assert name in published and name not in measured
+    for cite in ("Benchmarking the Spectrum of Agent Capabilities", "arXiv:2305.15486"):
+        assert cite in published
+    # The measured comparison holds the variants measured here, not the anchors.
+    assert "Code only (skill library, no RL)" in measured
+    assert "PPO (SB3, primitive actions)" in measured
+    assert "RL-GPT (this system) | failed" in measured
+    assert "Test CPU, 2 cores, 8.0 GiB RAM" in measured
+    assert "crafter 1.8.3" in measured
+    for a in A:
+        assert f"| {a} |" in measured
+    assert "`" + bc.bar(30.0) + "`" in measured
+
+
+# ---------------------------------------------------------------------- the rlgpt config
+
+
+def test_rlgpt_config_passes_the_strict_loader(tmp_path):
+    from runtime import config
+
+    base = ROOT / "configs" / "crafter.toml"
+    if not base.exists():
+        base = ROOT / "configs" / "diamond.toml"
+    text = bc.rlgpt_config(base, tmp_path / "runs", 30000, 7, quick=True, seed=3)
+    path = tmp_path / "bench.toml"
+    path.write_text(text)
+    original = tomllib.loads(base.read_text())
+    assert tomllib.loads(text)["actors"] == original["actors"]
+    settings = config.load(str(path))
+    assert settings.run.runs_dir == str(tmp_path / "runs") and settings.run.seed == 3
+    assert settings.task.env_steps == 30000 and settings.task.eval_episodes == 7
+    assert settings.task.iterations == 1 and settings.task.revisions == 0
+    assert settings.task.episode_steps == bc.EPISODE_STEPS
+
+
+# ---------------------------------------------------------------------- a real run
+
+
+def test_tiny_real_run_of_code_and_ppo(tmp_path):
+    """The command end to end on real Crafter: a couple of short episodes per variant."""
+    out = tmp_path / "BENCHMARKS.md"
+    code = bc.main(
+        [
+            "--variants", "code,ppo", "--budget", "400", "--final", "1",
+            "--episode-steps", "200", "--out", str(out), "--results", str(tmp_path / "raw"),
+            "--workdir", str(tmp_path / "work"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    raw = json.loads(next((tmp_path / "raw").glob("*.json")).read_text())
+    c = raw["results"]["code"]
+    board = c["episodes"]["scoreboard"]
+    assert len(board) >= 2 and c["scoreboard"]["episodes"] == len(board)
+    assert sum(ep["steps"] for ep in board) <= 400
+    assert all(0 < ep["steps"] <= 200 for ep in board)
+    assert [ep["seed"] for ep in board] == list(range(len(board)))
+    # Real Crafter: the coded curriculum chops wood in its first episodes.
+    assert c["scoreboard"]["rates"]["collect_wood"] > 0
+    assert all(set(ep["achievements"]) <= set(A) for ep in board)
+    assert c["final"]["episodes"] == 1 and c["seeds"]["final"] == [bc.FINAL_SEED_BASE] * 2
+    p = raw["results"]["ppo"]
+    assert p["env_steps_scoreboard"] >= 400 and p["final"]["episodes"] == 1
+    assert p["scoreboard"]["episodes"] == len(p["episodes"]["scoreboard"]) >= 1
+    final_seed = p["episodes"]["final"][0]["seed"]
+    assert final_seed not in {ep["seed"] for ep in p["episodes"]["scoreboard"]}
+    text = out.read_text()
+    assert "Code only (skill library, no RL)" in text and "## Published" in text
