@@ -276,8 +276,44 @@ together, not one per round)."""
 def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, str] | None:
     """The revision a critique's ``cause`` calls for: the library's rule for the cause
     (its reason is the note), with every other setting that answers the same cause
-    brought to the library's final value in the same revision. None when nothing
-    changes."""
+    brought to the library's final value in the same revision. When nothing more answers
+    the cause, the search itself is made stronger (what answers a search that gave up or
+    ran out of steps), since a sub-action that succeeds sooner is exposed less. None when
+    nothing changes."""
+    from knowledge import library
+
+    best = library.best_params(step, survive=False)
+    for other in (cause, *(c for c in SEARCH_FIXES if c != cause)):
+        revised = _revise_one(step, params, other, detail)
+        if revised is None:
+            continue
+        if other == cause:
+            return revised
+        if _towards(params, revised[0], best):
+            return revised[0], f"nothing more answers {cause}; {revised[1]}"
+    return None
+
+
+def _towards(old: Any, new: Any, best: Any) -> bool:
+    """Whether every setting ``new`` changes moves from ``old`` towards ``best``."""
+    for field in dataclasses.fields(old):
+        a, b, goal = (getattr(x, field.name) for x in (old, new, best))
+        if a == b:
+            continue
+        if isinstance(goal, bool) or not isinstance(goal, (int, float)):
+            if b != goal:
+                return False
+        elif abs(goal - b) >= abs(goal - a):
+            return False
+    return True
+
+
+SEARCH_FIXES = ("policy_finished", "step_budget")
+"""Causes whose revisions strengthen the search itself (prerequisites, tunnelling,
+patience): tried when a cause's own revisions are used up."""
+
+
+def _revise_one(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, str] | None:
     from knowledge import library
 
     first = library.revise(step, params, cause, detail)
@@ -285,6 +321,13 @@ def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, st
         return None
     revised, reason = first
     best = library.best_params(step, survive=False)  # the composer keeps the vitals up
+    if revised.survive and not params.survive:
+        # The task planner's survival needs keep the vitals up around every stage: a
+        # stage's own survival code would only fight them for the player's time.
+        revised = dataclasses.replace(revised, survive=False)
+        if revised == params:
+            return None
+        reason = f"{cause}: the player died between checks — checks twice as often"
     more = {}
     for name in CAUSE_FIELDS.get(cause, ()):
         now, final = getattr(revised, name), getattr(best, name)

@@ -243,6 +243,18 @@ def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:
     missing, _ = revise_for(step, first, "policy_finished", "")
     assert missing.secure and missing.dig and missing.attempts == best.attempts
     assert revise_for(step, best, "exception", "") is None  # nothing left to change
+    # Deaths that no more revision answers: the search itself gets stronger instead (a
+    # sub-action that succeeds sooner is exposed less), never away from the final values.
+    again, reason = revise_for(step, died, "episode_done", "")
+    assert reason.startswith("nothing more answers episode_done") and again.secure
+    params = again
+    for _ in range(5):
+        revised = revise_for(step, params, "episode_done", "")
+        if revised is None:
+            break
+        params = revised[0]
+    assert revised is None and not params.survive  # the plan's needs keep the vitals up
+    assert (params.dig, params.patience, params.chunk) == (True, best.patience, best.chunk)
 
 
 def _config_error(tmp_path: Path, text: str, env: dict | None = None) -> str:
