@@ -418,8 +418,7 @@ class SlowAgent(Actor):
             if need["stat"] in stats
         ]
         entries = reply["subactions"]
-        for i, s in enumerate(entries):
-            last = i == len(entries) - 1
+        for s in entries:
             goal = {k: int(v) for k, v in (s.get("goal") or {}).items()}
             subs.append(
                 SubAction(
@@ -435,10 +434,9 @@ class SlowAgent(Actor):
                     ),
                     mode=s.get("mode", "code"),
                     depends=list(s.get("depends", [])),
-                    # The last step's success is the task's: it answers to the task target.
-                    target=task.success_target
-                    if last
-                    else float(s.get("target", self.settings.task.sub_target)),
+                    # Every step answers to the sub-action target, the last one too: the
+                    # task's success is the product of the steps' rates along the chain.
+                    target=float(s.get("target", self.settings.task.sub_target)),
                     options=list(s.get("options", [])),
                     reason=s.get("reason", ""),
                     description=s.get("description", ""),
