@@ -45,7 +45,7 @@ def make_backend(settings: AgentSettings) -> Any:
         )
     from actors.offline import OfflineBackend
 
-    return OfflineBackend()
+    return OfflineBackend(first=settings.offline_first)
 
 
 class Agents:

@@ -10,7 +10,8 @@ same calls with the same reply contracts:
   loop's revisions moves to RL, with the library's coded skills as high-level actions;
   a step still failing for a fixable cause is redone; accepted steps are kept.
 - fast/code: the library's template for the step (``knowledge.library``), first in
-  its simplest version, then revised by the rule that answers the critique's cause.
+  its complete version (``[agents] offline_first = "simplest"``: the bare one), then
+  revised by the rules that answer the critique's cause.
 - fast/rl: the RL interface for the step: the library's coded options for it, the
   movement and interaction primitives, the local view, inventory and vitals; a second
   version adds a shaped reward for progress.
@@ -80,6 +81,11 @@ class OfflineBackend:
     """Deterministic answers to every agent call (see the module docstring)."""
 
     name = "offline"
+
+    def __init__(self, first: str = "full") -> None:
+        self.first = first
+        """``full``: a step's first code is the library's complete template; ``simplest``:
+        the bare one, every fix left to revisions."""
 
     async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
         started = time.monotonic()
@@ -168,15 +174,21 @@ class OfflineBackend:
             # A learned sub-action under target keeps its best version (coded or learned,
             # whichever measured higher): another PPO run costs more than it promises.
         met = req["final_success"] >= req["success_target"]
-        stop = met or not changes
+        # Meeting the task's target does not end the work while budget is left: the
+        # steps still under their own target get their next round (RL for most).
+        stop = not changes
         why = (
-            f"final success {req['final_success']:.2f} ≥ target {req['success_target']:.2f}"
-            if met
-            else "no sub-action left to change"
+            "no sub-action left to change"
             if not changes
             else f"{len(changes)} sub-actions to change"
+            + (
+                f" (task success {req['final_success']:.2f} ≥ target "
+                f"{req['success_target']:.2f}; improving the steps under target)"
+                if met
+                else ""
+            )
         )
-        return {"changes": changes if not met else [], "stop": stop, "reason": why}
+        return {"changes": changes, "stop": stop, "reason": why}
 
     # ------------------------------------------------------------------ fast agent
 
@@ -187,11 +199,15 @@ class OfflineBackend:
         step = _step(sub)
         previous = req.get("previous")
         if not previous:
-            params = library.first_params(step)
+            if self.first == "simplest":
+                params, note = library.first_params(step), "the library's simplest template"
+            else:  # the planner's needs keep the vitals up: no survival code of its own
+                params = library.best_params(step, survive=False)
+                note = "the library's complete template for the step"
             code = library.code_for(step, params)
             return {
                 "code": code,
-                "note": "first version: the library's simplest template",
+                "note": f"first version: {note}",
                 "params": dataclasses.asdict(params),
             }
         critique = req.get("critique") or {}

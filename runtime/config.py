@@ -106,8 +106,13 @@ class AgentSettings:
     """openai: stop the run cleanly once this many tokens are spent (0: no limit)."""
     check_endpoint: bool = True
     """openai: check at start that the endpoint answers (a refusal exits with status 2)."""
+    offline_first: str = "full"
+    """offline: the first version of a step's code — ``full`` (the library's complete
+    template, as a capable model would write first) or ``simplest`` (the bare template,
+    every fix left to critique-driven revisions: shows the inner loop at work)."""
 
 
+OFFLINE_FIRST = ("full", "simplest")
 ALL_ACHIEVEMENTS = "achievements"
 """The [task] target that asks for every achievement of the game."""
 
@@ -382,6 +387,14 @@ def _check_agents(s: Settings) -> None:
         close = difflib.get_close_matches(a.backend, BACKENDS, n=1)
         hint = f"did you mean '{close[0]}'?" if close else "use offline (no network) or openai"
         raise ConfigError(f, "agents.backend", "offline or openai", repr(a.backend), hint)
+    if a.offline_first not in OFFLINE_FIRST:
+        raise ConfigError(
+            f,
+            "agents.offline_first",
+            " or ".join(OFFLINE_FIRST),
+            repr(a.offline_first),
+            'the default is "full"',
+        )
     if a.backend != "openai":
         return
     for key, example in (("base_url", "http://localhost:8000/v1"), ("model", "gpt-4o-mini")):

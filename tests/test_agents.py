@@ -289,6 +289,8 @@ ENVS = "[actors.environment]\ncount = 1\n"
         ("[task]\niterations = 'three'\n" + ENVS, "task.iterations: expected an integer"),
         ("[task]\ntarget = 'dimond'\n" + ENVS, "task.target: expected an item or achievement"),
         ("[task]\nsuccess_target = 3.0\n" + ENVS, "task.success_target: expected a rate"),
+        ("[task]\nwall_s = -1\n" + ENVS, "task.wall_s: expected seconds ≥ 0"),
+        ("[agents]\noffline_first = 'best'\n" + ENVS, "agents.offline_first: expected full"),
         ("[run]\nname = 'x'\n", "add [actors.environment]"),
     ],
 )
