@@ -316,7 +316,7 @@ class FastAgent(Actor):
                     if n in options
                 ],
                 reward_code=reply.get("reward_code", ""),
-                setup_code=compose_setup(work.before),
+                setup_code=compose_setup(work.setup or work.before),
             )
             state["versions"] += 1
             log.info(

@@ -176,11 +176,9 @@ class SlowAgent(Actor):
                 for dep in sub.depends:
                     if dep in done:
                         await done[dep].wait()
-                before = [
-                    self._chosen(outcomes[d]).stage
-                    for d in self._ancestors(plan, sub)
-                    if outcomes.get(d)
-                ]
+                ancestors = [d for d in self._ancestors(plan, sub) if outcomes.get(d)]
+                before = [self._chosen(outcomes[d]).stage for d in ancestors]
+                setup = [self._coded(outcomes[d]) for d in ancestors]
                 if pending(sub):
                     work = WorkOn(
                         subaction=sub,
@@ -191,6 +189,7 @@ class SlowAgent(Actor):
                         revisions=settings.revisions,
                         train_steps=settings.train_steps,
                         hint=redo.get(sub.name, ""),
+                        setup=[st for st in setup if st is not None],
                     )
                     outcome: SubActionOutcome = await self.ask("@fast", work)
                     outcomes.setdefault(sub.name, []).append(outcome)
@@ -480,6 +479,12 @@ class SlowAgent(Actor):
         """The version the final policy uses: the best measured; a learned version wins a
         tie, since the slow agent moved the sub-action to RL for a reason."""
         return max(outs, key=lambda o: (o.success_rate, o.mode == "rl"))
+
+    @staticmethod
+    def _coded(outs: list[SubActionOutcome]) -> Stage | None:
+        """The best coded version (for a training setup), None if there is none."""
+        coded = [o for o in outs if o.mode == "code" and o.stage.code]
+        return max(coded, key=lambda o: o.success_rate).stage if coded else None
 
     @staticmethod
     def _rate(outs: list[SubActionOutcome], mode: str) -> float:

@@ -651,6 +651,7 @@ QUICK_TASK = {
     "code_episodes": 2,
     "train_steps": 2048,
     "train_envs": 2,
+    "wall_s": 300,
 }
 
 

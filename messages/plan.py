@@ -79,6 +79,10 @@ class WorkOn:
     """For RL: PPO decisions per training job."""
     hint: str = ""
     """The slow agent's note from the critic's summary (why it is redone)."""
+    setup: list[Stage] = field(default_factory=list)
+    """Coded versions of the stages in ``before`` (the best of each): what a learned
+    sub-action's training setup runs, since a learned stage cannot run inside setup
+    code. Empty: ``before``'s coded stages."""
 
 
 @message("plan.review")
