@@ -30,7 +30,7 @@ PURPOSES: frozenset[tuple[str, str]] = frozenset(
 """Every (role, purpose) an agent may call the model for."""
 
 MODES = ("code", "rl")
-NEEDS = ("drink", "food", "energy", "health")
+NEEDS = ("drink", "food", "energy", "health", "daylight")
 CHANGES = ("to_rl", "to_code", "redo", "keep")
 OBSERVATIONS = ("view", "inventory", "status", "facing", "daylight")
 VERDICTS = ("accept", "revise", "switch")
