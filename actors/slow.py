@@ -517,7 +517,7 @@ def needs_table(library: Any) -> list[dict[str, Any]]:
             "below": st.below,
             "until": st.until,
             "description": st.reason,
-            "max_steps": 300,
+            "max_steps": library.NEED_MAX_STEPS,
             "code": st.source,
         }
         for st in library.survival_stages()

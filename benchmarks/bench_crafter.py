@@ -304,41 +304,6 @@ def ledger_result(
 # ---------------------------------------------------------------------- variant: code
 
 
-def code_stages() -> list:
-    """The curriculum as coded stages: one per achievement, the library's best template
-    (no survival of its own: the composer's needs keep the vitals up)."""
-    from knowledge import library, recipes
-    from messages.task import Stage, Subtask
-
-    stages = []
-    for step in recipes.curriculum():
-        subtask = Subtask(
-            step.name,
-            step.description,
-            achievement=step.achievement,
-            goal={} if step.achievement else dict(step.goal),
-            max_steps=int(step.max_steps),
-        )
-        params = library.best_params(step, survive=False)
-        stages.append(Stage(subtask, code=library.code_for(step, params)))
-    return stages
-
-
-def code_needs() -> list:
-    from knowledge import library
-    from messages.task import Need, Stage, Subtask
-
-    return [
-        Need(
-            stat=s.stat,
-            below=float(s.below),
-            stage=Stage(Subtask(s.name, s.reason, max_steps=300), code=s.source),
-            until=float(s.until),
-        )
-        for s in library.survival_stages()
-    ]
-
-
 _WORKER: dict[str, Any] = {}
 
 
@@ -347,13 +312,16 @@ def _prepare_code() -> dict[str, Any]:
     before forking its workers, which inherit them)."""
     from envs.composite import prepare_stages
     from envs.crafter_world import CrafterWorld
+    from knowledge import library, recipes
 
     if "world" not in _WORKER:
         world = CrafterWorld()
-        needs = code_needs()
+        needs = library.survival_needs()
         _WORKER.update(
             world=world,
-            stages=prepare_stages(code_stages(), world),
+            stages=prepare_stages(
+                library.coded_stages(recipes.curriculum(), by_achievement=True), world
+            ),
             needs=needs,
             need_stages=prepare_stages([n.stage for n in needs], world),
         )

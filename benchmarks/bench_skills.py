@@ -318,47 +318,6 @@ COMPOSED_SEED_BASE = 94_000
 system's code and evaluation seeds)."""
 
 
-def composed_stages(steps: list[recipes.Step], by_achievement: bool = False) -> list[Any]:
-    """Coded stages for ``steps`` as the planner gets them: ``recipes.describe``'s
-    subtasks (the goal inventory as the test when there is one, else the achievement;
-    ``by_achievement``: always the achievement) with the final templates
-    (``best_params(step, survive=False)``: the needs keep the vitals up)."""
-    from messages.task import Stage, Subtask
-
-    by_name = {s.name: s for s in steps}
-    out = []
-    for d in recipes.describe(steps):
-        goal = {k: int(v) for k, v in (d.get("goal") or {}).items()}
-        if by_achievement:
-            goal = {}
-        sub = Subtask(
-            d["name"],
-            d.get("description", ""),
-            goal=goal,
-            achievement="" if goal else d.get("achievement", ""),
-            max_steps=int(d["max_steps"]),
-        )
-        step = by_name[d["name"]]
-        code = library.code_for(step, library.best_params(step, survive=False))
-        out.append(Stage(sub, code=code))
-    return out
-
-
-def composed_needs() -> list[Any]:
-    """Every survival need of :func:`knowledge.library.survival_stages` (daylight too)."""
-    from messages.task import Need, Stage, Subtask
-
-    return [
-        Need(
-            stat=s.stat,
-            below=float(s.below),
-            stage=Stage(Subtask(s.name, s.reason, max_steps=300), code=s.source),
-            until=float(s.until),
-        )
-        for s in library.survival_stages()
-    ]
-
-
 def _composed_episode(args: tuple) -> dict[str, Any]:
     from envs.composite import run_composed
     from messages.task import Subtask
@@ -366,17 +325,17 @@ def _composed_episode(args: tuple) -> dict[str, Any]:
     part, seed = args
     world = CrafterWorld()
     if part == "composite":
-        stages = composed_stages(recipes.chain("diamond"))
+        stages = library.coded_stages(recipes.chain("diamond"))
         goal = Subtask("diamond", "collect a diamond", goal={"diamond": 1}, max_steps=EPISODE_STEPS)
     else:  # curriculum: every achievement in order; the episode's own test never holds
-        stages = composed_stages(recipes.curriculum(), by_achievement=True)
+        stages = library.coded_stages(recipes.curriculum(), by_achievement=True)
         goal = Subtask("curriculum", "all 22 achievements", max_steps=EPISODE_STEPS)
     started = time.perf_counter()
     # A curriculum drops a stage that gives up and goes on (as the system's final
     # curriculum episodes do); the diamond chain ends the episode instead.
-    ep = run_composed(
-        world, stages, composed_needs(), goal, seed, wall_s=900, skip_failed=part != "composite"
-    )
+    curriculum = part != "composite"
+    needs = library.survival_needs()
+    ep = run_composed(world, stages, needs, goal, seed, wall_s=900, skip_failed=curriculum)
     failed = collections.Counter((r.name, r.cause) for r in ep.stages if not r.success)
     return {
         "seed": seed,

@@ -1086,3 +1086,44 @@ OPTION_NAMES = tuple(sorted(_all_options()))
 def step_code(name: str, params: Params | None = None) -> str:
     """Source for the achievement step ``name`` (a shortcut for prompts and tests)."""
     return code_for(achievement_step(name), params)
+
+
+NEED_MAX_STEPS = 300
+"""Step cap of one run of a survival need."""
+
+
+def survival_needs() -> list:
+    """:func:`survival_stages` as the task planner takes them (``messages.task.Need``)."""
+    from messages.task import Need, Stage, Subtask
+
+    return [
+        Need(
+            stat=s.stat,
+            below=float(s.below),
+            stage=Stage(Subtask(s.name, s.reason, max_steps=NEED_MAX_STEPS), code=s.source),
+            until=float(s.until),
+        )
+        for s in survival_stages()
+    ]
+
+
+def coded_stages(steps: list[Step], by_achievement: bool = False) -> list:
+    """Coded stages for ``steps`` at the library's final quality, with the tests the
+    planner gives them: the goal inventory when there is one, else the achievement
+    (``by_achievement``: always the achievement). No survival code of their own: the
+    task planner's needs keep the vitals up."""
+    from messages.task import Stage, Subtask
+
+    out = []
+    for step in steps:
+        goal = {} if by_achievement else {k: int(v) for k, v in step.goal.items()}
+        subtask = Subtask(
+            step.name,
+            step.description,
+            goal=goal,
+            achievement="" if goal else step.achievement,
+            max_steps=int(step.max_steps),
+        )
+        code = code_for(step, best_params(step, survive=False))
+        out.append(Stage(subtask, code=code))
+    return out
