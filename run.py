@@ -46,6 +46,8 @@ def cmd_run(argv: list[str]) -> int:
 
     import trio
 
+    from actors import ROLES
+    from method import settings as method_settings
     from runtime import config
     from runtime.head import EXIT_CONFIG, new_run_dir, run_head
 
@@ -57,19 +59,24 @@ def cmd_run(argv: list[str]) -> int:
                     args.resume, "", "a run folder with config.json", "none",
                     "pass a folder under runs/ made by an earlier `run.py --config ...`",
                 )  # fmt: skip
-            settings = config.load_resolved(run_dir / "config.json")
+            settings = method_settings.load_resolved(run_dir / "config.json", ROLES)
         else:
-            settings = config.load(args.config)
-        config.check_runnable(settings)
+            settings = method_settings.load(args.config, ROLES)
+        method_settings.check_runnable(settings)
         _check_backend(settings)
     except config.ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    # After the config check: these import torch.
+    # After the config check (the head never imports torch: tests/test_layout.py).
     if settings.run.driver == "checkup":
-        from actors.checkup import checkup as driver
+        from method.checkup import checkup as driver
     else:
-        from actors.method import run_method as driver
+        import functools
+
+        from actors import agent_classes
+        from method.driver import run_method
+
+        driver = functools.partial(run_method, agent_classes=agent_classes())
 
     if args.resume:
         run_id = run_dir.name
@@ -88,15 +95,14 @@ def _check_backend(settings) -> None:
         return
     import trio
 
-    from actors.agents import make_backend
+    from llm.errors import BackendConfigError, ModelUnavailable
+    from method.agents import make_backend
     from runtime.config import ConfigError
 
     try:
         backend = make_backend(agents)
         trio.run(backend.check)
-    except Exception as exc:  # the backend's own errors name what went wrong
-        if type(exc).__name__ not in ("ModelUnavailable", "BackendConfigError"):
-            raise
+    except (ModelUnavailable, BackendConfigError) as exc:  # they name what went wrong
         raise ConfigError(
             settings.source, "agents.base_url", "an endpoint that answers", str(exc),
             "check base_url, model and the API key variable, or use backend = \"offline\"",

@@ -15,7 +15,7 @@ from typing import Any
 
 from messages import Envelope
 from messages.plan import Critique, Review
-from messages.rollout import EpisodeReport, Glimpse, RolloutResult
+from messages.rollout import EpisodeReport, Glimpse
 from runtime.actor import Actor, handles
 from runtime.events import log
 
@@ -46,21 +46,6 @@ def failure_of(episode: EpisodeReport, stage: str) -> tuple[str, str, int, str]:
     return episode.cause, episode.detail, episode.line, stage
 
 
-def reached(episode: EpisodeReport, stage: str) -> bool:
-    """Whether sub-action ``stage`` got its turn in the episode (or the episode succeeded)."""
-    return episode.success or any(r.name == stage for r in episode.stages)
-
-
-def stage_rate(result: RolloutResult, name: str) -> tuple[float, int]:
-    """Success of sub-action ``name`` among the episodes that reached it (its stage ran,
-    or the episode succeeded), and how many did: a stage before it failing is not its
-    failure."""
-    got = [e for e in result.episodes if reached(e, name)]
-    if not got:
-        return 0.0, 0
-    return sum(e.success for e in got) / len(got), len(got)
-
-
 def glimpse_dict(g: Glimpse | None) -> dict[str, Any] | None:
     if g is None:
         return None
@@ -78,9 +63,9 @@ def statistics(review: Review) -> dict[str, Any]:
     sub, result = review.subaction, review.result
     # The failures that are this sub-action's: those of episodes that reached it (a
     # stage before it failing is that stage's failure); only when none did, the rest.
-    failed = [e for e in result.episodes if not e.success and reached(e, sub.name)]
+    failed = [e for e in result.episodes if not e.success and e.reached(sub.name)]
     failed = failed or [e for e in result.episodes if not e.success]
-    rate, got = stage_rate(result, sub.name)
+    rate, got = result.stage_rate(sub.name)
     causes = collections.Counter(failure_of(e, sub.name)[0] for e in failed)
     stats: dict[str, Any] = {
         "subaction": {
@@ -172,7 +157,7 @@ class CriticActor(Actor):
     def __init__(self, *, agents: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.agents = agents
-        """The run's :class:`actors.agents.Agents`: backend, journal, budget."""
+        """The run's :class:`method.agents.Agents`: backend, journal, budget."""
 
     @handles(Review)
     async def on_review(self, review: Review, env: Envelope) -> Critique:

@@ -24,19 +24,21 @@ import os
 import resource
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import trio
 
 import sandbox
+from envs.artifacts import PolicyUnusable, load_policy
 from envs.composite import prepare_stages, run_composed
 from envs.crafter_world import CrafterWorld
+from envs.held_out import held_out
 from envs.skills import Skills
 from envs.stats import StatsWriter
+from envs.trace import TracingSkills
 from messages import Envelope
-from messages.rollout import EpisodeReport, Glimpse, RolloutRequest, RolloutResult, Segment
+from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from messages.task import Subtask
 from runtime.actor import Actor, handles
 from runtime.events import log
@@ -48,88 +50,12 @@ WATCHDOG_GRACE_S = float(os.environ.get("RLGPT_WATCHDOG_GRACE_S", "10"))
 EXIT_DRAIN_S = 0.5
 # Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
 MAX_FRAMES = 1000
-# Skill calls that make a trace segment (the high-level actions a critic reads about).
-TRACED_SKILLS = ("path_to", "approach", "face", "explore", "attack", "collect", "place", "make")
 MEMORY_LIMIT_ENV = "RLGPT_ENV_MEMORY_LIMIT"
 """Bytes of address space an environment actor process may map (overrides the default)."""
 # An environment actor maps ~0.5 GiB (Python, numpy, numba, Crafter, worker threads);
 # 2 GiB leaves it room while bounding what runaway policy code can take from the machine.
 # The sandbox's own guards stop big allocations first; this is the OS-level backstop.
 DEFAULT_MEMORY_LIMIT = 2 * 1024**3
-# Segments kept per episode: a critic needs the story, not every detail of a long one.
-MAX_SEGMENTS = 64
-
-
-def glimpse(skills: Skills) -> Glimpse:
-    """What the player knows now, compactly: inventory, vitals, nearby kinds, facing."""
-    near: dict[str, int] = {}
-    view = skills.view()
-    cy, cx = len(view) // 2, len(view[0]) // 2
-    for row, line in enumerate(view):
-        for col, name in enumerate(line):
-            dist = abs(row - cy) + abs(col - cx)
-            if (row, col) != (cy, cx) and dist < near.get(name, 99):
-                near[name] = dist
-    for kind, dx, dy in skills.creatures():
-        near[kind] = min(near.get(kind, 99), abs(dx) + abs(dy))
-    return Glimpse(
-        step=skills.steps(),
-        inventory={k: v for k, v in skills.inventory().items() if v},
-        status=dict(skills.status()),
-        near=sorted(near, key=lambda k: (near[k], k)),
-        facing=skills.facing_tile(),
-    )
-
-
-class TracingSkills(Skills):
-    """The skill API, recording each top-level skill call as a trace segment."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._segments: list[Segment] = []
-        self._depth = 0
-
-    def _traced(self, label: str, gen: Any) -> Any:
-        if self._depth:
-            return (yield from gen)  # a skill inside a skill: part of the outer segment
-        before = glimpse(self)
-        self._depth += 1
-        try:
-            result = yield from gen
-        finally:
-            self._depth -= 1
-            if len(self._segments) < MAX_SEGMENTS:
-                after = glimpse(self)
-                self._segments.append(Segment(label, after.step - before.step, before, after))
-        return result
-
-    # Host-side hooks (agent code never reaches ``_`` names) for a segment that no skill
-    # call makes: a learned sub-policy's run in a composed episode.
-
-    def _open_segment(self) -> tuple[int, Glimpse]:
-        return len(self._segments), glimpse(self)
-
-    def _close_segment(self, opened: tuple[int, Glimpse], label: str) -> None:
-        index, before = opened
-        if len(self._segments) < MAX_SEGMENTS:
-            after = glimpse(self)
-            self._segments.insert(index, Segment(label, after.step - before.step, before, after))
-
-
-def _traced_method(name: str) -> Any:
-    base = getattr(Skills, name)
-
-    def method(self: TracingSkills, *args: Any, **kwargs: Any) -> Any:
-        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-        return self._traced(f"{name}({shown})", base(self, *args, **kwargs))
-
-    method.__name__ = name
-    method.__doc__ = base.__doc__
-    return method
-
-
-for _name in TRACED_SKILLS:
-    setattr(TracingSkills, _name, _traced_method(_name))
 
 
 def subtask_met(subtask: Subtask, skills: Skills) -> bool:
@@ -277,7 +203,7 @@ class EnvironmentActor(Actor):
         output: list[str],
         frames: list[np.ndarray],
     ) -> RolloutResult:
-        return rollout_result(
+        return RolloutResult.of_episodes(
             req,
             episodes,
             actor_id=self.actor_id,
@@ -318,22 +244,13 @@ class EnvironmentActor(Actor):
         """Run a trained SB3 policy on ``req``'s worlds (blocking; in a worker thread).
         The policy acts through the RL interface it was trained with, coded actions
         included; each episode's detail lists the actions it chose."""
-        from stable_baselines3 import PPO
-
-        from actors.learner import held_out, sha256_of
-
-        path = Path(req.policy_path)
-        problem = ""
-        if not path.is_file():
-            problem = f"no policy at {path}"
-        elif req.policy_sha256 and sha256_of(path) != req.policy_sha256:
-            problem = f"{path} does not match sha256 {req.policy_sha256[:12]}…"
-        if problem:
+        try:
+            model = load_policy(req.policy_path, req.policy_sha256)
+        except PolicyUnusable as exc:
             episodes = [
-                EpisodeReport(s, False, 0, 0.0, [], "policy_unusable", problem) for s in req.seeds
+                EpisodeReport(s, False, 0, 0.0, [], "policy_unusable", str(exc)) for s in req.seeds
             ]
             return RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id)
-        model = PPO.load(path, device="cpu")
         config = dataclasses.replace(req.config, subtask=req.subtask)
         rate, steps, records = held_out(
             config, lambda obs: model.predict(obs, deterministic=False)[0], req.seeds
@@ -421,26 +338,3 @@ class EnvironmentActor(Actor):
             wall_s=round(time.monotonic() - started, 4),
         )
         return report, outcome.output
-
-
-async def rollout_split(client: Actor, req: RolloutRequest, parts: int) -> RolloutResult:
-    """Run ``req`` as ``parts`` jobs on environment actors in parallel; merge the results
-    in seed order. Parts go to whichever environment actors are idle."""
-    chunks = [req.seeds[i::parts] for i in range(parts) if req.seeds[i::parts]]
-    results: list[RolloutResult] = []
-
-    async def one(seeds: list[int]) -> None:
-        part = dataclasses.replace(req, seeds=seeds, frames=False)
-        results.append(await client.ask("@environment", part))
-
-    async with trio.open_nursery() as nursery:
-        for seeds in chunks:
-            nursery.start_soon(one, seeds)
-    order = {seed: i for i, seed in enumerate(req.seeds)}
-    episodes = sorted((e for r in results for e in r.episodes), key=lambda e: order[e.seed])
-    return rollout_result(
-        req,
-        episodes,
-        actor_id=",".join(sorted({r.actor_id for r in results})),
-        output="\n".join(r.output for r in results if r.output),
-    )

@@ -15,12 +15,10 @@ abandoned job (the asker cancelled or timed out) stops at the next env step.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +26,11 @@ import numpy as np
 import trio
 from stable_baselines3.common.callbacks import BaseCallback
 
+from envs.artifacts import sha256_of
+from envs.held_out import held_out
 from messages import Envelope
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
+from method import seeds
 from runtime.actor import Actor, handles
 from runtime.devices import check_device
 from runtime.events import log
@@ -53,14 +54,6 @@ def set_torch_threads() -> int:
     return threads
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def latest_checkpoint(folder: Path) -> tuple[Path, int] | None:
     """The newest ``ckpt-<steps>.zip`` in ``folder``, with its step count."""
     found = []
@@ -73,22 +66,6 @@ def latest_checkpoint(folder: Path) -> tuple[Path, int] | None:
         return None
     steps, path = max(found)
     return path, steps
-
-
-def store_artifact(run_dir: Path, result: TrainResult) -> Path:
-    """Where a result's policy lives in ``run_dir``: a local learner's path as it is, a
-    remote learner's bytes written to ``policies/<job>.zip`` after checking the hash."""
-    if not result.policy_bytes:
-        return Path(result.policy_path)
-    digest = hashlib.sha256(result.policy_bytes).hexdigest()
-    if digest != result.sha256:
-        raise ValueError(f"policy of {result.name} arrived corrupted: sha256 {digest}")
-    path = run_dir / "policies" / f"{result.name}.zip"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".part")
-    tmp.write_bytes(result.policy_bytes)
-    os.replace(tmp, path)
-    return path
 
 
 class LearnerActor(Actor):
@@ -223,9 +200,6 @@ def make_ppo(
     )
 
 
-# Training pools start at seed × this, so pools of different seeds do not overlap and
-# stay far below the held-out seeds (TrainRequest.eval_seed, 1,000,000 by default).
-POOL_STRIDE = 10_000
 SETUP_RETRIES = 3
 """Further worlds a training reset tries when setup code fails on one (the player can die
 on the way to a sub-action's start); a config whose setup keeps failing still fails."""
@@ -233,51 +207,10 @@ on the way to a sub-action's start); a config whose setup keeps failing still fa
 
 def training_worlds(req: TrainRequest) -> range:
     """The world seeds a job trains on."""
-    if req.train_worlds > POOL_STRIDE:
-        raise ValueError(f"train_worlds is at most {POOL_STRIDE}, not {req.train_worlds}")
-    start = req.seed * POOL_STRIDE
-    pool = range(start, start + req.train_worlds)
-    if req.train_worlds and req.eval_seed < pool.stop and req.eval_seed + req.eval_episodes > start:
+    pool = seeds.training_pool(req.seed, req.train_worlds)
+    if pool and req.eval_seed < pool.stop and req.eval_seed + req.eval_episodes > pool.start:
         raise ValueError(f"held-out seeds from {req.eval_seed} overlap the training worlds {pool}")
     return pool
-
-
-def held_out(config: Any, act: Any, seeds: Sequence[int]) -> tuple[float, int, list[dict]]:
-    """Play one episode of ``config``'s env per world seed, choosing actions with
-    ``act(obs)``: (success rate, world steps, per-episode records). A world whose setup
-    fails (the player died on the way to the sub-action's start) is left out of the
-    rate and recorded as ``skipped``."""
-    from envs.rl_env import SetupError, make_env
-
-    env = make_env(config)
-    wins = steps = played = 0
-    records = []
-    try:
-        for seed in seeds:
-            try:
-                obs, _ = env.reset(seed=seed)
-            except SetupError as exc:
-                records.append({"seed": seed, "skipped": str(exc)[:300]})
-                continue
-            played += 1
-            taken, used, unlocked = 0, [], []
-            while True:
-                obs, _, terminated, truncated, info = env.step(int(act(obs)))
-                taken += int(info.get("primitive_steps", 1))
-                used.append(str(info.get("action", "")))
-                unlocked.extend(info.get("achievements", ()))
-                if terminated or truncated:
-                    won = bool(info.get("is_success"))
-                    wins += won
-                    break
-            steps += taken
-            records.append(
-                {"seed": seed, "success": won, "steps": taken, "actions": used,
-                 "achievements": unlocked, "died": bool(info.get("died"))}
-            )  # fmt: skip
-    finally:
-        env.close()
-    return (wins / played if played else 0.0), steps, records
 
 
 def evaluate(model: Any, req: TrainRequest, episodes: int | None = None) -> tuple[float, int]:

@@ -17,24 +17,21 @@ from typing import Any
 
 import trio
 
-from actors.agents import AgentCallFailed, BudgetSpent
-from actors.environment import rollout_split
+from llm.errors import TokenBudgetSpent
 from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
 from messages.rollout import RolloutRequest
 from messages.task import Need, Stage, Subtask
-from runtime import ledger
+from method import ledger, seeds
+from method.agents import AgentCallFailed
+from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S
+from method.split import rollout_split
 from runtime.actor import Actor, handles
-from runtime.config import ALL_ACHIEVEMENTS
 from runtime.events import log
 
 VITALS = ("health", "food", "drink", "energy", "daylight")
 """What a survival need may watch: the vital statistics the world reports, and the
 daylight the player sees (sheltering at dusk)."""
-FINAL_WALL_S = 600.0
-PLAY_SEED_BASE = 3_000_000
-"""Worlds the final policy plays on after its evaluation (``[task] play_to_budget``)."""
-"""Wall-clock budget of one final-policy episode (up to Crafter's 10,000 steps)."""
 
 
 class SlowAgent(Actor):
@@ -86,7 +83,7 @@ class SlowAgent(Actor):
                 },
             )
             plan = self._plan_from(task, reply, needs_known, version=1)
-        except (AgentCallFailed, BudgetSpent) as exc:
+        except (AgentCallFailed, TokenBudgetSpent) as exc:
             log.error("planning_failed", detail=str(exc))
             return TaskReport([], [], 0.0, 0, [], "planning_failed")
         plans.append(plan)
@@ -99,7 +96,7 @@ class SlowAgent(Actor):
             try:
                 with trio.move_on_at(deadline) as scope:
                     await self._work(task, plan, outcomes, redo, iteration, spent)
-            except BudgetSpent as exc:
+            except TokenBudgetSpent as exc:
                 stop_reason = "tokens"
                 log.warning("budget_spent", kind="tokens", detail=str(exc))
                 break
@@ -137,7 +134,7 @@ class SlowAgent(Actor):
                 break
             try:
                 revised = await self._revise(task, plan, outcomes, task_rate, iteration, used)
-            except BudgetSpent as exc:
+            except TokenBudgetSpent as exc:
                 stop_reason = "tokens"
                 log.warning("budget_spent", kind="tokens", detail=str(exc))
                 break
@@ -370,7 +367,7 @@ class SlowAgent(Actor):
         learning agent goes on playing until its budget ends: the scoreboard protocol
         counts every episode within the budget. Episodes that would pass the budget are
         not counted (the ledger records the ones within it, in seed order)."""
-        base = PLAY_SEED_BASE + self.settings.run.seed * 100_000
+        base = seeds.play_seeds(self.settings.run.seed).start
         played, steps, k = 0, 0, 0
         log.info("play_started", env_steps=left)
         while steps < left and k < 100_000:

@@ -108,7 +108,7 @@ PROCESSES = 2
 EPISODE_WALL_S = 3600.0
 """Wall budget of one coded episode (10,000 steps take ~1–3 minutes)."""
 
-# The system's learners' settings (actors/fast.py, actors/offline.py): the same
+# The system's learners' settings (actors/fast.py, llm/offline.py): the same
 # observation, envs per job and PPO hyperparameters.
 OBSERVATION = ("view", "inventory", "status")
 PPO_ENVS = 2
@@ -211,7 +211,7 @@ def summarize(episodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 # ---------------------------------------------------------------------- the run's ledger
 
 EPISODE_KINDS = ("code", "train", "final", "video", "play")
-"""Kinds of ledger lines (``runtime/ledger.py``); all count for the scoreboard, ``final``
+"""Kinds of ledger lines (``method/ledger.py``); all count for the scoreboard, ``final``
 lines alone make the final-agent figure."""
 
 
@@ -668,7 +668,7 @@ def rlgpt_config(
     env-step budget, the final evaluation's episodes and the episode length set (and,
     quick, small budgets). Only keys the config loader knows are set."""
 
-    from runtime.config import TaskSettings
+    from method.settings import TaskSettings
 
     table = tomllib.loads(Path(base).read_text())
     run = table.setdefault("run", {})

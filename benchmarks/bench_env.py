@@ -45,10 +45,11 @@ os.environ["RLGPT_WORLD_CACHE"] = "0"
 import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
-from actors.environment import EnvironmentActor, rollout_split  # noqa: E402
+from actors.environment import EnvironmentActor  # noqa: E402
 from envs.crafter_world import CrafterWorld  # noqa: E402
 from messages.rollout import RolloutRequest  # noqa: E402
 from messages.task import Subtask  # noqa: E402
+from method.split import rollout_split  # noqa: E402
 from runtime import events  # noqa: E402
 from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings  # noqa: E402
 from runtime.head import Head, new_run_dir, run_head  # noqa: E402

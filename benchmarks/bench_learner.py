@@ -42,13 +42,9 @@ import trio  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
-from actors.learner import (  # noqa: E402
-    held_out,
-    make_ppo,
-    set_torch_threads,
-    training_worlds,
-)
+from actors.learner import make_ppo, set_torch_threads, training_worlds  # noqa: E402
 from envs.configs import collect_wood_primitive, collect_wood_with_coded  # noqa: E402
+from envs.held_out import held_out  # noqa: E402
 from envs.rl_env import make_vec_env  # noqa: E402
 from messages.task import RLConfig  # noqa: E402
 from messages.train import PPOSettings, TrainRequest  # noqa: E402

@@ -53,7 +53,6 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -247,19 +246,15 @@ class _Unusable(Exception):
 
 
 def _load_learned(stage: Stage, world: World) -> tuple[Any, Any]:
-    from stable_baselines3 import PPO
-
-    from actors.learner import sha256_of
+    from envs.artifacts import PolicyUnusable, load_policy
     from envs.rl_env import SubtaskEnv
 
     if stage.config is None:
         raise _Unusable("a learned stage needs the RL config its policy was trained on")
-    path = Path(stage.policy_path)
-    if not path.is_file():
-        raise _Unusable(f"no policy at {path}")
-    if stage.policy_sha256 and sha256_of(path) != stage.policy_sha256:
-        raise _Unusable(f"{path} does not match sha256 {stage.policy_sha256[:12]}…")
-    model = PPO.load(path, device="cpu")
+    try:
+        model = load_policy(stage.policy_path, stage.policy_sha256)
+    except PolicyUnusable as exc:
+        raise _Unusable(str(exc)) from None
     subtask = stage.subtask
     if subtask.achievement:  # the planner's test: the achievement when there is one
         subtask = dataclasses.replace(subtask, goal={})

@@ -4,13 +4,17 @@ Public names live here; modules hold one concern each:
 
 - :mod:`llm.contracts` — :data:`PURPOSES`, each purpose's reply contract (:data:`SCHEMAS`)
   and :func:`validate`.
-- :mod:`llm.prompts` — prompt files (``actors/prompts``) rendered with ``string.Template``;
-  JSON extraction from a reply.
+- :mod:`llm.backend` — the :class:`Backend` protocol and the one :class:`CallResult`.
+- :mod:`llm.prompts` — the prompt files (beside the module) rendered with
+  ``string.Template``; JSON extraction from a reply.
 - :mod:`llm.openai_backend` — :class:`OpenAIBackend`, calls answered by an
   OpenAI-compatible endpoint (repair-and-retry, backoff, token budget).
+- :mod:`llm.offline` — :class:`OfflineBackend`, the same calls answered by deterministic
+  code over the game's data and the skill library: no model.
 - :mod:`llm.errors` — the failures, each named for what the caller does about it.
 """
 
+from llm.backend import Backend, CallResult
 from llm.contracts import PURPOSES, SCHEMAS, validate
 from llm.errors import (
     BackendConfigError,
@@ -20,10 +24,10 @@ from llm.errors import (
     ModelUnavailable,
     TokenBudgetSpent,
 )
-from llm.openai_backend import CallResult, OpenAIBackend
 from llm.prompts import PROMPTS_DIR, PromptSet, extract_json, messages_text
 
 __all__ = [
+    "Backend",
     "PROMPTS_DIR",
     "PURPOSES",
     "SCHEMAS",
@@ -33,6 +37,7 @@ __all__ = [
     "LLMError",
     "ModelReplyError",
     "ModelUnavailable",
+    "OfflineBackend",
     "OpenAIBackend",
     "PromptSet",
     "TokenBudgetSpent",
@@ -40,3 +45,17 @@ __all__ = [
     "messages_text",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The backends load on first use: importing ``llm`` (for its errors and contracts)
+    # must not import the ``openai`` client or the skill library.
+    if name == "OpenAIBackend":
+        from llm.openai_backend import OpenAIBackend
+
+        return OpenAIBackend
+    if name == "OfflineBackend":
+        from llm.offline import OfflineBackend
+
+        return OfflineBackend
+    raise AttributeError(f"module 'llm' has no attribute {name!r}")

@@ -14,9 +14,8 @@ the purpose's contract (:mod:`llm.contracts`). Two bounded loops, one inside the
   counted.
 
 Every successful call emits an ``llm_call`` event with tokens, latency, attempts and
-repairs, and adds its tokens to :attr:`OpenAIBackend.tokens_used`; with a
-``token_budget``, a call that would start with the budget spent raises
-:class:`TokenBudgetSpent` so the run can stop cleanly.
+repairs, and adds its tokens to :attr:`OpenAIBackend.tokens_used`. The run's token budget
+is not kept here: :class:`method.agents.Agents` keeps it for every backend alike.
 
 **trio.** ``openai.AsyncOpenAI`` works under trio as it is: the client (openai 3.x) sits on
 httpx2, which does its I/O through anyio, and anyio runs on trio. Verified by
@@ -39,13 +38,13 @@ from typing import Any
 import openai
 import trio
 
+from llm.backend import CallResult
 from llm.contracts import PURPOSES, validate
 from llm.errors import (
     BackendConfigError,
     ContractError,
     ModelReplyError,
     ModelUnavailable,
-    TokenBudgetSpent,
 )
 from llm.prompts import PROMPTS_DIR, Messages, PromptSet, extract_json, messages_text
 from runtime.events import log
@@ -53,28 +52,6 @@ from runtime.events import log
 # Statuses worth another try: rate limited, request timeout, and the server's own errors.
 # Other 4xx say the request itself is wrong (key, model name, URL), which retrying repeats.
 RETRY_STATUSES = frozenset({408, 429})
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CallResult:
-    """backend → agent: one call's validated reply and what it cost."""
-
-    data: dict[str, Any]
-    """The reply, validated and normalised by its contract."""
-    prompt: str
-    """The messages sent (the last request's conversation, repairs included), as text."""
-    reply: str
-    """The model's raw last reply."""
-    tokens_in: int
-    """Prompt tokens over every request of the call (from ``usage``)."""
-    tokens_out: int
-    """Completion tokens over every request of the call."""
-    latency_s: float
-    """Wall-clock seconds for the whole call, retries and repairs included."""
-    attempts: int
-    """HTTP requests made (1 when the first one answered well)."""
-    repairs: int
-    """Replies sent back for repair."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -98,7 +75,6 @@ class OpenAIBackend:
         api_key_env: str,
         timeout_s: float = 60,
         max_retries: int = 4,
-        token_budget: int = 0,
         temperature: float = 0.2,
         prompts_dir: Path = PROMPTS_DIR,
         *,
@@ -113,9 +89,8 @@ class OpenAIBackend:
         :param api_key_env: name of the environment variable holding the API key.
         :param timeout_s: limit for one HTTP request, connect to last byte.
         :param max_retries: further tries of one request on 429/408/5xx/connection errors.
-        :param token_budget: total tokens (in + out) the backend may spend; 0: no limit.
         :param temperature: sampling temperature (low: replies follow the contract).
-        :param prompts_dir: folder of the prompt files (default: ``actors/prompts``).
+        :param prompts_dir: folder of the prompt files (default: ``llm/prompts``).
         :param max_repairs: invalid replies sent back for correction before giving up.
         :param backoff_s: first retry delay; doubles per retry (with jitter).
         :param backoff_max_s: longest wait between tries, ``Retry-After`` included.
@@ -129,16 +104,13 @@ class OpenAIBackend:
                 f"{api_key_env}=<your API key> before starting the run, or name another "
                 "variable in the backend's api_key_env setting"
             )
-        if max_retries < 0 or max_repairs < 0 or token_budget < 0 or timeout_s <= 0:
-            raise BackendConfigError(
-                "max_retries, max_repairs and token_budget must be >= 0 and timeout_s > 0"
-            )
+        if max_retries < 0 or max_repairs < 0 or timeout_s <= 0:
+            raise BackendConfigError("max_retries and max_repairs must be >= 0 and timeout_s > 0")
         self.base_url = base_url
         self.model = model
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
         self.max_retries = max_retries
-        self.token_budget = token_budget
         self.temperature = temperature
         self.max_repairs = max_repairs
         self.backoff_s = backoff_s
@@ -178,23 +150,10 @@ class OpenAIBackend:
     async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
         """Ask the model; return the validated reply.
 
-        Raises :class:`TokenBudgetSpent` (budget spent before the call),
-        :class:`ModelUnavailable` (endpoint failing) or :class:`ModelReplyError`
+        Raises :class:`ModelUnavailable` (endpoint failing) or :class:`ModelReplyError`
         (still invalid after ``max_repairs`` repairs).
         """
         messages = self.render(role, purpose, request)
-        if self.token_budget and self._tokens_used >= self.token_budget:
-            log.warning(
-                "llm_budget_spent",
-                role=role,
-                purpose=purpose,
-                tokens_used=self._tokens_used,
-                token_budget=self.token_budget,
-            )
-            raise TokenBudgetSpent(
-                f"token budget spent: {self._tokens_used} of {self.token_budget} tokens used "
-                f"before {role}/{purpose}"
-            )
         start = time.monotonic()
         tokens_in = tokens_out = attempts = repairs = 0
         reply = error = ""

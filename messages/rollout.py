@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Any
 
 from messages.base import message
 from messages.task import Need, RLConfig, Stage, Subtask
@@ -122,6 +123,10 @@ class EpisodeReport:
     stages: list[StageRun] = field(default_factory=list)
     """With a composed policy: every stage run, in order."""
 
+    def reached(self, stage: str) -> bool:
+        """Whether sub-action ``stage`` got its turn (or the episode succeeded)."""
+        return self.success or any(r.name == stage for r in self.stages)
+
 
 @message("rollout.result")
 class RolloutResult:
@@ -141,3 +146,27 @@ class RolloutResult:
     """What the policy printed (bounded)."""
     frames: bytes = b""
     """First episode's RGB frames as an .npz (uint8, T×H×W×3), when asked for."""
+
+    @classmethod
+    def of_episodes(
+        cls, subtask: str, episodes: list[EpisodeReport], *, actor_id: str, **extra: Any
+    ) -> RolloutResult:
+        """The result of ``episodes``: success rate and step total derived from them."""
+        wins = sum(e.success for e in episodes)
+        return cls(
+            subtask=subtask,
+            episodes=episodes,
+            success_rate=wins / len(episodes) if episodes else 0.0,
+            steps=sum(e.steps for e in episodes),
+            actor_id=actor_id,
+            **extra,
+        )
+
+    def stage_rate(self, name: str) -> tuple[float, int]:
+        """Success of sub-action ``name`` among the episodes that reached it (its stage
+        ran, or the episode succeeded), and how many did: a stage before it failing is
+        not its failure."""
+        got = [e for e in self.episodes if e.reached(name)]
+        if not got:
+            return 0.0, 0
+        return sum(e.success for e in got) / len(got), len(got)

@@ -13,16 +13,16 @@ import pytest
 import trio
 from conftest import ROOT
 
-from actors.critic import stage_rate, statistics
-from actors.fast import compose_setup
-from actors.offline import OfflineBackend
+from actors.critic import statistics
 from envs.crafter_world import CrafterWorld
 from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
+from envs.setup_code import compose_setup
 from envs.skills import Skills
+from llm.offline import OfflineBackend
 from messages.plan import Review, SubAction
 from messages.rollout import EpisodeReport, Glimpse, RolloutResult, Segment, StageRun
 from messages.task import Stage, Subtask
-from runtime.journal import CallResult, Journal
+from method.journal import CallResult, Journal
 
 RUN = [sys.executable, str(ROOT / "run.py")]
 
@@ -129,7 +129,7 @@ def test_critic_counts_a_sub_action_only_where_it_was_reached() -> None:
         400,
         "env-0",
     )
-    rate, reached = stage_rate(result, "collect_stone")
+    rate, reached = result.stage_rate("collect_stone")
     assert (rate, reached) == (2 / 3, 3)
     stats = statistics(Review(sub, 1, "code", result, revisions_left=1))
     assert stats["success_rate"] == round(2 / 3, 4) and stats["task_success_rate"] == 0.5
@@ -231,8 +231,8 @@ def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
 
 
 def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:
-    from actors.offline import revise_for
     from knowledge import library, recipes
+    from llm.offline import revise_for
 
     step = recipes.achievement_step("collect_iron")
     first = library.first_params(step)

@@ -233,7 +233,7 @@ def test_markdown_keeps_published_anchors_apart():
 
 
 def test_rlgpt_config_passes_the_strict_loader(tmp_path):
-    from runtime import config
+    from method import settings as config
 
     base = ROOT / "configs" / "crafter.toml"
     if not base.exists():

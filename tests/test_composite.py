@@ -11,9 +11,10 @@ import pytest
 from conftest import make_settings, run_head_with
 from PIL import Image
 
-from actors.environment import TracingSkills, frames_npz
-from actors.learner import make_ppo, sha256_of
+from actors.environment import frames_npz
+from actors.learner import make_ppo
 from envs import policies
+from envs.artifacts import sha256_of
 from envs.composite import (
     NEED_COOLDOWN_STEPS,
     STAGE_ALLOWANCE,
@@ -26,6 +27,7 @@ from envs.crafter_world import CrafterWorld
 from envs.policies import PLACE_TABLE_SOURCE
 from envs.rl_env import SubtaskEnv, make_vec_env
 from envs.skills import Skills
+from envs.trace import TracingSkills
 from envs.video import frames_from_npz, write_gif
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Need, Stage, Subtask

@@ -10,10 +10,10 @@ import numpy as np
 import trio
 from conftest import make_settings, run_head_with
 
-from actors.environment import rollout_split
 from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Subtask
+from method.split import rollout_split
 from runtime.config import ActorSettings
 from runtime.head import Head
 

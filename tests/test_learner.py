@@ -10,7 +10,8 @@ from pathlib import Path
 import trio
 from conftest import ROOT, make_settings, run_head_with
 
-from actors.learner import random_success, sha256_of, store_artifact
+from actors.learner import random_success
+from envs.artifacts import sha256_of, store_artifact
 from envs.configs import collect_wood_with_coded
 from messages.rollout import RolloutRequest
 from messages.task import RLConfig, Subtask

@@ -241,7 +241,7 @@ def test_the_skill_api_prompt_describes_every_public_skill_with_its_signature() 
         calls.append(f"skills.{name}({', '.join(shown)})")
     assert calls, "Skills has no public methods?"
     missing = [c for c in calls if c not in described]
-    assert not missing, f"describe these in actors/prompts/skills_api.txt: {missing}"
+    assert not missing, f"describe these in llm/prompts/skills_api.txt: {missing}"
 
 
 def test_prompts_render_the_role_contract_and_request() -> None:
@@ -388,18 +388,23 @@ def test_a_missing_key_variable_is_a_config_error_naming_it(
         make_backend("http://127.0.0.1:1/v1")
 
 
-def test_a_spent_token_budget_stops_the_next_call_before_any_request(fake: FakeOpenAI) -> None:
+def test_a_spent_token_budget_stops_the_next_call_before_any_request(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    from method.agents import Agents
+
     fake.script(Behaviour(text=REVIEW_TEXT, usage=(8, 4)), Behaviour(text=REVIEW_TEXT))
-    backend = make_backend(fake.base_url, token_budget=10)
+    backend = make_backend(fake.base_url)
+    agents = Agents(backend, tmp_path, token_budget=10)
 
     async def main() -> None:
         async with backend:
-            await backend.call("critic", "review", {})  # 12 tokens: over budget now
+            await agents.call("critic", "review", {})  # 12 tokens: over budget now
             with pytest.raises(TokenBudgetSpent, match="12 of 10 tokens"):
-                await backend.call("critic", "review", {})
+                await agents.call("critic", "review", {"again": 1})
 
     trio.run(main)
-    assert backend.tokens_used == 12 and fake.count == 1
+    assert backend.tokens_used == 12 and fake.count == 1 and agents.spent
 
 
 def test_check_passes_against_a_live_endpoint(fake: FakeOpenAI) -> None:

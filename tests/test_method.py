@@ -164,8 +164,8 @@ def scripted_model(messages: list[dict]) -> str:
     first code version, which imports a module the sandbox refuses."""
     import trio
 
-    from actors.offline import OfflineBackend
     from knowledge import library, recipes
+    from llm.offline import OfflineBackend
 
     purpose, request = _request_of(messages)
     offline = OfflineBackend()

@@ -1,6 +1,6 @@
 """Prompt rendering and reply extraction: pure functions, testable without a network.
 
-Prompts live in ``actors/prompts/`` as text files, one per call: ``{role}_{purpose}.txt``.
+Prompts live in ``llm/prompts/`` as text files, one per call: ``{role}_{purpose}.txt``.
 A file holds the system message, then a line ``=== user ===``, then the user message. Both
 parts are ``string.Template`` text (so JSON braces need no escaping; a literal dollar is
 ``$$``) rendered with:
@@ -28,8 +28,8 @@ from typing import Any
 from llm.contracts import PURPOSES, SCHEMAS
 from llm.errors import BackendConfigError, ContractError
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "actors" / "prompts"
-"""The repository's prompt files (``actors/prompts``)."""
+PROMPTS_DIR = Path(__file__).resolve().parent
+"""The repository's prompt files (``llm/prompts``)."""
 USER_MARKER = "=== user ==="
 SKILLS_API_FILE = "skills_api.txt"
 REPAIR_FILE = "repair.txt"

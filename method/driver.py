@@ -11,29 +11,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from actors.agents import Agents, make_backend
-from actors.critic import CriticActor
-from actors.fast import FastAgent
-from actors.slow import FINAL_WALL_S, SlowAgent
 from messages.plan import RunTask, TaskReport
 from messages.rollout import RolloutRequest
 from messages.task import Subtask
-from runtime import ledger
+from method import ledger, seeds
+from method.agents import Agents, make_backend
+from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S
 from runtime.actor import RemoteFailure
-from runtime.config import ALL_ACHIEVEMENTS
 from runtime.events import log
 from runtime.head import Head
-
-CODE_SEED_BASE = 500_000
-"""Worlds code versions are evaluated on: apart from the learners' training pools
-(``seed × 10,000 + i``) and their held-out worlds (from 1,000,000)."""
-EVAL_SEED_BASE = 2_000_000
-"""Worlds the final policy is evaluated on: used by nothing else in the run."""
 
 
 def task_of(settings: Any) -> RunTask:
@@ -44,12 +36,14 @@ def task_of(settings: Any) -> RunTask:
         success_target=t.success_target,
         iterations=t.iterations,
         env_steps=t.env_steps,
-        eval_seeds=[EVAL_SEED_BASE + seed * 1000 + i for i in range(t.eval_episodes)],
-        code_seeds=[CODE_SEED_BASE + seed * 1000 + i for i in range(t.code_episodes)],
+        eval_seeds=seeds.final_seeds(seed, t.eval_episodes),
+        code_seeds=seeds.code_seeds(seed, t.code_episodes),
     )
 
 
-async def run_method(head: Head) -> dict:
+async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
+    """The method end to end; ``agent_classes`` are the slow, fast and critic actors by
+    role (``actors.agent_classes()``, handed over by ``run.py``)."""
     s = head.settings
     started = time.monotonic()
     agents = Agents(make_backend(s.agents), head.run_dir, s.agents.token_budget)
@@ -62,9 +56,10 @@ async def run_method(head: Head) -> dict:
     environments = s.actors["environment"].count if "environment" in s.actors else 0
     learners = s.actors["learner"].count if "learner" in s.actors else 0
     common = {"max_frame_bytes": s.runtime.max_frame_bytes, "run_dir": head.run_dir}
-    await head.start_local(CriticActor(agents=agents, name="critic", capacity=16, **common))
+    critic, fast, slow_agent = (agent_classes[r] for r in ("critic", "fast", "slow"))
+    await head.start_local(critic(agents=agents, name="critic", capacity=16, **common))
     await head.start_local(
-        FastAgent(
+        fast(
             agents=agents,
             settings=s,
             environments=environments,
@@ -73,7 +68,7 @@ async def run_method(head: Head) -> dict:
             **common,
         )
     )
-    slow = SlowAgent(
+    slow = slow_agent(
         agents=agents, settings=s, environments=environments, name="slow", capacity=1, **common
     )
     await head.start_local(slow)
@@ -111,7 +106,7 @@ async def run_method(head: Head) -> dict:
     summary["wall_s"] = round(time.monotonic() - started, 1)
     if head.run_dir is not None:
         (head.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    from actors.report import write_report
+    from method.report import write_report
 
     write_report(head.run_dir, s, task, report, summary, slow.critiques)
     return summary

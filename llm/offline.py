@@ -27,7 +27,7 @@ import dataclasses
 import time
 from typing import Any
 
-from runtime.journal import CallResult
+from llm.backend import CallResult
 
 CODE_FIXABLE = frozenset(
     {

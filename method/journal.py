@@ -24,8 +24,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from llm.backend import Backend, CallResult
 from messages import codec
 from runtime.events import log
 
@@ -42,33 +43,6 @@ def call_key(role: str, purpose: str, request: dict[str, Any]) -> str:
 def job_key(request: Any) -> str:
     """Content hash of one job request (its wire encoding)."""
     return hashlib.sha256(codec.encode(request)).hexdigest()
-
-
-@dataclass
-class CallResult:
-    """What an agent call returned, with its costs."""
-
-    data: dict[str, Any]
-    """The reply, parsed and checked against the purpose's contract."""
-    prompt: str = ""
-    """The prompt as sent (empty for the offline backend)."""
-    reply: str = ""
-    """The raw reply text (empty for the offline backend)."""
-    tokens_in: int = 0
-    tokens_out: int = 0
-    latency_s: float = 0.0
-    attempts: int = 1
-    repairs: int = 0
-
-
-class Backend(Protocol):
-    """Plays the agents' roles: offline code or a language model."""
-
-    name: str
-
-    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> Any:
-        """Answer one call; returns an object with CallResult's fields."""
-        ...
 
 
 @dataclass

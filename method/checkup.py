@@ -1,26 +1,70 @@
-"""The run's driver until the agents land: every actor, end to end, on small budgets.
+"""The system check (``[run] driver = "checkup"``): every actor, end to end, on small
+budgets.
 
-It probes each configured role, has the environment actors run the reference coded
+It waits for every configured actor and probes each role (every actor registers and
+answers jobs routed by role), has the environment actors run the reference coded
 policies (collect wood, place a table) on fresh worlds, and has a learner train PPO
 briefly on "collect wood" with coded high-level actions. Everything it does is in
-``events.jsonl`` and its figures are in ``report.json``. It is a check of the system,
-not the RL-GPT method: the slow/fast/critic agents take over the driving in their issue.
+``events.jsonl`` and its figures are in ``report.json``. It checks a deployment, not the
+RL-GPT method (that is :mod:`method.driver`).
 """
 
 from __future__ import annotations
 
+import time
+
 import trio
 
-from actors.environment import rollout_split
-from actors.learner import store_artifact
+from envs.artifacts import store_artifact
 from envs.configs import collect_wood_with_coded
 from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
+from messages.control import Probe, ProbeReply
 from messages.rollout import RolloutRequest
 from messages.task import Subtask
 from messages.train import PPOSettings, TrainRequest
+from method.split import rollout_split
 from runtime.events import log
 from runtime.head import Head
-from runtime.smoke import probe_roles
+
+PROBES_PER_ACTOR = 20
+"""Enough jobs that every actor of a role gets some, few enough to finish in a blink."""
+
+
+async def probe_roles(head: Head) -> dict:
+    roles = {role: spec.count for role, spec in head.settings.actors.items() if spec.count}
+    for role, count in roles.items():
+        await head.wait_for(role, count)
+    log.info("actors_ready", roles=roles)
+    report: dict = {"roles": {}}
+    for role, count in roles.items():
+        summary = await _probe_role(head, role, PROBES_PER_ACTOR * count)
+        log.info("role_probed", role=role, **summary)
+        report["roles"][role] = summary
+    return report
+
+
+async def _probe_role(head: Head, role: str, jobs: int) -> dict:
+    answered: dict[str, int] = {}
+    latencies: list[float] = []
+
+    async def probe(seq: int) -> None:
+        started = time.perf_counter()
+        reply = await head.client.ask(f"@{role}", Probe(seq=seq), timeout=60)
+        if not isinstance(reply, ProbeReply):
+            raise RuntimeError(f"{role} answered a probe with {type(reply).__name__}")
+        latencies.append(time.perf_counter() - started)
+        answered[reply.actor_id] = answered.get(reply.actor_id, 0) + 1
+
+    async with trio.open_nursery() as nursery:
+        for seq in range(jobs):
+            nursery.start_soon(probe, seq)
+    latencies.sort()
+    return {
+        "jobs": len(latencies),
+        "actors": answered,
+        "p50_ms": round(1000 * latencies[len(latencies) // 2], 3),
+    }
+
 
 ROLLOUT_SEEDS = list(range(900, 908))
 """Fresh worlds for the reference policies: 8 episodes, a few seconds per actor."""

@@ -5,7 +5,8 @@ token budget.
 ``Agents.call(role, purpose, request)`` is the one way an agent thinks. The request is a
 JSON-able dict of what the agent knows; the reply is a dict in the purpose's contract
 (``llm.contracts``). The offline backend answers from the game's data and the skill
-library; the openai backend asks a model. Both are recorded alike in ``calls.jsonl``.
+library; the openai backend asks a model. Both are recorded alike in ``calls.jsonl``,
+and the token budget is kept here, once, for every backend.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runtime.config import AgentSettings
+from llm.backend import Backend
+from llm.errors import ModelReplyError, ModelUnavailable, TokenBudgetSpent
+from method.journal import Journal
+from method.settings import AgentSettings
 from runtime.events import log
-from runtime.journal import Journal
-
-
-class BudgetSpent(Exception):
-    """The run's token budget is spent: agents stop asking and the run wraps up."""
 
 
 class AgentCallFailed(Exception):
@@ -30,8 +29,9 @@ class AgentCallFailed(Exception):
         self.role, self.purpose, self.cause, self.detail = role, purpose, cause, detail
 
 
-def make_backend(settings: AgentSettings) -> Any:
-    """The backend the config names."""
+def make_backend(settings: AgentSettings) -> Backend:
+    """The backend the config names (imported only when chosen: ``openai`` pulls in its
+    client, ``offline`` the skill library)."""
     if settings.backend == "openai":
         from llm.openai_backend import OpenAIBackend
 
@@ -41,9 +41,8 @@ def make_backend(settings: AgentSettings) -> Any:
             api_key_env=settings.api_key_env,
             timeout_s=settings.timeout_s,
             max_retries=settings.max_retries,
-            token_budget=settings.token_budget,
         )
-    from actors.offline import OfflineBackend
+    from llm.offline import OfflineBackend
 
     return OfflineBackend(first=settings.offline_first)
 
@@ -51,10 +50,11 @@ def make_backend(settings: AgentSettings) -> Any:
 class Agents:
     """The backend and journal of one run, shared by its agent actors."""
 
-    def __init__(self, backend: Any, run_dir: Path, token_budget: int = 0) -> None:
+    def __init__(self, backend: Backend, run_dir: Path, token_budget: int = 0) -> None:
         self.backend = backend
         self.journal = Journal(run_dir)
         self.token_budget = token_budget
+        """Tokens (in + out, replayed calls included) the run may spend; 0: no limit."""
         self.spent = False
         """Set once the token budget ran out; agents then finish what they have."""
 
@@ -64,21 +64,24 @@ class Agents:
         return t.tokens_in + t.tokens_out
 
     async def call(self, role: str, purpose: str, request: dict[str, Any]) -> dict[str, Any]:
-        """One agent call, replayed from the journal when an earlier attempt made it."""
+        """One agent call, replayed from the journal when an earlier attempt made it.
+
+        Raises :class:`TokenBudgetSpent` (the budget was spent before the call) or
+        :class:`AgentCallFailed` (the backend gave up on it)."""
         if self.token_budget and self.tokens >= self.token_budget:
             self.spent = True
-            raise BudgetSpent(f"{self.tokens} tokens used of a budget of {self.token_budget}")
+            log.warning(
+                "llm_budget_spent", role=role, purpose=purpose, tokens_used=self.tokens,
+                token_budget=self.token_budget,
+            )  # fmt: skip
+            raise TokenBudgetSpent(
+                f"token budget spent: {self.tokens} of {self.token_budget} tokens used "
+                f"before {role}/{purpose}"
+            )
         try:
             result = await self.journal.call(self.backend, role, purpose, request)
-        except Exception as exc:
+        except (ModelUnavailable, ModelReplyError) as exc:
             name = type(exc).__name__
-            if name == "TokenBudgetSpent":
-                self.spent = True
-                raise BudgetSpent(str(exc)) from exc
-            if name in ("ModelUnavailable", "ModelReplyError"):
-                log.error(
-                    "agent_call_failed", role=role, purpose=purpose, cause=name, detail=str(exc)
-                )
-                raise AgentCallFailed(role, purpose, name, str(exc)) from exc
-            raise
+            log.error("agent_call_failed", role=role, purpose=purpose, cause=name, detail=str(exc))
+            raise AgentCallFailed(role, purpose, name, str(exc)) from exc
         return result.data

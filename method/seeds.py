@@ -1,0 +1,90 @@
+"""Every world seed a run uses, in one table: which worlds train, which choose between
+versions, which report. Ranges never overlap for any run seed in ``RUN_SEEDS``
+(``tests/test_seeds.py`` checks it), so no world is both trained on and reported.
+
+| range       | worlds                                      | used for                          |
+|-------------|---------------------------------------------|-----------------------------------|
+| training    | ``seed·10,000 + [0, 10,000)``               | a learner's training resets       |
+| code        | ``500,000 + seed·1,000 + [0, 1,000)``       | evaluating code versions/policies |
+| held-out    | ``1,000,000 + [0, 10,000)``                 | a learner's held-out success rate |
+| final       | ``2,000,000 + seed·1,000 + [0, 1,000)``     | the final policy's evaluation     |
+| play        | ``3,000,000 + seed·100,000 + [0, 100,000)`` | playing on to the env-step budget |
+
+A training reset whose setup dies retries another world ``RETRY_SEED_STRIDE`` further on
+(:mod:`envs.rl_env`); those worlds are drawn from the same arithmetic, far apart from
+the reporting ranges for the pools' sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+RUN_SEEDS = range(50)
+"""Run seeds (``[run] seed``) for which the ranges below stay apart: 50 training pools of
+10,000 worlds end where the code seeds start."""
+POOL_STRIDE = 10_000
+"""Training pools start at ``seed × POOL_STRIDE``; a job trains on at most this many."""
+CODE_BASE = 500_000
+CODE_STRIDE = 1_000
+"""Code seeds of run seed ``s``: ``CODE_BASE + s·CODE_STRIDE + k``, at most a stride."""
+HELD_OUT_BASE = 1_000_000
+"""A learner's held-out worlds (:attr:`messages.train.TrainRequest.eval_seed`)."""
+HELD_OUT_SIZE = 10_000
+FINAL_BASE = 2_000_000
+FINAL_STRIDE = 1_000
+"""Final-evaluation seeds of run seed ``s``: ``FINAL_BASE + s·FINAL_STRIDE + k``."""
+PLAY_BASE = 3_000_000
+PLAY_STRIDE = 100_000
+"""Worlds played after the final evaluation, until the env-step budget is spent."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedRange:
+    name: str
+    """What the worlds are for."""
+    worlds: range
+    """The seeds, at the range's widest."""
+
+
+def code_seeds(seed: int, episodes: int) -> list[int]:
+    """Worlds code versions and trained policies are evaluated on (choosing)."""
+    return _take(CODE_BASE + seed * CODE_STRIDE, episodes, CODE_STRIDE, "code_episodes")
+
+
+def final_seeds(seed: int, episodes: int) -> list[int]:
+    """Worlds the final policy is evaluated on (reporting): used by nothing else."""
+    return _take(FINAL_BASE + seed * FINAL_STRIDE, episodes, FINAL_STRIDE, "eval_episodes")
+
+
+def play_seeds(seed: int) -> range:
+    """Worlds the final policy plays on after its evaluation (the scoreboard protocol)."""
+    start = PLAY_BASE + seed * PLAY_STRIDE
+    return range(start, start + PLAY_STRIDE)
+
+
+def training_pool(seed: int, worlds: int) -> range:
+    """The worlds a training job of run seed ``seed`` resets into."""
+    if not 0 <= worlds <= POOL_STRIDE:
+        raise ValueError(f"train_worlds is at most {POOL_STRIDE}, not {worlds}")
+    return range(seed * POOL_STRIDE, seed * POOL_STRIDE + worlds)
+
+
+def table(seed: int) -> list[SeedRange]:
+    """Every range of run seed ``seed`` at its widest."""
+    return [
+        SeedRange("training", training_pool(seed, POOL_STRIDE)),
+        SeedRange("code", _stride(CODE_BASE, seed, CODE_STRIDE)),
+        SeedRange("held_out", range(HELD_OUT_BASE, HELD_OUT_BASE + HELD_OUT_SIZE)),
+        SeedRange("final", _stride(FINAL_BASE, seed, FINAL_STRIDE)),
+        SeedRange("play", play_seeds(seed)),
+    ]
+
+
+def _stride(base: int, seed: int, stride: int) -> range:
+    return range(base + seed * stride, base + (seed + 1) * stride)
+
+
+def _take(start: int, n: int, stride: int, key: str) -> list[int]:
+    if not 0 <= n <= stride:
+        raise ValueError(f"{key} is at most {stride} (one seed range), not {n}")
+    return list(range(start, start + n))
