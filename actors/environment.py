@@ -204,7 +204,7 @@ class EnvironmentActor(Actor):
         frames: list[np.ndarray],
     ) -> RolloutResult:
         return RolloutResult.of_episodes(
-            req,
+            req.subtask.name,
             episodes,
             actor_id=self.actor_id,
             output="\n".join(output)[-sandbox.Limits().max_output_chars :],
