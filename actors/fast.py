@@ -206,17 +206,17 @@ class FastAgent(Actor):
     # ------------------------------------------------------------------ RL
 
     async def _rl_loop(self, work: WorkOn, state: dict, best: _Best) -> None:
-        from knowledge import library
+        from knowledge.options import OPTION_NAMES, option, options_for
 
         sub = work.subaction
         from knowledge import recipes
 
         step = recipes.achievement_step(sub.subtask.achievement or sub.name)
-        offered = library.options_for(step)
+        offered = options_for(step)
         if sub.options:  # the plan named its own choice of coded actions
-            known = set(library.OPTION_NAMES)
+            known = set(OPTION_NAMES)
             offered = [o for o in offered if o[0] in sub.options] + [
-                (n, n, library.option(n))
+                (n, n, option(n))
                 for n in sub.options
                 if n in known and n not in {o[0] for o in offered}
             ]

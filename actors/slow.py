@@ -56,13 +56,13 @@ class SlowAgent(Actor):
 
     @handles(RunTask)
     async def on_task(self, task: RunTask, env: Envelope) -> TaskReport:
-        from knowledge import library, recipes
+        from knowledge import recipes, survival
 
         curriculum = task.target_item == ALL_ACHIEVEMENTS
         steps = recipes.describe(
             recipes.curriculum() if curriculum else recipes.chain(task.target_item)
         )
-        needs_known = needs_table(library)
+        needs_known = needs_table(survival)
         plans: list[Plan] = []
         outcomes: dict[str, list[SubActionOutcome]] = {}
         history: list[dict[str, float]] = []
@@ -505,7 +505,7 @@ def _stalled(outs: list[SubActionOutcome]) -> bool:
     return bool(before) and last.success_rate <= max(before)
 
 
-def needs_table(library: Any) -> list[dict[str, Any]]:
+def needs_table(survival: Any) -> list[dict[str, Any]]:
     """The survival needs the skill library knows, as the planner's request shows them."""
     return [
         {
@@ -514,10 +514,10 @@ def needs_table(library: Any) -> list[dict[str, Any]]:
             "below": st.below,
             "until": st.until,
             "description": st.reason,
-            "max_steps": library.NEED_MAX_STEPS,
+            "max_steps": survival.NEED_MAX_STEPS,
             "code": st.source,
         }
-        for st in library.survival_stages()
+        for st in survival.survival_stages()
         if st.stat in VITALS
     ]
 

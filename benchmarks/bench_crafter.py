@@ -312,11 +312,11 @@ def _prepare_code() -> dict[str, Any]:
     before forking its workers, which inherit them)."""
     from envs.composite import prepare_stages
     from envs.crafter_world import CrafterWorld
-    from knowledge import library, recipes
+    from knowledge import library, recipes, survival
 
     if "world" not in _WORKER:
         world = CrafterWorld()
-        needs = library.survival_needs()
+        needs = survival.survival_needs()
         _WORKER.update(
             world=world,
             stages=prepare_stages(

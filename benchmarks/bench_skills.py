@@ -6,18 +6,18 @@ What it runs (all on fresh seeds, never used while writing the skills; the world
 
 1. ``steps``: every stage of ``chain(target)`` from the state the final versions of
    the steps before it leave (:func:`staged`), capped at the stage's ``max_steps``, with
-   its FIRST version (:func:`knowledge.library.first_params`) and its final version
-   (:func:`knowledge.library.best_params`): success rate and the first version's
+   its FIRST version (:func:`knowledge.revisions.first_params`) and its final version
+   (:func:`knowledge.revisions.best_params`): success rate and the first version's
    failure causes — what the offline loop has to revise.
 2. ``revise``: the offline loop in miniature for each step: start at the first version,
-   run it on a few seeds, apply :func:`knowledge.library.revise` for the most common
+   run it on a few seeds, apply :func:`knowledge.revisions.revise` for the most common
    failure cause, repeat; prints the revisions taken and the success at the end.
 3. ``chain``: the final-version steps composed in order by a simple trusted composer
    (:func:`compose`: run each step not yet achieved until its achievement, retry the
    whole chain while steps remain), up to the episode length (10000 steps), in three
    modes: ``none`` (no survival at all), ``composer`` (survival stages interleaved by
    the composer: before each step and every ``CHECK_EVERY`` steps, a stage whose vital
-   is below its threshold runs its :func:`knowledge.library.survival_stages` code) and
+   is below its threshold runs its :func:`knowledge.survival.survival_stages` code) and
    ``templates`` (the templates' own survival, ``Params.survive``: every ``check``
    steps they drink, eat, shelter at night, sleep, recover). Reports each step's
    success (achievement reached) and the full-chain success rate, with mean steps and
@@ -50,6 +50,8 @@ from envs.crafter_world import CrafterWorld  # noqa: E402
 from envs.policies import compile_policy  # noqa: E402
 from envs.skills import Skills, run_policy  # noqa: E402
 from knowledge import library, recipes  # noqa: E402
+from knowledge.revisions import Params, best_params, first_params, revise  # noqa: E402
+from knowledge.survival import survival_needs, survival_stages  # noqa: E402
 
 SEED_BASE = 50_000
 """Seeds SEED_BASE … SEED_BASE+N-1: never used while developing the skills."""
@@ -64,7 +66,7 @@ def _compiled(source: str) -> Callable[[Any], Iterator[str]]:
 
 def compose(
     steps: list[recipes.Step],
-    params: Callable[[recipes.Step], library.Params],
+    params: Callable[[recipes.Step], Params],
     survival: bool,
     rounds: int = 50,
 ) -> Callable[[Skills], Iterator[str]]:
@@ -73,7 +75,7 @@ def compose(
     whenever its vital is below its threshold (checked before each step and every
     CHECK_EVERY steps inside one)."""
     codes = {s.name: _compiled(library.code_for(s, params(s))) for s in steps}
-    stages = [(st, _compiled(st.source)) for st in library.survival_stages()]
+    stages = [(st, _compiled(st.source)) for st in survival_stages()]
 
     def reached(skills: Skills, step: recipes.Step) -> bool:
         # The achievement, and for a gathering step its goal (5 wood for what follows).
@@ -118,13 +120,13 @@ def compose(
 def staged(
     before: list[recipes.Step],
     step: recipes.Step,
-    params: library.Params,
+    params: Params,
     record: dict[str, Any],
 ) -> Callable[[Skills], Iterator[str]]:
     """The steps ``before`` by their final versions (with their own survival), then
     ``step``'s code with ``params`` for at most ``step.max_steps`` steps: the state a
     stage starts from in a chain. ``record['cause']`` says how the stage ended."""
-    prefix = compose(before, library.best_params, False)
+    prefix = compose(before, best_params, False)
     code = _compiled(library.code_for(step, params))
 
     def done(skills: Skills, s: recipes.Step) -> bool:
@@ -157,11 +159,9 @@ def _episode(args: tuple) -> dict[str, Any]:
         target, mode = payload
         steps = recipes.chain(target)
         if mode == "templates":  # the templates' own survival (Params.survive)
-            policy = compose(steps, library.best_params, False)
+            policy = compose(steps, best_params, False)
         else:
-            policy = compose(
-                steps, lambda s: library.best_params(s, survive=False), mode == "composer"
-            )
+            policy = compose(steps, lambda s: best_params(s, survive=False), mode == "composer")
     else:
         step_name, which, params = payload
         chain = recipes.chain(which)
@@ -216,8 +216,8 @@ def part_steps(target: str, seeds: list[int], jobs: int) -> None:
     for step in chain:
         rows = {}
         for which, params in (
-            ("first", library.first_params(step)),
-            ("best", library.best_params(step)),
+            ("first", first_params(step)),
+            ("best", best_params(step)),
         ):
             tasks = [
                 ("step", (step.name, target, params), s, EPISODE_STEPS, step.achievement)
@@ -244,7 +244,7 @@ def part_steps(target: str, seeds: list[int], jobs: int) -> None:
 def part_revise(target: str, seeds: list[int], jobs: int, rounds: int = 6) -> None:
     print(f"\n## The offline revision loop on chain({target!r}) steps ({len(seeds)} seeds)")
     for step in recipes.chain(target):
-        params = library.first_params(step)
+        params = first_params(step)
         log = []
         rate = 0.0
         for _ in range(rounds):
@@ -261,7 +261,7 @@ def part_revise(target: str, seeds: list[int], jobs: int, rounds: int = 6) -> No
             if rate >= 0.9 or not causes:
                 break
             cause = causes.most_common(1)[0][0]
-            revised = library.revise(step, params, cause, "")
+            revised = revise(step, params, cause, "")
             if revised is None:
                 log.append(f"{cause}: no revision (→ RL)")
                 break
@@ -334,7 +334,7 @@ def _composed_episode(args: tuple) -> dict[str, Any]:
     # A curriculum drops a stage that gives up and goes on (as the system's final
     # curriculum episodes do); the diamond chain ends the episode instead.
     curriculum = part != "composite"
-    needs = library.survival_needs()
+    needs = survival_needs()
     ep = run_composed(world, stages, needs, goal, seed, wall_s=900, skip_failed=curriculum)
     failed = collections.Counter((r.name, r.cause) for r in ep.stages if not r.success)
     return {

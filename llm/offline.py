@@ -193,16 +193,16 @@ class OfflineBackend:
     # ------------------------------------------------------------------ fast agent
 
     def _fast_code(self, req: dict[str, Any]) -> dict[str, Any]:
-        from knowledge import library
+        from knowledge import library, revisions
 
         sub = req["subaction"]
         step = _step(sub)
         previous = req.get("previous")
         if not previous:
             if self.first == "simplest":
-                params, note = library.first_params(step), "the library's simplest template"
+                params, note = revisions.first_params(step), "the library's simplest template"
             else:  # the planner's needs keep the vitals up: no survival code of its own
-                params = library.best_params(step, survive=False)
+                params = revisions.best_params(step, survive=False)
                 note = "the library's complete template for the step"
             code = library.code_for(step, params)
             return {
@@ -211,7 +211,7 @@ class OfflineBackend:
                 "params": dataclasses.asdict(params),
             }
         critique = req.get("critique") or {}
-        params = library.Params(**previous["params"])
+        params = revisions.Params(**previous["params"])
         revised = revise_for(step, params, critique.get("cause", ""), critique.get("detail", ""))
         if revised is None:
             return {
@@ -296,9 +296,9 @@ def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, st
     the cause, the search itself is made stronger (what answers a search that gave up or
     ran out of steps), since a sub-action that succeeds sooner is exposed less. None when
     nothing changes."""
-    from knowledge import library
+    from knowledge import revisions
 
-    best = library.best_params(step, survive=False)
+    best = revisions.best_params(step, survive=False)
     for other in (cause, *(c for c in SEARCH_FIXES if c != cause)):
         revised = _revise_one(step, params, other, detail)
         if revised is None:
@@ -330,13 +330,13 @@ patience): tried when a cause's own revisions are used up."""
 
 
 def _revise_one(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, str] | None:
-    from knowledge import library
+    from knowledge import revisions
 
-    first = library.revise(step, params, cause, detail)
+    first = revisions.revise(step, params, cause, detail)
     if first is None:
         return None
     revised, reason = first
-    best = library.best_params(step, survive=False)  # the composer keeps the vitals up
+    best = revisions.best_params(step, survive=False)  # the composer keeps the vitals up
     if revised.survive and not params.survive:
         # The task planner's survival needs keep the vitals up around every stage: a
         # stage's own survival code would only fight them for the player's time.

@@ -231,13 +231,13 @@ def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
 
 
 def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:
-    from knowledge import library, recipes
+    from knowledge import recipes, revisions
     from llm.offline import revise_for
 
     step = recipes.achievement_step("collect_iron")
-    first = library.first_params(step)
+    first = revisions.first_params(step)
     died, reason = revise_for(step, first, "episode_done", "")
-    best = library.best_params(step, survive=False)
+    best = revisions.best_params(step, survive=False)
     assert (died.fight, died.arm, died.check) == (True, True, best.check)
     assert reason.startswith("episode_done") and "arm=True" in reason
     missing, _ = revise_for(step, first, "policy_finished", "")

@@ -3,8 +3,10 @@ Crafter's own data and real Crafter episodes."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from crafter import constants
@@ -13,8 +15,8 @@ import sandbox
 from envs.crafter_world import CrafterWorld
 from envs.policies import compile_policy
 from envs.skills import Skills, run_policy
-from knowledge import library, recipes
-from knowledge.library import Params
+from knowledge import library, options, recipes, revisions, skill_prelude, survival
+from knowledge.revisions import Params
 
 # Fresh seeds, never used while writing the skills.
 FRESH_SEEDS = (7001, 7002, 7003)
@@ -107,11 +109,11 @@ def test_every_achievement_has_a_step_and_the_curriculum_orders_them():
 def _all_sources() -> list[tuple[str, str]]:
     out = []
     for step in recipes.curriculum():
-        for params in (library.first_params(step), library.best_params(step)):
+        for params in (revisions.first_params(step), revisions.best_params(step)):
             out.append((step.name, library.code_for(step, params)))
-        out.extend((name, src) for name, _, src in library.options_for(step))
-    out.extend((name, library.option(name)) for name in library.OPTION_NAMES)
-    out.extend((stage.name, stage.source) for stage in library.survival_stages())
+        out.extend((name, src) for name, _, src in options.options_for(step))
+    out.extend((name, options.option(name)) for name in options.OPTION_NAMES)
+    out.extend((stage.name, stage.source) for stage in survival.survival_stages())
     return out
 
 
@@ -124,28 +126,28 @@ def test_every_template_option_and_stage_compiles_in_the_sandbox():
 
 
 def test_options_are_short_coded_actions_for_the_step():
-    names = [n for n, _, _ in library.options_for(recipes.achievement_step("collect_wood"))]
+    names = [n for n, _, _ in options.options_for(recipes.achievement_step("collect_wood"))]
     assert names[0] == "walk_to_tree" and {"attack", "explore"} <= set(names)
-    names = [n for n, _, _ in library.options_for(recipes.achievement_step("make_wood_pickaxe"))]
+    names = [n for n, _, _ in options.options_for(recipes.achievement_step("make_wood_pickaxe"))]
     assert {"place_table", "make_wood_pickaxe", "walk_to_table"} <= set(names)
-    assert set(library.OPTION_NAMES) >= {"walk_to_tree", "attack", "explore", "place_table"}
+    assert set(options.OPTION_NAMES) >= {"walk_to_tree", "attack", "explore", "place_table"}
 
 
 def test_each_cause_revises_the_params():
     step = recipes.achievement_step("collect_iron")
-    first = library.first_params(step)
+    first = revisions.first_params(step)
     assert (first.secure, first.dig, first.fight, first.survive) == (False,) * 4
     for cause in CAUSES:
-        revised = library.revise(step, first, cause, "detail")
+        revised = revisions.revise(step, first, cause, "detail")
         assert revised is not None, cause
         params, reason = revised
         assert params != first and cause in reason, cause
-    assert library.revise(step, first, "success", "") is None
+    assert revisions.revise(step, first, "success", "") is None
     # Revising again and again changes something each time and then stops (→ RL).
     for cause in CAUSES:
         params, seen = first, {first}
         for _ in range(30):
-            revised = library.revise(step, params, cause, "")
+            revised = revisions.revise(step, params, cause, "")
             if revised is None:
                 break
             params = revised[0]
@@ -157,14 +159,14 @@ def test_each_cause_revises_the_params():
 
 def test_revisions_change_the_code():
     step = recipes.achievement_step("collect_iron")
-    first = library.first_params(step)
+    first = revisions.first_params(step)
     for cause in ("policy_finished", "step_budget", "episode_done"):
-        params, _ = library.revise(step, first, cause, "")
+        params, _ = revisions.revise(step, first, cause, "")
         assert library.code_for(step, params) != library.code_for(step, first)
 
 
 def test_survival_stages_cover_every_vital():
-    stages = library.survival_stages()
+    stages = survival.survival_stages()
     assert {s.stat for s in stages} >= {"drink", "food", "energy", "health"}
     for stage in stages:
         assert stage.below < stage.until or stage.stat == "daylight"
@@ -174,6 +176,45 @@ def test_survival_stages_cover_every_vital():
 def test_params_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Params().patience = 5  # type: ignore[misc]
+
+
+def test_the_skill_prelude_imports_and_compiles_in_the_sandbox():
+    """The prelude is a real module (its placeholder main included) and policy source the
+    sandbox accepts, as it stands."""
+    assert callable(skill_prelude.run) and callable(skill_prelude.main)
+    source = Path(skill_prelude.__file__).read_text(encoding="utf-8")
+    compiled = sandbox.compile_code(source, filename="<skill_prelude>")
+    assert {"run", "main", "obtain", "vitals"} <= set(compiled.functions)
+
+
+def test_the_skill_prelude_defaults_are_the_fully_revised_params():
+    step = recipes.achievement_step("place_table")  # a step of at most 300 steps
+    best = revisions.best_params(step)
+    for field in dataclasses.fields(best):
+        assert getattr(skill_prelude, field.name.upper()) == getattr(best, field.name), field.name
+
+
+def _constants(source: str) -> dict[str, object]:
+    """A policy's top-level constants, in order."""
+    tree = ast.parse(source)
+    return {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+    }
+
+
+def test_a_template_writes_params_and_tables_into_the_prelude_constants():
+    step = recipes.achievement_step("make_wood_pickaxe")
+    first = revisions.first_params(step)
+    written = _constants(library.code_for(step, first))
+    own = _constants(Path(skill_prelude.__file__).read_text(encoding="utf-8"))
+    assert list(written) == list(own)  # every constant, in the file's order
+    for field in dataclasses.fields(first):
+        assert written[field.name.upper()] == getattr(first, field.name), field.name
+    assert written["HOW"]["wood_pickaxe"] == "make" and "wood" in written["SOURCES"]
+    assert written["ACTIONS"] == list(constants.actions)
+    assert written["DRINK_BELOW"] == skill_prelude.DRINK_BELOW  # kept as the file has it
 
 
 # ---------------------------------------------------------------------- real Crafter
@@ -196,7 +237,7 @@ def _compose(steps, params):
 
 def test_best_wood_pickaxe_chain_succeeds_on_fresh_seeds(world):
     steps = recipes.chain("wood_pickaxe")
-    policy = _compose(steps, library.best_params)
+    policy = _compose(steps, revisions.best_params)
     for seed in FRESH_SEEDS:
         result = run_policy(
             world,
@@ -309,10 +350,10 @@ def _survival_obs(daylight, drink, food=9.0, health=9.0, water=True):
 
 
 def test_survival_trips_give_way_at_night_and_when_hurt():
-    stages = {s.name: s for s in library.survival_stages()}
+    stages = {s.name: s for s in survival.survival_stages()}
     # The shelter need starts at dusk, before the night, so drink and food are topped
     # up while it is light.
-    assert stages["shelter"].below >= library.NIGHT_BELOW
+    assert stages["shelter"].below >= skill_prelude.NIGHT_BELOW
     drink = compile_policy(stages["drink_water"].source)
 
     def first_action(obs):
