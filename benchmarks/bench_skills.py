@@ -2,7 +2,7 @@
 
 What it runs (all on fresh seeds, never used while writing the skills; the world is
 :class:`envs.crafter_world.CrafterWorld`, policies run in-process via
-:func:`envs.skills.run_policy`, i.e. trusted, no sandbox overhead):
+:func:`envs.skills.run_unsandboxed`, i.e. trusted, no sandbox overhead):
 
 1. ``steps``: every stage of ``chain(target)`` from the state the final versions of
    the steps before it leave (:func:`staged`), capped at the stage's ``max_steps``, with
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs.crafter_world import CrafterWorld  # noqa: E402
 from envs.policies import compile_policy  # noqa: E402
-from envs.skills import Skills, run_policy  # noqa: E402
+from envs.skills import Skills, run_unsandboxed  # noqa: E402
 from knowledge import library, recipes  # noqa: E402
 from knowledge.revisions import Params, best_params, first_params, revise  # noqa: E402
 from knowledge.survival import survival_needs, survival_stages  # noqa: E402
@@ -169,7 +169,7 @@ def _episode(args: tuple) -> dict[str, Any]:
         record: dict[str, Any] = {}
         policy = staged(chain[:index], chain[index], params, record)
     started = time.perf_counter()
-    result = run_policy(
+    result = run_unsandboxed(
         world,
         policy,
         max_steps,

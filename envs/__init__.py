@@ -6,7 +6,9 @@ Public names live here; modules hold one concern each:
 - :mod:`envs.crafter_world` — Crafter without per-step rendering (the default backend).
 - :mod:`envs.minedojo_world`, :mod:`envs.minedojo_spaces` — the optional MineDojo adapter
   and a stand-in env that reproduces MineDojo's documented spaces.
-- :mod:`envs.skills` — :class:`Skills` (what policy code may call) and :func:`run_policy`.
+- :mod:`envs.skills` — :class:`Skills` (what policy code may call) and
+  :func:`run_unsandboxed` (trusted policy code in-process: tests, benchmarks).
+- :mod:`envs.navigation` — the remembered map and the walks planned over it.
 - :mod:`envs.policies` — reference coded policies, as source text and as functions.
 - :mod:`envs.stats` — Crafter-format per-episode stats (``stats.jsonl``).
 - :mod:`envs.rl_env` — :class:`SubtaskEnv`, the RL interface: a gymnasium env built
@@ -26,7 +28,7 @@ from envs.rl_env import (
     make_env,
     make_vec_env,
 )
-from envs.skills import EpisodeResult, Rules, Skills, crafter_rules, run_policy
+from envs.skills import EpisodeResult, Rules, Skills, crafter_rules, run_unsandboxed
 from envs.stats import StatsWriter, episode_stats
 from envs.world import Observation, UnknownActionError, World
 
@@ -51,5 +53,5 @@ __all__ = [
     "episode_stats",
     "make_env",
     "make_vec_env",
-    "run_policy",
+    "run_unsandboxed",
 ]

@@ -24,51 +24,30 @@ stone with a pickaxe; lava is never entered in any mode), and rest (``shelter`` 
 the player into a nook with a stone, ``rest`` sleeps until energy is back).
 
 Untrusted code reaches only public attributes (a sandbox refuses ``_``-prefixed names),
-so everything the object keeps — the remembered map, the plan being followed — lives in
-``_`` attributes, and every answer is a fresh copy built of str/int/float/tuple/dict.
+so everything the object keeps — the remembered map and the plan being followed, both
+held by an :class:`envs.navigation.Navigator` — lives in ``_`` attributes, and every
+answer is a fresh copy built of str/int/float/tuple/dict.
 
-:func:`run_policy` is the driver: it pulls actions from the policy, checks them against
-the world's action names, steps the world, feeds the observation back to the skills and
-records a compact trace in an :class:`EpisodeResult`.
+:func:`run_unsandboxed` runs trusted policy code in-process, without the sandbox (tests
+and benchmarks; agents' code goes through :func:`sandbox.run_policy`): it pulls actions
+from the policy, checks them against the world's action names, steps the world, feeds
+the observation back to the skills and records a compact trace in an
+:class:`EpisodeResult`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from envs.navigation import DIRECTIONS, Goal, Navigator, Plan, Pos, add
 from envs.world import VOID, Observation, World
 
-Pos = tuple[int, int]
-Plan = list[tuple[Pos, Pos, bool]]
-"""A walk: (direction to move, position the player must be at before the move, whether
-the tile ahead is dug first)."""
-
-DIRECTIONS: dict[Pos, str] = {
-    (-1, 0): "move_left",
-    (1, 0): "move_right",
-    (0, -1): "move_up",
-    (0, 1): "move_down",
-}
-
-# How far to look for a goal before giving up on planning: a few times Crafter's
-# 64×64 map edge, so a goal anywhere on the known map is found.
-MAX_SEARCH_NODES = 20000
 # Steps a movement helper may take before it gives up and returns False; long enough
 # to cross Crafter's map once and come back, short of an episode budget of 500+.
 DEFAULT_PATIENCE = 300
-# After a search for a target found no path, wait this many steps before searching
-# again: the view reveals at most a 9-tile strip per step, rarely opening a route.
-RESEARCH_AFTER = 8
-# What a planned walk counts for digging a tile and stepping into it (two actions),
-# against 1 for a step on open ground.
-DIG_COST = 2
-# Once all of the map in reach is known, exploring revisits tiles last seen this many
-# steps ago (creatures move; cows and zombies are not remembered).
-STALE_AFTER = 100
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,22 +126,42 @@ class Skills:
         self._rules = rules if rules is not None else crafter_rules()
         self._actions = frozenset(action_names)
         self._random = random.Random(seed)
-        self._memory: dict[Pos, str] = {}
-        self._seen: dict[Pos, int] = {}
-        self._tile_counts: dict[str, int] = {}
-        self._creature_map: dict[Pos, str] = {}
         self._sightings: dict[Pos, tuple[str, int]] = {}
-        self._no_path: dict[object, int] = {}
         self._achievements: dict[str, int] = {}
-        self._steps = 0
-        self._plan: Plan = []
-        self._plan_key: object = None
-        self._heading: Pos = (0, 1)
         self._guard = False
-        self._tunnel = False
-        self._near_cache: tuple[object, frozenset[Pos]] | None = None
-        self._obs = obs
-        self._observe(obs)
+        self._nav = Navigator(self._rules, obs)  # remembers the first view
+        self._note_sightings(obs, self._steps)
+
+    # The navigator keeps the latest observation, the step it came at and the remembered
+    # map; these are Skills' names for them (the drivers and tests reach some).
+
+    @property
+    def _obs(self) -> Observation:
+        return self._nav.obs
+
+    @_obs.setter
+    def _obs(self, obs: Observation) -> None:
+        self._nav.obs = obs
+
+    @property
+    def _steps(self) -> int:
+        return self._nav.now
+
+    @property
+    def _memory(self) -> dict[Pos, str]:
+        return self._nav.memory
+
+    @_memory.setter
+    def _memory(self, memory: dict[Pos, str]) -> None:
+        self._nav.memory = memory
+
+    @property
+    def _creature_map(self) -> dict[Pos, str]:
+        return self._nav.creature_map
+
+    @_creature_map.setter
+    def _creature_map(self, creatures: dict[Pos, str]) -> None:
+        self._nav.creature_map = creatures
 
     # ------------------------------------------------------------------ perception
 
@@ -265,7 +264,7 @@ class Skills:
         collect with what it holds (stone, coal, iron… once it has a pickaxe), instead
         of walking around mountains; lava is never entered either way. Returns the old
         mode."""
-        old, self._tunnel = self._tunnel, bool(on)
+        old, self._nav.tunnel = self._nav.tunnel, bool(on)
         return old
 
     def hostiles(self) -> tuple[tuple[str, int, int], ...]:
@@ -281,18 +280,18 @@ class Skills:
 
     def path_to(self, kind: str, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
         """Walk until next to a ``kind`` (exploring while none is known); True on arrival."""
-        return self._walk(kind, lambda pos, d: self._adjacent_to(pos, kind), patience)
+        return self._walk(kind, lambda pos, d: self._nav.adjacent_to(pos, kind), patience)
 
     def approach(self, kind: str, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
         """Walk until facing a ``kind`` (exploring while none is known); True when facing."""
-        return self._walk(kind, lambda pos, d: self._is_kind(_add(pos, d), kind), patience)
+        return self._walk(kind, lambda pos, d: self._nav.is_kind(add(pos, d), kind), patience)
 
     def walk_to(self, dx: int, dy: int, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
         """Walk until facing the tile at offset ``(dx, dy)`` from where the player is
         now (e.g. a plant it placed, remembered via :meth:`position`); True when facing."""
         px, py = self._obs.position
         target = (px + dx, py + dy)
-        return self._walk(("at", target), lambda pos, d: _add(pos, d) == target, patience)
+        return self._walk(("at", target), lambda pos, d: add(pos, d) == target, patience)
 
     def face(self, kind: str) -> Iterator[str]:
         """Turn towards an adjacent ``kind`` without walking; True when facing it."""
@@ -300,8 +299,8 @@ class Skills:
             return True
         pos = self._obs.position
         for d, action in DIRECTIONS.items():
-            target = _add(pos, d)
-            if self._is_kind(target, kind) and not self._enterable(target):
+            target = add(pos, d)
+            if self._nav.is_kind(target, kind) and not self._nav.enterable(target):
                 # Moving towards a tile one cannot enter only turns the player.
                 yield action
                 return self.facing_tile() == kind
@@ -311,7 +310,7 @@ class Skills:
         """Walk ``steps`` steps towards unseen ground; with ``toward`` (a tile kind, e.g.
         'stone' for mountains), prefer unseen ground next to that kind."""
         for _ in range(steps):
-            action = self._threat_action() or self._explore_action(toward)
+            action = self._threat_action() or self._nav.explore_action(toward)
             if action is None:
                 return False
             yield action
@@ -373,8 +372,8 @@ class Skills:
 
         best, best_score = None, danger(0, 0)
         for d, action in DIRECTIONS.items():
-            target = _add(pos, d)
-            if not self._passable(target) or self._memory.get(target) in self._rules.deadly:
+            target = add(pos, d)
+            if not self._nav.passable(target) or self._memory.get(target) in self._rules.deadly:
                 continue
             score = danger(*d)
             if score < best_score - 1e-9:
@@ -431,7 +430,7 @@ class Skills:
                 continue
             if (
                 self.facing_tile() in where
-                and self._creature_at(_add(self._obs.position, self._obs.facing)) is None
+                and self._nav.creature_at(add(self._obs.position, self._obs.facing)) is None
             ):
                 before = self.inventory()
                 yield action
@@ -442,7 +441,7 @@ class Skills:
             start = self._steps
             ok = yield from self._walk(
                 ("place", where),
-                lambda pos, d: self._placeable(_add(pos, d), where),
+                lambda pos, d: self._nav.placeable(add(pos, d), where),
                 budget,
             )
             budget -= max(1, self._steps - start)  # always progress
@@ -457,10 +456,10 @@ class Skills:
         if rule is None or action not in self._actions or not self._has(rule["uses"]):
             return False
         stations = list(rule.get("nearby", []))
-        if not all(self._near(s) for s in stations):
+        if not all(self._nav.near(s) for s in stations):
             ok = yield from self._walk(
                 ("near", tuple(stations)),
-                lambda pos, d: all(self._near(s, pos) for s in stations),
+                lambda pos, d: all(self._nav.near(s, pos) for s in stations),
                 patience,
                 explore_for=stations[0] if stations else None,
             )
@@ -482,7 +481,7 @@ class Skills:
             return False
         budget = patience
         while budget > 0:
-            diggable = self._diggable() if self._tunnel else frozenset()
+            diggable = self._nav.diggable() if self._nav.tunnel else frozenset()
             d = self._nook_at(self._obs.position, None, diggable)
             if d is not None:
                 start = self._steps
@@ -491,14 +490,14 @@ class Skills:
                 if ok:
                     return True
                 continue
-            found = self._search(
+            found = self._nav.search(
                 lambda pos, f, dg=diggable: self._nook_at(pos, f, dg) is not None,
-                dig=self._tunnel,
+                dig=self._nav.tunnel,
             )
             if found is None or len(found) > budget:
                 return False
             start = self._steps
-            ok = yield from self._follow(found, budget)
+            ok = yield from self._nav.follow(found, budget, interrupt=self._threat_action)
             budget -= max(1, self._steps - start)
         return self._enclosed()
 
@@ -551,18 +550,18 @@ class Skills:
                 return None
         stone = self._obs.inventory.get("stone", 0)
         for d in DIRECTIONS:
-            x1, x2 = _add(pos, d), _add(pos, (2 * d[0], 2 * d[1]))
+            x1, x2 = add(pos, d), add(pos, (2 * d[0], 2 * d[1]))
             inner = (self._memory.get(x1), self._memory.get(x2))
             if any(t not in self._rules.walkable and t not in diggable for t in inner):
                 continue
-            if any(self._creature_at(x) is not None for x in (x1, x2)):
+            if any(self._nav.creature_at(x) is not None for x in (x1, x2)):
                 continue
             if stone < 1 and not any(t in diggable for t in inner):
                 continue
             side = (d[1], d[0])
             walls = (
-                _add(x1, side), _add(x1, (-side[0], -side[1])),
-                _add(x2, side), _add(x2, (-side[0], -side[1])), _add(x2, d),
+                add(x1, side), add(x1, (-side[0], -side[1])),
+                add(x2, side), add(x2, (-side[0], -side[1])), add(x2, d),
             )  # fmt: skip
             if all(self._solid(w) for w in walls):
                 return d
@@ -572,7 +571,7 @@ class Skills:
         tile = self._memory.get(pos)
         if tile is None or tile in self._rules.walkable or tile in self._rules.deadly:
             return False
-        return self._creature_at(pos) is None
+        return self._nav.creature_at(pos) is None
 
     def _enclosed(self) -> bool:
         """No walkable tile next to the player's pocket (itself plus free neighbours, ≤2)."""
@@ -582,7 +581,7 @@ class Skills:
         while frontier:
             p = frontier.pop()
             for d in DIRECTIONS:
-                q = _add(p, d)
+                q = add(p, d)
                 if q in pocket or self._solid(q):
                     continue
                 if self._memory.get(q) in self._rules.deadly:
@@ -598,8 +597,8 @@ class Skills:
         back = (-d[0], -d[1])
         for _ in range(2):
             for _ in range(4):
-                target = _add(self._obs.position, d)
-                if self._passable(target):
+                target = add(self._obs.position, d)
+                if self._nav.passable(target):
                     break
                 if self._memory.get(target) in self._rules.deadly:
                     return False
@@ -619,8 +618,8 @@ class Skills:
                 return True
             if self._obs.inventory.get("stone", 0) < 1:
                 return False
-            mouth = _add(self._obs.position, back)
-            creature = self._creature_at(mouth)
+            mouth = add(self._obs.position, back)
+            creature = self._nav.creature_at(mouth)
             if creature is not None and creature not in self._rules.hostile:
                 return False
             # A zombie in the way takes the stone's place: hit it until it is gone.
@@ -629,23 +628,16 @@ class Skills:
 
     def _observe(self, obs: Observation, info: Mapping[str, Any] | None = None) -> None:
         """Take in the observation after a reset or a step (called by the driver)."""
-        self._obs = obs
+        now = self._steps + (info is not None)
+        self._nav.observe(obs, now)
+        self._note_sightings(obs, now)
+        if info is not None:
+            for name in info.get("achievements", ()):
+                self._achievements[name] = self._achievements.get(name, 0) + 1
+
+    def _note_sightings(self, obs: Observation, now: int) -> None:
+        """Keep where harmless creatures were seen at step ``now``; forget those gone."""
         px, py = obs.position
-        self._creature_map = {(px + dx, py + dy): kind for kind, dx, dy in obs.creatures}
-        (cx, cy), names = obs.center, obs.names
-        memory, counts = self._memory, self._tile_counts
-        seen, now = self._seen, self._steps + (info is not None)
-        for row_index, row in enumerate(obs.view.tolist()):
-            y = py + row_index - cy
-            for col_index, tile in enumerate(row):
-                key, name = (px + col_index - cx, y), names[tile]
-                seen[key] = now
-                old = memory.get(key)
-                if old != name:
-                    memory[key] = name
-                    counts[name] = counts.get(name, 0) + 1
-                    if old is not None:
-                        counts[old] -= 1
         sightings = self._sightings
         if sightings:
             rows, cols = len(obs.view), len(obs.view[0]) if len(obs.view) else 0
@@ -660,10 +652,6 @@ class Skills:
             oldest = sorted(sightings, key=lambda k: sightings[k][1])[: len(sightings) - 200]
             for key in oldest:
                 del sightings[key]
-        if info is not None:
-            self._steps += 1
-            for name in info.get("achievements", ()):
-                self._achievements[name] = self._achievements.get(name, 0) + 1
 
     def _has(self, uses: Mapping[str, int]) -> bool:
         inventory = self._obs.inventory
@@ -680,270 +668,20 @@ class Skills:
             counted += self._achievements.get(f"collect_{item}", 0)
         return (total, counted)
 
-    def _creature_at(self, pos: Pos) -> str | None:
-        return self._creature_map.get(pos)
-
-    def _is_kind(self, pos: Pos, kind: str) -> bool:
-        creature = self._creature_at(pos)
-        if creature is not None:
-            return creature == kind
-        return self._memory.get(pos) == kind
-
-    def _adjacent_to(self, pos: Pos, kind: str) -> bool:
-        return any(self._is_kind(_add(pos, d), kind) for d in DIRECTIONS)
-
-    def _near(self, station: str, pos: Pos | None = None) -> bool:
-        # Crafter's make checks the 3×3 square around the player, diagonals included.
-        px, py = self._obs.position if pos is None else pos
-        return any(
-            self._memory.get((px + dx, py + dy)) == station
-            for dx in (-1, 0, 1)
-            for dy in (-1, 0, 1)
-        )
-
-    def _placeable(self, pos: Pos, where: frozenset[str]) -> bool:
-        return self._memory.get(pos) in where and self._creature_at(pos) is None
-
-    def _enterable(self, pos: Pos) -> bool:
-        """Whether moving into ``pos`` moves the player there (as far as it knows)."""
-        tile = self._memory.get(pos)
-        return (tile in self._rules.walkable or tile in self._rules.deadly) and (
-            self._creature_at(pos) is None
-        )
-
-    def _passable(self, pos: Pos) -> bool:
-        """Whether planning may route through ``pos``: a known walkable tile, no creature."""
-        return self._memory.get(pos) in self._rules.walkable and self._creature_at(pos) is None
-
-    def _diggable(self) -> frozenset[str]:
-        """Tiles a walk may dig through now: collectable with the tools held, always
-        giving, and leaving walkable ground (Crafter: tree, stone, coal, iron, diamond)."""
-        inventory, walkable = self._obs.inventory, self._rules.walkable
-        out = set()
-        for tile, rule in self._rules.collect.items():
-            if tile in walkable or rule.get("leaves") not in walkable:
-                continue
-            if rule.get("probability", 1) < 1:
-                continue
-            if all(inventory.get(k, 0) >= v for k, v in rule.get("require", {}).items()):
-                out.add(tile)
-        return frozenset(out)
-
     def _walk(
-        self,
-        key: object,
-        goal: Callable[[Pos, Pos], bool],
-        patience: int,
-        explore_for: str | None = None,
+        self, key: object, goal: Goal, patience: int, explore_for: str | None = None
     ) -> Iterator[str]:
-        """Follow a plan towards a state where ``goal(pos, facing)`` holds; explore if none."""
-        kind = key if isinstance(key, str) else explore_for
-        toward = self._rules.habitat.get(kind) if kind is not None else None
-        for _ in range(patience):
-            pos, facing = self._obs.position, self._obs.facing
-            if goal(pos, facing):
-                return True
-            action = self._threat_action()
-            if action is None:
-                action = self._next_planned(key, goal)
-            if action is None:
-                action = self._explore_action(toward)
-            if action is None:
-                return False
-            yield action
-        return goal(self._obs.position, self._obs.facing)
-
-    def _next_planned(self, key: object, goal: Callable[[Pos, Pos], bool]) -> str | None:
-        # A plan stays valid while the player is where it expected and the next tile is
-        # still free; creatures move, so plans towards them are made afresh every step.
-        kind_moves = isinstance(key, str) and (
-            key in self._rules.creature_goals or key in self._rules.hostile
+        """The navigator's walk towards ``goal``, guard mode answering threats first."""
+        return self._nav.walk(
+            key, goal, patience, interrupt=self._threat_action, explore_for=explore_for
         )
-        if self._plan_key != key or not self._plan_valid() or kind_moves:
-            plan = self._search(goal, dig=self._tunnel) if self._worth_searching(key) else None
-            self._plan = plan or []
-            self._plan_key = key
-            if not self._plan:
-                self._no_path[key] = self._steps
-        if not self._plan:
-            self._plan_key = None
-            return None
-        return self._plan_action()
-
-    def _plan_action(self) -> str:
-        """The action for the plan's first move: enter, turn, or dig the tile ahead."""
-        d, expected, dig = self._plan[0]
-        target = _add(expected, d)
-        if dig and not self._passable(target):
-            if self._obs.facing != d:
-                return DIRECTIONS[d]  # a solid tile: moving towards it only turns
-            return "do"
-        self._plan.pop(0)
-        return DIRECTIONS[d]
-
-    def _worth_searching(self, key: object) -> bool:
-        # A full search costs milliseconds; skip it while the target was never seen, and
-        # for a few steps after one failed (the map changes slowly while exploring).
-        # A creature in view moves: search for it every step.
-        if isinstance(key, str) and not self._tile_counts.get(key):
-            if not any(kind == key for kind, _, _ in self._obs.creatures):
-                return False
-            return True
-        failed_at = self._no_path.get(key)
-        return failed_at is None or self._steps - failed_at >= RESEARCH_AFTER
-
-    def _plan_valid(self) -> bool:
-        if not self._plan:
-            return False
-        d, expected, dig = self._plan[0]
-        if expected != self._obs.position:
-            return False
-        target = _add(expected, d)
-        tile = self._memory.get(target)
-        if tile in self._rules.deadly:
-            return False
-        if dig:
-            return self._passable(target) or (
-                tile in self._diggable() and self._creature_at(target) is None
-            )
-        # The last move may be a turn towards a solid tile; earlier ones must enter.
-        return len(self._plan) == 1 or self._passable(target)
 
     def _search(
-        self,
-        goal: Callable[[Pos, Pos], bool],
-        order: Iterable[Pos] = tuple(DIRECTIONS),
-        dig: bool = False,
+        self, goal: Goal, order: Iterable[Pos] = tuple(DIRECTIONS), dig: bool = False
     ) -> Plan | None:
-        """Shortest walk over known tiles to a state where ``goal`` holds.
-
-        A move into a passable tile enters it; a move towards anything else turns the
-        player in place. ``goal(pos, facing)`` is tested after each such move. With
-        ``dig``, tiles the player can collect with its tools are entered too, at the
-        cost of digging them first (a uniform-cost search then, not breadth-first).
-        Lava is never entered.
-        """
-        start = self._obs.position
-        parents: dict[Pos, tuple[Pos, Pos, bool] | None] = {start: None}
-        deadly = self._rules.deadly
-        memory = self._memory
-        order = tuple(order)
-        diggable = self._diggable() if dig else frozenset()
-        cost: dict[Pos, int] = {start: 0}
-        heap: list[tuple[int, int, Pos]] = [(0, 0, start)]
-        counter = 0
-        while heap and len(parents) < MAX_SEARCH_NODES:
-            g, _, pos = heapq.heappop(heap)
-            if g > cost[pos]:
-                continue
-            for d in order:
-                target = (pos[0] + d[0], pos[1] + d[1])
-                tile = memory.get(target)
-                if tile in deadly:
-                    continue
-                if self._passable(target):
-                    step, digs = 1, False
-                else:
-                    if goal(pos, d):
-                        return _unwind(parents, pos) + [(d, pos, False)]
-                    if tile not in diggable or self._creature_at(target) is not None:
-                        continue
-                    step, digs = DIG_COST, True
-                if goal(target, d):
-                    return _unwind(parents, pos) + [(d, pos, digs)]
-                new = g + step
-                if new < cost.get(target, new + 1):
-                    cost[target] = new
-                    parents[target] = (pos, d, digs)
-                    counter += 1
-                    heapq.heappush(heap, (new, counter, target))
-        return None
-
-    def _follow(self, plan: Plan, patience: int) -> Iterator[str]:
-        """Walk a plan made by :meth:`_search` to its end; False when it broke."""
-        self._plan, self._plan_key = list(plan), ("follow", self._steps)
-        for _ in range(patience):
-            if not self._plan:
-                return True
-            action = self._threat_action()
-            if action is None:
-                if not self._plan_valid():
-                    return False
-                action = self._plan_action()
-            yield action
-        return not self._plan
-
-    def _explore_action(self, toward: str | None = None) -> str | None:
-        """One step towards the nearest edge of the known map (None: all explored);
-        with ``toward``, towards the nearest edge next to tiles of that kind if any.
-
-        The plan is kept until walked out, and the search tries the last heading first,
-        so the player sweeps on in one direction instead of dithering between edges.
-        """
-        key = ("explore", toward)
-        if self._plan_key == key and self._plan_valid():
-            self._heading = self._plan[0][0]
-            return self._plan_action()
-        order = [self._heading] + [d for d in DIRECTIONS if d != self._heading]
-        plan = None
-        if toward is not None and self._tile_counts.get(toward):
-            near = self._near_set(toward)
-            plan = self._search(
-                lambda pos, d: pos in near and self._at_frontier(pos), order, self._tunnel
-            )
-        if not plan:
-            plan = self._search(lambda pos, d: self._at_frontier(pos), order, self._tunnel)
-        if not plan:
-            # All of the map in reach is known: revisit what was seen longest ago (the
-            # creatures there have moved), next to ``toward`` if possible.
-            stale = self._steps - STALE_AFTER
-            seen = self._seen
-            if toward is not None and self._tile_counts.get(toward):
-                near = self._near_set(toward)
-                plan = self._search(
-                    lambda pos, d: pos in near and seen.get(pos, 0) <= stale, order, self._tunnel
-                )
-            if not plan:
-                plan = self._search(lambda pos, d: seen.get(pos, 0) <= stale, order, self._tunnel)
-        self._plan = plan or []
-        self._plan_key = key
-        if not self._plan:
-            return None
-        self._heading = self._plan[0][0]
-        return self._plan_action()
-
-    def _near_set(self, kind: str, radius: int = 2) -> frozenset[Pos]:
-        """Positions within ``radius`` (both axes) of a remembered tile of ``kind``."""
-        key = (kind, radius, self._tile_counts.get(kind, 0), len(self._memory))
-        if self._near_cache is not None and self._near_cache[0] == key:
-            return self._near_cache[1]
-        out: set[Pos] = set()
-        span = range(-radius, radius + 1)
-        for (x, y), name in self._memory.items():
-            if name == kind:
-                out.update((x + dx, y + dy) for dx in span for dy in span)
-        near = frozenset(out)
-        self._near_cache = (key, near)
-        return near
-
-    def _at_frontier(self, pos: Pos) -> bool:
-        memory = self._memory
-        return any((pos[0] + dx, pos[1] + dy) not in memory for dx, dy in DIRECTIONS)
-
-
-def _add(a: Pos, b: Pos) -> Pos:
-    return (a[0] + b[0], a[1] + b[1])
-
-
-def _unwind(parents: Mapping[Pos, tuple[Pos, Pos, bool] | None], pos: Pos) -> Plan:
-    plan: Plan = []
-    link = parents[pos]
-    while link is not None:
-        prev, d, dig = link
-        plan.append((d, prev, dig))
-        link = parents[prev]
-    plan.reverse()
-    return plan
+        """The navigator's shortest walk to ``goal`` (see :meth:`Navigator.search`); tests
+        plan through Skills with it."""
+        return self._nav.search(goal, order, dig)
 
 
 # ---------------------------------------------------------------------- the driver
@@ -987,7 +725,7 @@ class EpisodeResult:
     """For invalid_action / policy_error: what went wrong, in one line."""
 
 
-def run_policy(
+def run_unsandboxed(
     world: World,
     policy: Policy,
     max_steps: int = 500,
@@ -996,7 +734,8 @@ def run_policy(
     success: Callable[[Skills], bool] | None = None,
     on_step: Callable[[float, Mapping[str, Any], bool], object] | None = None,
 ) -> EpisodeResult:
-    """Reset ``world`` and run ``policy`` for at most ``max_steps`` primitive actions.
+    """Reset ``world`` and run trusted ``policy`` in-process, without the sandbox, for at
+    most ``max_steps`` primitive actions.
 
     ``success`` is tested after every step and ends the episode as soon as it holds.
     ``on_step(reward, info, done)`` sees every step (e.g. ``StatsWriter.record``).

@@ -14,7 +14,7 @@ from crafter import constants
 import sandbox
 from envs.crafter_world import CrafterWorld
 from envs.policies import compile_policy
-from envs.skills import Skills, run_policy
+from envs.skills import Skills, run_unsandboxed
 from knowledge import library, options, recipes, revisions, skill_prelude, survival
 from knowledge.revisions import Params
 
@@ -239,7 +239,7 @@ def test_best_wood_pickaxe_chain_succeeds_on_fresh_seeds(world):
     steps = recipes.chain("wood_pickaxe")
     policy = _compose(steps, revisions.best_params)
     for seed in FRESH_SEEDS:
-        result = run_policy(
+        result = run_unsandboxed(
             world,
             policy,
             400,

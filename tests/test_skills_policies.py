@@ -11,7 +11,7 @@ from RestrictedPython import compile_restricted
 
 from envs import policies
 from envs.crafter_world import VIEW_COLS, VIEW_ROWS, CrafterWorld
-from envs.skills import Skills, run_policy
+from envs.skills import Skills, run_unsandboxed
 
 # Fresh seeds, none used while writing the policies; 10 episodes of ≤500 steps each.
 EVAL_SEEDS = range(1000, 1010)
@@ -30,7 +30,7 @@ def world() -> CrafterWorld:
     ],
 )
 def test_reference_policy_succeeds_in_most_episodes(world, name, policy, succeeded):
-    results = [run_policy(world, policy, 500, seed=s, success=succeeded) for s in EVAL_SEEDS]
+    results = [run_unsandboxed(world, policy, 500, seed=s, success=succeeded) for s in EVAL_SEEDS]
     wins = sum(r.success for r in results)
     mean_steps = sum(r.steps for r in results) / len(results)
     causes = sorted({r.cause for r in results if not r.success})
@@ -49,7 +49,7 @@ def test_attack_twenty_times_is_a_four_line_policy(world):
         for _ in range(20):
             yield "do"
 
-    result = run_policy(world, attack_20, 100, seed=3)
+    result = run_unsandboxed(world, attack_20, 100, seed=3)
     assert result.trace == (("do", 20),)
     assert (result.cause, result.success, result.steps) == ("policy_finished", True, 20)
 
@@ -59,7 +59,7 @@ def test_invalid_action_ends_the_episode_with_its_cause(world):
         yield "move_left"
         yield "teleport"
 
-    result = run_policy(world, bad, 100, seed=3)
+    result = run_unsandboxed(world, bad, 100, seed=3)
     assert (result.cause, result.steps, result.success) == ("invalid_action", 1, False)
     assert "teleport" in result.error
 
@@ -69,7 +69,7 @@ def test_policy_exception_is_reported_not_raised(world):
         yield "noop"
         raise ZeroDivisionError("boom")
 
-    result = run_policy(world, crashing, 100, seed=3)
+    result = run_unsandboxed(world, crashing, 100, seed=3)
     assert result.cause == "policy_error" and result.error == "ZeroDivisionError: boom"
 
 
@@ -78,7 +78,7 @@ def test_step_budget_stops_an_endless_policy(world):
         while True:
             yield "noop"
 
-    result = run_policy(world, forever, 30, seed=3)
+    result = run_unsandboxed(world, forever, 30, seed=3)
     assert (result.cause, result.steps) == ("step_budget", 30)
 
 
@@ -119,7 +119,7 @@ def test_skills_remember_only_tiles_that_were_in_view(world):
     world.reset(21)
     start = tuple(int(c) for c in world._env._player.pos)
     on_step(0.0, {}, False)  # the first view, before any step
-    result = run_policy(world, explorer, 120, seed=21, on_step=on_step)
+    result = run_unsandboxed(world, explorer, 120, seed=21, on_step=on_step)
     assert result.steps > 60  # it did walk
     skills = holder["skills"]
     names = skills._obs.names
