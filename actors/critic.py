@@ -11,18 +11,19 @@ agent, so nobody waits on the critic for more than their own review.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, get_args
 
 from messages import Envelope
-from messages.plan import Critique, Review
+from messages.causes import EPISODE_DONE, INTERRUPTED, STEP_BUDGET, SUCCESS, TIMEOUT, not_reached
+from messages.plan import Critique, Review, Verdict
 from messages.rollout import EpisodeReport, Glimpse
 from runtime.actor import Actor, handles
 from runtime.events import log
 
-VERDICTS = ("accept", "revise", "switch")
+VERDICTS: tuple[str, ...] = get_args(Verdict)
+"""The verdicts a backend may give; any other reply reads as ``revise``."""
 
-
-ENDINGS = frozenset({"episode_done", "step_budget", "timeout"})
+ENDINGS = frozenset({EPISODE_DONE, STEP_BUDGET, TIMEOUT})
 """Episode causes that end whatever is under way: they are the failure of the sub-action
 that was running (or waiting its turn after a need), not of a need."""
 
@@ -37,12 +38,12 @@ def failure_of(episode: EpisodeReport, stage: str) -> tuple[str, str, int, str]:
     runs = [r for r in episode.stages if r.name == stage]
     if runs:
         last = runs[-1]
-        if episode.cause in ENDINGS or last.cause in ("interrupted", "success"):
+        if episode.cause in ENDINGS or last.cause in (INTERRUPTED, SUCCESS):
             return episode.cause, episode.detail, episode.line or last.line, stage
         return last.cause, last.detail, last.line, stage
     if episode.stages:
         # The sub-action never ran: a stage before it failed, or the player died first.
-        return f"not_reached:{episode.cause}", episode.detail, 0, episode.stages[-1].name
+        return not_reached(episode.cause), episode.detail, 0, episode.stages[-1].name
     return episode.cause, episode.detail, episode.line, stage
 
 

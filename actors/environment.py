@@ -34,12 +34,19 @@ from envs.artifacts import PolicyUnusable, load_policy
 from envs.composite import prepare_stages, run_composed
 from envs.crafter_world import CrafterWorld
 from envs.held_out import held_out
-from envs.skills import Skills
 from envs.stats import StatsWriter
 from envs.trace import TracingSkills
 from messages import Envelope
+from messages.causes import (
+    EPISODE_DONE,
+    POLICY_FINISHED,
+    POLICY_UNUSABLE,
+    SETUP_FAILED,
+    STEP_BUDGET,
+    SUCCESS,
+    TIMEOUT,
+)
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
-from messages.task import Subtask
 from runtime.actor import Actor, handles
 from runtime.events import log
 
@@ -56,31 +63,6 @@ MEMORY_LIMIT_ENV = "RLGPT_ENV_MEMORY_LIMIT"
 # 2 GiB leaves it room while bounding what runaway policy code can take from the machine.
 # The sandbox's own guards stop big allocations first; this is the OS-level backstop.
 DEFAULT_MEMORY_LIMIT = 2 * 1024**3
-
-
-def subtask_met(subtask: Subtask, skills: Skills) -> bool:
-    """The subtask's success test, from what the player knows."""
-    if subtask.achievement and skills.achievements().get(subtask.achievement, 0) > 0:
-        return True
-    if not subtask.goal:
-        return False
-    inventory = skills.inventory()
-    return all(inventory.get(item, 0) >= n for item, n in subtask.goal.items())
-
-
-def rollout_result(
-    req: RolloutRequest, episodes: list[EpisodeReport], *, actor_id: str, **extra: Any
-) -> RolloutResult:
-    """The result of ``req``'s episodes: success rate and step total derived from them."""
-    wins = sum(e.success for e in episodes)
-    return RolloutResult(
-        subtask=req.subtask.name,
-        episodes=episodes,
-        success_rate=wins / len(episodes) if episodes else 0.0,
-        steps=sum(e.steps for e in episodes),
-        actor_id=actor_id,
-        **extra,
-    )
 
 
 def frames_npz(frames: list[np.ndarray]) -> bytes:
@@ -163,7 +145,7 @@ class EnvironmentActor(Actor):
         # way for a fresh process: this one has a thread we cannot stop.
         log.error("rollout_stuck", subtask=req.subtask.name, budget_s=budget)
         episodes = [
-            EpisodeReport(s, False, 0, 0.0, [], "timeout", "the policy stopped answering")
+            EpisodeReport(s, False, 0, 0.0, [], TIMEOUT, "the policy stopped answering")
             for s in req.seeds
         ]
         self._reply(env, RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id))
@@ -248,7 +230,7 @@ class EnvironmentActor(Actor):
             model = load_policy(req.policy_path, req.policy_sha256)
         except PolicyUnusable as exc:
             episodes = [
-                EpisodeReport(s, False, 0, 0.0, [], "policy_unusable", str(exc)) for s in req.seeds
+                EpisodeReport(s, False, 0, 0.0, [], POLICY_UNUSABLE, str(exc)) for s in req.seeds
             ]
             return RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id)
         config = dataclasses.replace(req.config, subtask=req.subtask)
@@ -259,10 +241,10 @@ class EnvironmentActor(Actor):
         for r in records:
             if "skipped" in r:  # the setup died before the policy's turn
                 episodes.append(
-                    EpisodeReport(r["seed"], False, 0, 0.0, [], "setup_failed", r["skipped"])
+                    EpisodeReport(r["seed"], False, 0, 0.0, [], SETUP_FAILED, r["skipped"])
                 )
                 continue
-            cause = "success" if r["success"] else "episode_done" if r["died"] else "step_budget"
+            cause = SUCCESS if r["success"] else EPISODE_DONE if r["died"] else STEP_BUDGET
             used = collections.Counter(r["actions"])
             detail = ", ".join(f"{name}×{n}" for name, n in used.most_common())
             episodes.append(
@@ -303,7 +285,7 @@ class EnvironmentActor(Actor):
                 unlocked.append(name)
             if frames is not None and len(frames) < MAX_FRAMES:
                 frames.append(world.render())
-            state["success"] = subtask_met(req.subtask, skills)
+            state["success"] = req.subtask.met(skills.inventory(), skills.achievements())
             return done or state["success"]
 
         outcome = sandbox.run_policy(
@@ -316,13 +298,13 @@ class EnvironmentActor(Actor):
         )
         failure = outcome.failure
         if state["success"]:
-            cause, detail, line = "success", "", 0
+            cause, detail, line = SUCCESS, "", 0
         elif failure is not None:
             cause, detail, line = failure.cause, failure.detail, failure.line or 0
         elif outcome.episode_done:
-            cause, detail, line = "episode_done", "the player died", 0
+            cause, detail, line = EPISODE_DONE, "the player died", 0
         else:
-            cause, detail, line = "policy_finished", "the policy returned before success", 0
+            cause, detail, line = POLICY_FINISHED, "the policy returned before success", 0
         if self.stats is not None:
             self.stats.write(length, reward, counts)
         report = EpisodeReport(

@@ -13,7 +13,7 @@ sub-action, serving needs as they trigger — is evaluated on worlds never seen 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, get_args
 
 import trio
 
@@ -21,7 +21,7 @@ from llm.errors import TokenBudgetSpent
 from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
 from messages.rollout import RolloutRequest
-from messages.task import Need, Stage, Subtask
+from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S
@@ -29,7 +29,7 @@ from method.split import rollout_split
 from runtime.actor import Actor, handles
 from runtime.events import log
 
-VITALS = ("health", "food", "drink", "energy", "daylight")
+VITALS: tuple[str, ...] = get_args(NeedStat)
 """What a survival need may watch: the vital statistics the world reports, and the
 daylight the player sees (sheltering at dusk)."""
 

@@ -60,8 +60,18 @@ import numpy as np
 import sandbox
 from envs.skills import Skills
 from envs.world import Observation, World
+from messages.causes import (
+    EPISODE_DONE,
+    INTERRUPTED,
+    POLICY_FINISHED,
+    POLICY_UNUSABLE,
+    SEARCH_CAUSES,
+    STEP_BUDGET,
+    SUCCESS,
+    TIMEOUT,
+)
 from messages.rollout import EpisodeReport, Segment, StageRun
-from messages.task import Need, Stage, Subtask
+from messages.task import DAYLIGHT, Need, NeedStat, Stage, Subtask
 
 STAGE_RETRIES = 3
 """Further runs a failed stage always gets (4 runs in all) before the episode gives up."""
@@ -82,34 +92,16 @@ MAX_STAGE_RUNS = 500
 without bound); the planner itself stops after 4× as many runs."""
 MAX_OUTPUT_CHARS = sandbox.Limits().max_output_chars
 # Causes no retry can change: the code or the policy itself is unusable.
-PERMANENT_CAUSES = frozenset({"syntax", "forbidden", "policy_unusable"})
-# Causes of a search that stopped short (gave up, ran into its cap): going on helps.
-SEARCH_CAUSES = frozenset({"policy_finished", "step_budget"})
+PERMANENT_CAUSES = frozenset({"syntax", "forbidden", POLICY_UNUSABLE})
 
 
-# ---------------------------------------------------------------------- tests
+# ---------------------------------------------------------------------- need statistics
 
 
-def stage_held(subtask: Subtask, inventory: Mapping[str, int], counts: Mapping[str, int]) -> bool:
-    """A stage's sticky test: its achievement unlocked this episode if it names one,
-    else every goal count in the inventory (a subtask with neither never holds)."""
-    if subtask.achievement:
-        return counts.get(subtask.achievement, 0) > 0
-    return bool(subtask.goal) and all(inventory.get(k, 0) >= n for k, n in subtask.goal.items())
-
-
-def episode_met(subtask: Subtask, inventory: Mapping[str, int], counts: Mapping[str, int]) -> bool:
-    """The episode's success test, as the coded rollout has it: the achievement, or
-    every goal count."""
-    if subtask.achievement and counts.get(subtask.achievement, 0) > 0:
-        return True
-    return bool(subtask.goal) and all(inventory.get(k, 0) >= n for k, n in subtask.goal.items())
-
-
-def stat_value(obs: Observation, stat: str) -> float:
+def stat_value(obs: Observation, stat: NeedStat) -> float:
     """A need's statistic: a vital from the status, or ``daylight`` (the light the
     player sees, 0–1)."""
-    if stat == "daylight":
+    if stat == DAYLIGHT:
         return float(obs.daylight)
     return float(obs.status.get(stat, float("inf")))
 
@@ -224,15 +216,15 @@ def _prepare(stage: Stage, world: World) -> PreparedStage:
         try:
             prepared.model, prepared.env = _load_learned(stage, world)
         except _Unusable as err:
-            prepared.problem = sandbox.Failure("policy_unusable", str(err))
+            prepared.problem = sandbox.Failure(POLICY_UNUSABLE, str(err))
         except Exception as err:  # noqa: BLE001 - a config the env refuses, a bad zip
             detail = f"{type(err).__name__}: {err}"
             failure = getattr(err, "failure", None)
             line = failure.line if failure is not None else None
-            prepared.problem = sandbox.Failure("policy_unusable", detail[:500], line)
+            prepared.problem = sandbox.Failure(POLICY_UNUSABLE, detail[:500], line)
         return prepared
     if not stage.code.strip():
-        prepared.problem = sandbox.Failure("policy_unusable", "the stage has no code and no policy")
+        prepared.problem = sandbox.Failure(POLICY_UNUSABLE, "the stage has no code and no policy")
         return prepared
     try:
         prepared.compiled = sandbox.compile_code(stage.code, filename=f"<{stage.subtask.name}>")
@@ -384,14 +376,14 @@ class _Planner:
 
     def _episode_end(self) -> str | None:
         tap = self.tap
-        if episode_met(self.subtask, tap.obs.inventory, tap.counts):
-            return "success"
+        if self.subtask.met(tap.obs.inventory, tap.counts):
+            return SUCCESS
         if tap.done:
-            return "episode_done"
+            return EPISODE_DONE
         if tap.steps >= self.subtask.max_steps:
-            return "step_budget"
+            return STEP_BUDGET
         if time.monotonic() >= self.deadline:
-            return "timeout"
+            return TIMEOUT
         return None
 
     def _triggered_need(self, step: int) -> int | None:
@@ -411,10 +403,9 @@ class _Planner:
 
     def _need_test(self, i: int, start_counts: Mapping[str, int]) -> bool:
         tap = self.tap
-        sub = self.needs[i].stage.subtask
-        if sub.achievement:
-            return tap.counts.get(sub.achievement, 0) > start_counts.get(sub.achievement, 0)
-        return bool(sub.goal) and all(tap.obs.inventory.get(k, 0) >= n for k, n in sub.goal.items())
+        return self.needs[i].stage.subtask.met(
+            tap.obs.inventory, tap.counts, since=start_counts, achievement_decides=True
+        )
 
     # ---- the loop
 
@@ -424,7 +415,7 @@ class _Planner:
         # The budget starts after the world is built, as a coded rollout's does.
         started = time.monotonic()
         self.deadline = started + self.wall_s
-        unknown = sorted({n.stat for n in self.needs} - set(obs.status) - {"daylight"})
+        unknown = sorted({n.stat for n in self.needs} - set(obs.status) - {DAYLIGHT})
         if unknown:
             raise ValueError(
                 f"needs name unknown stats {unknown}; the world has {list(obs.status)}"
@@ -443,13 +434,13 @@ class _Planner:
                 break
             if self.run_count >= 4 * MAX_STAGE_RUNS:
                 cause, detail = (
-                    "policy_finished",
+                    POLICY_FINISHED,
                     f"the planner stopped after {self.run_count} runs",
                 )
                 break
             for i, prepared in enumerate(self.stages):
-                done[i] = done[i] or stage_held(
-                    prepared.stage.subtask, tap.obs.inventory, tap.counts
+                done[i] = done[i] or prepared.stage.subtask.met(
+                    tap.obs.inventory, tap.counts, achievement_decides=True
                 )
             need = self._triggered_need(tap.steps)
             if need is not None:
@@ -457,7 +448,7 @@ class _Planner:
                 continue
             todo = [i for i in range(len(self.stages)) if not done[i] and i not in dropped]
             if not todo:
-                cause = "policy_finished"
+                cause = POLICY_FINISHED
                 detail = "every stage's test held, but the subtask's test does not"
                 if dropped:
                     names = ", ".join(self.stages[i].name for i in sorted(dropped))
@@ -468,7 +459,7 @@ class _Planner:
             if run.success:
                 done[i] = True
                 continue
-            if run.cause == "interrupted" or self._episode_end() is not None:
+            if run.cause == INTERRUPTED or self._episode_end() is not None:
                 continue  # a need comes first / the loop's top ends the episode
             failures[i] += 1
             failed_steps[i] += run.steps
@@ -487,7 +478,7 @@ class _Planner:
                 if run.cause not in PERMANENT_CAUSES:
                     detail = f"stage {run.name!r} failed {failures[i]} times; last: {detail}"
                 break
-        success = cause == "success"
+        success = cause == SUCCESS
         if success:
             detail, line = "", 0
         return ComposedEpisode(
@@ -528,7 +519,7 @@ class _Planner:
 
         def halt() -> str | None:
             if need is None:
-                if stage_held(subtask, tap.obs.inventory, tap.counts):
+                if subtask.met(tap.obs.inventory, tap.counts, achievement_decides=True):
                     return "stage_success"
             elif self._need_served(need, start_counts):
                 return "stage_success"
@@ -536,7 +527,7 @@ class _Planner:
             if end is not None:
                 return end
             if need is None and self._triggered_need(tap.steps) is not None:
-                return "interrupted"
+                return INTERRUPTED
             return None
 
         tap.halt, tap.halted = halt, None
@@ -551,7 +542,7 @@ class _Planner:
         reason = tap.halted or halt()
         if reason == "stage_success" or (need is not None and self._need_test(need, start_counts)):
             # (A need run whose stage's test held made progress: no cooldown for it.)
-            return self._record(prepared, True, steps, "success", extra, 0)
+            return self._record(prepared, True, steps, SUCCESS, extra, 0)
         if reason is not None:
             return self._record(prepared, False, steps, reason, _END_DETAIL[reason](self), 0)
         if failure is not None:
@@ -559,11 +550,11 @@ class _Planner:
             return self._record(prepared, False, steps, failure.cause, detail, failure.line or 0)
         if prepared.learned:  # the env truncated it at the stage's cap
             detail = f"the stage's cap of {subtask.max_steps} steps ran out ({extra})"
-            return self._record(prepared, False, steps, "step_budget", detail, 0)
+            return self._record(prepared, False, steps, STEP_BUDGET, detail, 0)
         if not subtask.goal and not subtask.achievement:  # no test: done when it returns
-            return self._record(prepared, True, steps, "success", "", 0)
+            return self._record(prepared, True, steps, SUCCESS, "", 0)
         detail = "the stage's code returned before its test held"
-        return self._record(prepared, False, steps, "policy_finished", detail, 0)
+        return self._record(prepared, False, steps, POLICY_FINISHED, detail, 0)
 
     def _record(
         self, prepared: PreparedStage, success: bool, steps: int, cause: str, detail: str, line: int
@@ -606,7 +597,7 @@ class _Planner:
         opened = skills._open_segment() if hasattr(skills, "_open_segment") else None
         while True:
             if time.monotonic() >= self.deadline:
-                tap.halted = "timeout"
+                tap.halted = TIMEOUT
                 break
             action = model.predict(obs, deterministic=False)[0]
             obs, _, terminated, truncated, info = env.step(int(action))
@@ -627,9 +618,9 @@ class _Planner:
 
 
 _END_DETAIL: dict[str, Callable[[_Planner], str]] = {
-    "success": lambda p: "",
-    "episode_done": lambda p: "the player died" if p.tap.died else "the world ended the episode",
-    "step_budget": lambda p: f"the episode's cap of {p.subtask.max_steps} steps ran out",
-    "timeout": lambda p: f"wall-clock budget of {p.wall_s:g} s exceeded",
-    "interrupted": lambda p: "a need came first",
+    SUCCESS: lambda p: "",
+    EPISODE_DONE: lambda p: "the player died" if p.tap.died else "the world ended the episode",
+    STEP_BUDGET: lambda p: f"the episode's cap of {p.subtask.max_steps} steps ran out",
+    TIMEOUT: lambda p: f"wall-clock budget of {p.wall_s:g} s exceeded",
+    INTERRUPTED: lambda p: "a need came first",
 }

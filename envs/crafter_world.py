@@ -26,12 +26,14 @@ import copy
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from typing import get_args
 
 import crafter
 import numpy as np
 from crafter import constants
 
 from envs.world import VOID, Observation, StepResult, UnknownActionError, freeze_view
+from messages.task import Vital
 
 # Generating a Crafter world runs per-tile Python noise code: ~0.1 s, most of a short
 # episode's cost. Worlds reset by seed are kept (a pristine copy, ~50 KB each) and
@@ -44,8 +46,9 @@ _WORLDS: OrderedDict[tuple, dict] = OrderedDict()
 # at their world, and a copy must point at whichever live world it is restored into.
 _THIS_WORLD = object()
 
-VITALS = ("health", "food", "drink", "energy")
-"""Crafter keeps these in the inventory; we report them as status instead."""
+VITALS: tuple[str, ...] = tuple(k for k in constants.items if k in get_args(Vital))
+"""Crafter keeps these in the inventory; we report them as status instead, in Crafter's
+own order (health, food, drink, energy), which a learned policy's status vector follows."""
 
 # Crafter's default local view: a 9×9 grid of which the bottom 2 rows show the inventory,
 # leaving 9 columns × 7 rows of world (see crafter.Env.__init__, item_rows).

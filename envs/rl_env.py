@@ -75,7 +75,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import gymnasium as gym
 import numpy as np
@@ -85,7 +85,7 @@ from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
 from envs.skills import Skills
 from envs.world import VOID, Observation, World
 from messages import decode, encode
-from messages.task import RLConfig
+from messages.task import ObservationPart, RLConfig
 from sandbox import (
     CompiledCode,
     Failure,
@@ -105,7 +105,7 @@ was compiled on its own under the usual limit when it was evaluated)."""
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
 
-OBSERVATION_PARTS = ("view", "inventory", "status", "facing", "daylight")
+OBSERVATION_PARTS: tuple[str, ...] = get_args(ObservationPart)
 """The parts ``RLConfig.observation`` may name."""
 
 FACINGS: tuple[tuple[int, int], ...] = ((-1, 0), (1, 0), (0, -1), (0, 1))
@@ -662,12 +662,7 @@ class SubtaskEnv(gym.Env):
         return failure
 
     def _succeeded(self, obs: Observation) -> bool:
-        subtask = self.config.subtask
-        inventory = obs.inventory
-        if subtask.goal and all(inventory.get(k, 0) >= n for k, n in subtask.goal.items()):
-            return True
-        name = subtask.achievement
-        return bool(name) and self._counts.get(name, 0) > self._start_counts.get(name, 0)
+        return self.config.subtask.met(obs.inventory, self._counts, since=self._start_counts)
 
     def _snapshot(self) -> dict[str, Any]:
         obs = self._obs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from messages.task import Stage, Subtask
+from messages.task import Stage
 
 
 def compose_setup(stages: list[Stage]) -> str:
@@ -37,7 +37,7 @@ def compose_setup(stages: list[Stage]) -> str:
         lines.append("    return")
         lines.append("    yield 'noop'")
     for fn, subtask in calls:
-        test = _test_expr(subtask)
+        test = subtask.met_source("skills")
         # Each stage stops as soon as its test holds: skill code may go on to other
         # work (resting, sheltering) that is no part of the setup.
         lines.append(f"    if not ({test}):")
@@ -64,15 +64,3 @@ class _Rename(ast.NodeTransformer):
             node.name = self.prefix + node.name
         self.generic_visit(node)
         return node
-
-
-def _test_expr(subtask: Subtask) -> str:
-    tests = []
-    if subtask.achievement:
-        tests.append(f"skills.achievements().get({subtask.achievement!r}, 0) > 0")
-    if subtask.goal:
-        goal = " and ".join(
-            f"skills.inventory().get({k!r}, 0) >= {v}" for k, v in sorted(subtask.goal.items())
-        )
-        tests.append(f"({goal})")
-    return " or ".join(tests) or "False"

@@ -44,6 +44,14 @@ from typing import Any
 
 from envs.navigation import DIRECTIONS, Goal, Navigator, Plan, Pos, add
 from envs.world import VOID, Observation, World
+from messages.causes import (
+    EPISODE_DONE,
+    INVALID_ACTION,
+    POLICY_ERROR,
+    POLICY_FINISHED,
+    STEP_BUDGET,
+    SUCCESS,
+)
 
 # Steps a movement helper may take before it gives up and returns False; long enough
 # to cross Crafter's map once and come back, short of an episode budget of 500+.
@@ -689,14 +697,6 @@ class Skills:
 Policy = Callable[[Skills], Iterator[str]]
 """A coded policy: called with the skill API, yields primitive action names."""
 
-# Failure causes an EpisodeResult reports (the critic reads these).
-CAUSE_SUCCESS = "success"
-CAUSE_FINISHED = "policy_finished"
-CAUSE_BUDGET = "step_budget"
-CAUSE_DONE = "episode_done"
-CAUSE_INVALID = "invalid_action"
-CAUSE_ERROR = "policy_error"
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EpisodeResult:
@@ -745,27 +745,27 @@ def run_unsandboxed(
     valid = frozenset(world.action_names)
     trace: list[list[Any]] = []
     events: list[tuple[int, str]] = []
-    total_reward, steps, cause, error = 0.0, 0, CAUSE_BUDGET, None
+    total_reward, steps, cause, error = 0.0, 0, STEP_BUDGET, None
     try:
         actions = iter(policy(skills))
     except Exception as exc:  # untrusted policy code: any failure is its own
         actions = iter(())
-        cause, error = CAUSE_ERROR, f"{type(exc).__name__}: {exc}"
+        cause, error = POLICY_ERROR, f"{type(exc).__name__}: {exc}"
         max_steps = 0
     while steps < max_steps:
         if success is not None and success(skills):
-            cause = CAUSE_SUCCESS
+            cause = SUCCESS
             break
         try:
             action = next(actions)
         except StopIteration:
-            cause = CAUSE_FINISHED
+            cause = POLICY_FINISHED
             break
         except Exception as exc:  # untrusted policy code: any failure is its own
-            cause, error = CAUSE_ERROR, f"{type(exc).__name__}: {exc}"
+            cause, error = POLICY_ERROR, f"{type(exc).__name__}: {exc}"
             break
         if not isinstance(action, str) or action not in valid:
-            cause, error = CAUSE_INVALID, f"not an action name: {action!r:.80}"
+            cause, error = INVALID_ACTION, f"not an action name: {action!r:.80}"
             break
         obs, reward, done, info = world.step(action)
         steps += 1
@@ -779,7 +779,7 @@ def run_unsandboxed(
         if on_step is not None:
             on_step(reward, info, done)
         if done:
-            cause = CAUSE_DONE
+            cause = EPISODE_DONE
             break
     close = getattr(actions, "close", None)
     if close is not None:
@@ -790,9 +790,9 @@ def run_unsandboxed(
     if success is not None:
         ok = success(skills)
         if ok:
-            cause = CAUSE_SUCCESS
+            cause = SUCCESS
     else:
-        ok = cause == CAUSE_FINISHED
+        ok = cause == POLICY_FINISHED
     return EpisodeResult(
         success=ok,
         cause=cause,

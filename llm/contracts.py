@@ -20,21 +20,24 @@ import ast
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from llm.errors import ContractError
+from messages.plan import Mode, Verdict
+from messages.task import DEFAULT_OBSERVATION, NeedStat, ObservationPart
 
 PURPOSES: frozenset[tuple[str, str]] = frozenset(
     {("slow", "plan"), ("slow", "revise"), ("fast", "code"), ("fast", "rl"), ("critic", "review")}
 )
 """Every (role, purpose) an agent may call the model for."""
 
-MODES = ("code", "rl")
-NEEDS = ("drink", "food", "energy", "health", "daylight")
+# The allowed values come from the vocabulary's types, so a reply is held to exactly what
+# the messages it becomes can carry.
+MODES: tuple[str, ...] = get_args(Mode)
+NEEDS: tuple[str, ...] = get_args(NeedStat)
 CHANGES = ("to_rl", "to_code", "redo", "keep")
-OBSERVATIONS = ("view", "inventory", "status", "facing", "daylight")
-VERDICTS = ("accept", "revise", "switch")
-DEFAULT_OBSERVATION = ["view", "inventory", "status"]  # RLConfig's default
+OBSERVATIONS: tuple[str, ...] = get_args(ObservationPart)
+VERDICTS: tuple[str, ...] = get_args(Verdict)
 DEFAULT_TARGET = 0.9  # SubAction's default success rate
 # A sub-action's episode cap: Crafter episodes last 10,000 steps at most.
 MAX_STEPS_LIMIT = 10_000

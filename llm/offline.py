@@ -28,12 +28,22 @@ import time
 from typing import Any
 
 from llm.backend import CallResult
+from messages.causes import (
+    EPISODE_DONE,
+    NOT_REACHED,
+    POLICY_ERROR,
+    POLICY_FINISHED,
+    POLICY_UNUSABLE,
+    SEARCH_CAUSES,
+    STEP_BUDGET,
+    cause_kind,
+)
 
 CODE_FIXABLE = frozenset(
     {
-        "step_budget",
-        "policy_finished",
-        "episode_done",
+        STEP_BUDGET,
+        POLICY_FINISHED,
+        EPISODE_DONE,
         "exception",
         "timeout",
         "invalid_action",
@@ -47,19 +57,19 @@ CODE_FIXABLE = frozenset(
 """Failure causes a code revision can answer; any other leaves only a switch to RL."""
 
 ADVICE = {
-    "step_budget": "ran out of steps before success: search longer or more widely, and "
+    STEP_BUDGET: "ran out of steps before success: search longer or more widely, and "
     "stop wasting steps on detours",
-    "policy_finished": "the code gave up before success (a helper returned False, often a "
+    POLICY_FINISHED: "the code gave up before success (a helper returned False, often a "
     "missing tool or material): secure the prerequisites first, then retry instead of "
     "returning",
-    "episode_done": "the player died: keep vitals up, avoid lava, fight or flee zombies "
+    EPISODE_DONE: "the player died: keep vitals up, avoid lava, fight or flee zombies "
     "and skeletons before they wear health down",
     "exception": "the code raised: fix the line the traceback points at",
     "timeout": "the code used too much wall-clock time per step: avoid heavy loops",
     "invalid_action": "the code yielded something that is not an action name",
     "syntax": "the code does not parse: fix the syntax error",
     "forbidden": "the code uses something the sandbox refuses: use only the skill API",
-    "policy_unusable": "the trained policy file is missing or does not match its hash",
+    POLICY_UNUSABLE: "the trained policy file is missing or does not match its hash",
 }
 
 RL_PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do"]
@@ -145,7 +155,7 @@ class OfflineBackend:
             if verdict == "accept" or sub.get("accepted"):
                 continue
             # Nothing measured (never reached) or no failure recorded: code can go on.
-            fixable = cause.split(":", 1)[0] in CODE_FIXABLE | {"not_reached", "none"}
+            fixable = cause_kind(cause) in CODE_FIXABLE | {NOT_REACHED, "none"}
             if mode == "code" and (sub.get("exhausted") or sub.get("stalled") or not fixable):
                 why = (
                     "another round of revisions did not raise it"
@@ -255,11 +265,11 @@ class OfflineBackend:
         rate, target = req["success_rate"], req["target"]
         example = req.get("example") or {}
         cause = example.get("cause", "")
-        base = cause.split(":", 1)[0]
+        base = cause_kind(cause)
         if rate >= target:
             return {"verdict": "accept", "advice": f"{rate:.2f} ≥ target {target:.2f}"}
         advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
-        if base == "not_reached":
+        if base == NOT_REACHED:
             # Nothing of this sub-action was measured: no revision or switch is due.
             advice = f"it never got its turn: {cause.split(':', 1)[1]} came first"
             return {"verdict": "revise", "advice": f"{rate:.2f}; {advice}"}
@@ -277,11 +287,11 @@ class OfflineBackend:
 
 
 CAUSE_FIELDS = {
-    "policy_finished": ("secure", "attempts", "explore", "dig"),
-    "step_budget": ("dig", "patience", "explore"),
-    "episode_done": ("fight", "arm", "check"),
+    POLICY_FINISHED: ("secure", "attempts", "explore", "dig"),
+    STEP_BUDGET: ("dig", "patience", "explore"),
+    EPISODE_DONE: ("fight", "arm", "check"),
     "exception": ("guarded",),
-    "policy_error": ("guarded",),
+    POLICY_ERROR: ("guarded",),
     "invalid_action": ("validate",),
 }
 """What a revision for each failure cause changes: every template setting that answers
@@ -299,7 +309,7 @@ def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, st
     from knowledge import revisions
 
     best = revisions.best_params(step, survive=False)
-    for other in (cause, *(c for c in SEARCH_FIXES if c != cause)):
+    for other in (cause, *(c for c in SEARCH_CAUSES if c != cause)):
         revised = _revise_one(step, params, other, detail)
         if revised is None:
             continue
@@ -322,11 +332,6 @@ def _towards(old: Any, new: Any, best: Any) -> bool:
         elif abs(goal - b) >= abs(goal - a):
             return False
     return True
-
-
-SEARCH_FIXES = ("policy_finished", "step_budget")
-"""Causes whose revisions strengthen the search itself (prerequisites, tunnelling,
-patience): tried when a cause's own revisions are used up."""
 
 
 def _revise_one(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, str] | None:

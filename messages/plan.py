@@ -12,6 +12,9 @@ from messages.task import Need, Stage, Subtask
 from messages.train import TrainResult
 
 Mode = Literal["code", "rl"]
+"""How a sub-action is solved: written as code, or learned with RL."""
+Verdict = Literal["accept", "revise", "switch"]
+"""The critic's judgement of a version: accept it, revise it, or switch it to RL."""
 
 
 @message("plan.subaction")
@@ -121,7 +124,7 @@ class Critique:
     """The sub-action's target."""
     episodes: int
     """Episodes measured."""
-    verdict: Literal["accept", "revise", "switch"]
+    verdict: Verdict
     """accept: target met; revise: fix the stated cause; switch: move to RL."""
     cause: str = ""
     """The commonest failure cause (step_budget, episode_done, exception, ...)."""

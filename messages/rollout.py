@@ -55,7 +55,8 @@ class StageRun:
     steps: int
     """Primitive steps it took."""
     cause: str
-    """Why it ended (as EpisodeReport.cause, plus ``interrupted`` by a need)."""
+    """Why it ended, an :data:`~messages.causes.EpisodeCause` (as EpisodeReport.cause,
+    plus ``interrupted`` by a need)."""
     detail: str = ""
     """The failure's detail."""
     line: int = 0
@@ -109,9 +110,10 @@ class EpisodeReport:
     achievements: list[str]
     """Achievements unlocked, in order."""
     cause: str
-    """Why it ended: success, policy_finished, step_budget, episode_done (death), or a
-    sandbox failure cause (syntax, forbidden, exception, timeout, memory, recursion,
-    invalid_action, output_limit, actor_crashed)."""
+    """Why it ended, an :data:`~messages.causes.EpisodeCause`: success, policy_finished,
+    step_budget, episode_done (death), setup_failed, policy_unusable, rollout_failed, or a sandbox
+    failure cause (syntax, forbidden, exception, timeout, memory, recursion,
+    invalid_action, output_limit)."""
     detail: str = ""
     """The failure's detail (a trimmed traceback, the forbidden name, ...)."""
     line: int = 0

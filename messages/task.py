@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
+from typing import Final, Literal
 
 from messages.base import message
+
+Vital = Literal["drink", "food", "energy", "health"]
+"""A vital statistic the world reports as status (0–9 in Crafter), in the order they run
+down: thirst first, health last (it falls when the others are empty)."""
+DAYLIGHT: Final = "daylight"
+"""The one need statistic that is no vital: the light the player sees (0–1)."""
+NeedStat = Literal[Vital, "daylight"]
+"""What a survival need may watch: a vital, or the daylight (sheltering at dusk)."""
+
+ObservationPart = Literal["view", "inventory", "status", "facing", "daylight"]
+"""A part of the observation a learned policy may see: the local view, the inventory,
+the vitals, the tile it faces, the daylight."""
+DEFAULT_OBSERVATION: Final[tuple[ObservationPart, ...]] = ("view", "inventory", "status")
+"""What a learned policy sees unless its RL config says otherwise: what a player sees on
+screen (the view with the inventory and vitals bar below it)."""
 
 
 @message("task.subtask")
@@ -21,6 +38,42 @@ class Subtask:
     """An achievement whose unlocking also means success, e.g. ``place_table``."""
     max_steps: int = 500
     """Episode step cap: the episode ends (unsuccessful) after this many primitive steps."""
+
+    def met(
+        self,
+        inventory: Mapping[str, int],
+        achievements: Mapping[str, int],
+        *,
+        since: Mapping[str, int] | None = None,
+        achievement_decides: bool = False,
+    ) -> bool:
+        """The success test: the achievement unlocked (achievement → times it happened;
+        with ``since``, more often than then), or every goal count in the inventory.
+
+        With ``achievement_decides``, a named achievement is the whole test, the goal only
+        stands in for a missing one: a stage's test, where the items an achievement
+        needed may be spent by it (a table's wood). A subtask with neither never holds.
+        :meth:`met_source` is the same test as policy source."""
+        if self.achievement:
+            before = since.get(self.achievement, 0) if since is not None else 0
+            if achievements.get(self.achievement, 0) > before:
+                return True
+            if achievement_decides:
+                return False
+        return bool(self.goal) and all(inventory.get(k, 0) >= n for k, n in self.goal.items())
+
+    def met_source(self, skills: str = "skills") -> str:
+        """:meth:`met` (counted from the episode's start) as a Python expression over the
+        skill API object named ``skills``, for policy source such as setup code."""
+        tests = []
+        if self.achievement:
+            tests.append(f"{skills}.achievements().get({self.achievement!r}, 0) > 0")
+        if self.goal:
+            goal = " and ".join(
+                f"{skills}.inventory().get({k!r}, 0) >= {n}" for k, n in sorted(self.goal.items())
+            )
+            tests.append(f"({goal})")
+        return " or ".join(tests) or "False"
 
 
 @message("task.coded_action")
@@ -44,8 +97,8 @@ class RLConfig:
 
     subtask: Subtask
     """What success means and the episode cap."""
-    observation: list[str] = field(default_factory=lambda: ["view", "inventory", "status"])
-    """Parts of the observation the policy sees: view, inventory, status, facing, daylight."""
+    observation: list[str] = field(default_factory=lambda: list(DEFAULT_OBSERVATION))
+    """Parts of the observation the policy sees, each an :data:`ObservationPart`."""
     primitives: list[str] = field(default_factory=list)
     """Primitive actions offered; empty means all of the world's."""
     coded_actions: list[CodedAction] = field(default_factory=list)
@@ -82,7 +135,7 @@ class Need:
     """task planner rule: when ``stat`` drops below ``below``, run ``stage`` first."""
 
     stat: str
-    """A vital statistic: drink, food, energy or health."""
+    """What it watches, a :data:`NeedStat`: drink, food, energy, health or daylight."""
     below: float
     """Threshold that triggers the need (Crafter's stats run 0–9)."""
     stage: Stage

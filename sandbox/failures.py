@@ -9,20 +9,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import types
-from typing import Literal
+from typing import get_args
 
-Cause = Literal[
-    "syntax",  # the source does not parse
-    "forbidden",  # a construct, name, import or attribute outside the sandbox's rules
-    "exception",  # the agent's code raised (detail + trimmed traceback)
-    "timeout",  # the wall-clock budget ran out
-    "memory",  # an allocation over the limits, or memory growth over the budget
-    "recursion",  # RecursionError escaped the agent's code
-    "invalid_action",  # yielded a non-string or a name outside the allowed actions
-    "step_budget",  # still yielding actions after max_steps
-    "output_limit",  # printed more than the output budget
-]
-CAUSES: frozenset[str] = frozenset(Cause.__args__)  # type: ignore[attr-defined]
+# Rollouts carry these causes to the critic, so the vocabulary (messages/) owns them.
+from messages.causes import SandboxCause as Cause
+
+CAUSES: frozenset[str] = frozenset(get_args(Cause))
 
 # Details are shipped in rollout messages and read by an LLM critic: a few lines is plenty,
 # and an agent must not be able to blow up a message with `raise ValueError("x" * 10**6)`.

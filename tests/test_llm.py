@@ -191,6 +191,18 @@ def test_revise_review_and_rl_replies_are_checked() -> None:
         validate("critic", "review", ["accept"])
 
 
+def test_each_schema_in_words_names_every_value_its_validator_allows() -> None:
+    from llm import contracts
+
+    for (role, purpose), allowed in [
+        (("slow", "plan"), contracts.MODES),
+        (("critic", "review"), contracts.VERDICTS),
+        (("fast", "rl"), contracts.OBSERVATIONS),
+    ]:
+        for value in allowed:
+            assert value in contracts.SCHEMAS[role, purpose], (role, purpose, value)
+
+
 def test_code_is_syntax_checked_and_must_define_run() -> None:
     assert validate("fast", "code", {"code": GOOD_CODE})["note"] == ""
     with pytest.raises(ContractError, match="code: Python syntax error at line 2"):

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import messages
-from messages import REGISTRY, DecodeError, Envelope, decode, decode_envelope, encode
+from messages import REGISTRY, DecodeError, Envelope, causes, decode, decode_envelope, encode
 from messages.base import MAX_DEPTH
 from messages.control import ActorInfo, Probe, Register, StatusReply
+from messages.task import Subtask
 
 
 def _strategy(hint: typing.Any) -> st.SearchStrategy:
@@ -195,3 +196,77 @@ def test_decoder_fuzz_mutated_frames_never_crash(base: bytes, edits: list, cut: 
         # Anything accepted is a fully valid record of a registered kind.
         assert type(msg) in REGISTRY.values()
         assert decode(encode(msg)) == msg
+
+
+# ---------------------------------------------------------------------- the success test
+
+
+class _Player:
+    """What a policy's ``skills`` object offers the rendered success test."""
+
+    def __init__(self, inventory: dict[str, int], achievements: dict[str, int]) -> None:
+        self._inventory, self._achievements = inventory, achievements
+
+    def inventory(self) -> dict[str, int]:
+        return dict(self._inventory)
+
+    def achievements(self) -> dict[str, int]:
+        return dict(self._achievements)
+
+
+SUBTASKS = [
+    Subtask("wood", goal={"wood": 2}),
+    Subtask("table", achievement="place_table"),
+    Subtask("table_or_wood", goal={"wood": 1, "stone": 1}, achievement="place_table"),
+    Subtask("nothing"),
+]
+STATES = [
+    ({}, {}),
+    ({"wood": 2}, {}),
+    ({"wood": 1, "stone": 1}, {}),
+    ({}, {"place_table": 1}),
+    ({"wood": 2, "stone": 3}, {"place_table": 0}),
+]
+
+
+@pytest.mark.parametrize("subtask", SUBTASKS, ids=lambda s: s.name)
+def test_a_subtasks_rendered_test_agrees_with_its_met(subtask: Subtask) -> None:
+    source = subtask.met_source("skills")
+    for inventory, achievements in STATES:
+        player = _Player(inventory, achievements)
+        assert eval(source, {}, {"skills": player}) == subtask.met(inventory, achievements)
+
+
+def test_a_subtask_is_met_by_its_achievement_or_its_goal() -> None:
+    both = Subtask("t", goal={"wood": 1}, achievement="place_table")
+    assert both.met({"wood": 1}, {})
+    assert both.met({}, {"place_table": 1})
+    assert not both.met({}, {"place_table": 0})
+    assert not Subtask("none").met({"wood": 5}, {"place_table": 1})
+
+
+def test_a_named_achievement_decides_a_stage_test() -> None:
+    both = Subtask("t", goal={"wood": 1}, achievement="place_table")
+    assert not both.met({"wood": 1}, {}, achievement_decides=True)
+    assert both.met({}, {"place_table": 1}, achievement_decides=True)
+    assert Subtask("t", goal={"wood": 1}).met({"wood": 1}, {}, achievement_decides=True)
+
+
+def test_a_test_counted_since_a_moment_needs_a_new_unlock() -> None:
+    table = Subtask("t", achievement="place_table")
+    assert not table.met({}, {"place_table": 1}, since={"place_table": 1})
+    assert table.met({}, {"place_table": 2}, since={"place_table": 1})
+    assert table.met({}, {"place_table": 1}, since={})
+
+
+def test_every_named_cause_is_an_episode_cause() -> None:
+    allowed = set(typing.get_args(causes.EpisodeCause))
+    named = {
+        value
+        for name, value in vars(causes).items()
+        if name.isupper() and isinstance(value, str) and name != "NOT_REACHED"
+    }
+    assert named and named <= allowed
+    assert set(causes.SEARCH_CAUSES) <= allowed
+    assert set(typing.get_args(causes.SandboxCause)) <= allowed
+    assert causes.cause_kind(causes.not_reached("episode_done")) == causes.NOT_REACHED

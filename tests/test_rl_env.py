@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import typing
 import warnings
 
 import numpy as np
@@ -27,7 +28,7 @@ from envs.rl_env import (
     make_vec_env,
 )
 from messages import encode
-from messages.task import CodedAction, RLConfig, Subtask
+from messages.task import CodedAction, RLConfig, Subtask, Vital
 
 # Seeds not used while writing the coded actions.
 EVAL_SEEDS = range(2000, 2010)
@@ -416,6 +417,13 @@ def test_observation_holds_exactly_what_the_observation_record_holds():
         if terminated or truncated:
             obs, _ = env.reset()
     assert seen_creatures > 0
+
+
+def test_the_status_vector_holds_every_vital_in_crafters_order():
+    # Trained policies read the status by position: the order is part of their input.
+    assert VITALS == ("health", "food", "drink", "energy")
+    assert set(VITALS) == set(typing.get_args(Vital))
+    assert crafter_layout().status_names == VITALS
 
 
 def test_encoding_ignores_the_world_outside_the_view():
