@@ -22,7 +22,7 @@ from messages import Envelope
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from messages.task import CodedAction, RLConfig, Stage
-from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
+from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed
 from method.split import rollout_split
@@ -67,6 +67,23 @@ def critique_dict(c: Critique | None) -> dict[str, Any] | None:
     }
 
 
+def train_request(settings: Any, work: WorkOn, config: RLConfig, version: int) -> TrainRequest:
+    """The training job of one version of a sub-action's RL config: its budget from
+    ``[task]``, PPO and the job's other numbers from ``[training]``."""
+    task, training = settings.task, settings.training
+    return TrainRequest(
+        name=f"{work.subaction.name}-it{work.iteration}-v{version}",
+        config=config,
+        total_steps=work.train_steps,
+        n_envs=task.train_envs,
+        seed=settings.run.seed + version,
+        ppo=training.ppo,
+        eval_episodes=task.code_episodes,
+        train_worlds=training.train_worlds,
+        checkpoint_every=training.checkpoint_every,
+    )
+
+
 def _trimmed(result: RolloutResult) -> RolloutResult:
     episodes = [
         e
@@ -100,7 +117,7 @@ class FastAgent(Actor):
         super().__init__(**kwargs)
         self.agents = agents
         self.settings = settings
-        """The run's Settings (task budgets, seed)."""
+        """The run's Settings (task budgets, seed, training jobs)."""
         self.environments = max(1, environments)
         """Environment actors to spread an evaluation over."""
         self.memory: dict[str, dict[str, Any]] = {}
@@ -283,18 +300,7 @@ class FastAgent(Actor):
             previous = {"config": reply, "held_out_success": train.eval_success_rate}
 
     async def _train(self, work: WorkOn, config: RLConfig, version: int) -> TrainResult:
-        task = self.settings.task
-        req = TrainRequest(
-            name=f"{work.subaction.name}-it{work.iteration}-v{version}",
-            config=config,
-            total_steps=work.train_steps,
-            n_envs=task.train_envs,
-            seed=self.settings.run.seed + version,
-            ppo=PPOSettings(n_steps=256, batch_size=64),
-            eval_episodes=task.code_episodes,
-            train_worlds=200,
-            checkpoint_every=4096,
-        )
+        req = train_request(self.settings, work, config, version)
         journal = self.agents.journal
 
         def usable(result: TrainResult) -> bool:

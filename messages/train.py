@@ -10,7 +10,8 @@ from messages.task import RLConfig
 
 @message("train.ppo")
 class PPOSettings:
-    """PPO hyperparameters (names as in stable-baselines3 and the PPO paper)."""
+    """PPO hyperparameters (names as in stable-baselines3 and the PPO paper). A run sets
+    them in its config's ``[training.ppo]``, whose defaults these are."""
 
     n_steps: int = 256
     """Env steps per env between updates (rollout length)."""

@@ -27,6 +27,9 @@ from runtime.actor import RemoteFailure
 from runtime.events import log
 from runtime.head import Head
 
+SLOW_CAPACITY = 1
+"""The slow agent runs the one task a run asks of it: a second would be a second run."""
+
 
 def task_of(settings: Any) -> RunTask:
     t, seed = settings.task, settings.run.seed
@@ -57,19 +60,26 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
     learners = s.actors["learner"].count if "learner" in s.actors else 0
     common = {"max_frame_bytes": s.runtime.max_frame_bytes, "run_dir": head.run_dir}
     critic, fast, slow_agent = (agent_classes[r] for r in ("critic", "fast", "slow"))
-    await head.start_local(critic(agents=agents, name="critic", capacity=16, **common))
+    await head.start_local(
+        critic(agents=agents, name="critic", capacity=s.agents.critic_capacity, **common)
+    )
     await head.start_local(
         fast(
             agents=agents,
             settings=s,
             environments=environments,
             name="fast",
-            capacity=16,
+            capacity=s.agents.fast_capacity,
             **common,
         )
     )
     slow = slow_agent(
-        agents=agents, settings=s, environments=environments, name="slow", capacity=1, **common
+        agents=agents,
+        settings=s,
+        environments=environments,
+        name="slow",
+        capacity=SLOW_CAPACITY,
+        **common,
     )
     await head.start_local(slow)
     if environments:

@@ -1,28 +1,38 @@
-"""The method's settings: the ``[agents]`` and ``[task]`` sections of a run config, their
-checks, and :class:`MethodSettings`, the whole config of a run of the method.
+"""The method's settings: the ``[agents]``, ``[task]`` and ``[training]`` sections of a run
+config, the values each key accepts, and :class:`MethodSettings`, the whole config of a run
+of the method.
 
 The loader is :mod:`runtime.config` (generic over the settings class); this module says
-what the method's sections hold and which values make sense.
+what the method's sections hold and which values make sense (per key in field metadata,
+across keys in :func:`check_settings`).
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from messages.train import PPOSettings
 from method import seeds
 from runtime import config
-from runtime.config import ConfigError, Settings
+from runtime.config import ConfigError, Settings, check, check_fields
 
 BACKENDS = ("offline", "openai")
+"""The values of ``[agents] backend``."""
+OFFLINE_FIRST = ("full", "simplest")
+"""The values of ``[agents] offline_first``."""
+RATE = check(min=0.0, max=1.0, expected="a rate between 0 and 1")
+"""The check of a success rate."""
 
 
 @dataclass
 class AgentSettings:
-    backend: str = "offline"
+    backend: str = field(
+        default="offline",
+        metadata=check(choices=BACKENDS, fix="use offline (no network) or openai"),
+    )
     """Who plays the slow agent, fast agent and critic: ``offline`` (deterministic code
     over the game's recipe data and a skill library; no network) or ``openai`` (any
     OpenAI-compatible endpoint)."""
@@ -32,21 +42,24 @@ class AgentSettings:
     """openai: the model name the endpoint serves."""
     api_key_env: str = "OPENAI_API_KEY"
     """openai: the environment variable holding the API key (never the key itself)."""
-    timeout_s: float = 60.0
+    timeout_s: float = field(default=60.0, metadata=check(positive=True))
     """openai: seconds one request may take before it is retried."""
-    max_retries: int = 4
+    max_retries: int = field(default=4, metadata=check(min=0))
     """openai: retries on 429, 5xx, timeouts and dropped connections (with backoff)."""
-    token_budget: int = 0
+    token_budget: int = field(default=0, metadata=check(min=0))
     """openai: stop the run cleanly once this many tokens are spent (0: no limit)."""
     check_endpoint: bool = True
     """openai: check at start that the endpoint answers (a refusal exits with status 2)."""
-    offline_first: str = "full"
+    offline_first: str = field(default="full", metadata=check(choices=OFFLINE_FIRST))
     """offline: the first version of a step's code — ``full`` (the library's complete
     template, as a capable model would write first) or ``simplest`` (the bare template,
     every fix left to critique-driven revisions: shows the inner loop at work)."""
+    critic_capacity: int = field(default=16, metadata=check(min=1))
+    """Reviews the critic works on at once (each version the fast agent measures asks one)."""
+    fast_capacity: int = field(default=16, metadata=check(min=1))
+    """Sub-actions the fast agent works on at once; more wait in the broker's queue."""
 
 
-OFFLINE_FIRST = ("full", "simplest")
 ALL_ACHIEVEMENTS = "achievements"
 """The [task] target that asks for every achievement of the game."""
 FINAL_WALL_S = 600.0
@@ -62,25 +75,25 @@ class TaskSettings:
     """What success means: an item to hold (``diamond``) or an achievement name
     (``collect_diamond``, ``place_table``); ``achievements`` plans the curriculum of all
     22 achievements (the final episodes then run to Crafter's full length)."""
-    success_target: float = 0.3
+    success_target: float = field(default=0.3, metadata=RATE)
     """The run stops early once the final policy reaches this success rate."""
-    iterations: int = 3
+    iterations: int = field(default=3, metadata=check(min=1))
     """Outer-loop iterations at most (the slow agent re-plans between them)."""
-    revisions: int = 2
+    revisions: int = field(default=2, metadata=check(min=0))
     """Inner-loop revisions of one sub-action's code or RL config per iteration."""
-    env_steps: int = 5_000_000
+    env_steps: int = field(default=5_000_000, metadata=check(min=1000))
     """Budget of env steps for everything the run steps (training, evaluation)."""
-    code_episodes: int = 10
+    code_episodes: int = field(default=10, metadata=check(min=1, max=seeds.CODE_STRIDE))
     """Episodes each code version (or trained policy) is evaluated on."""
-    eval_episodes: int = 20
+    eval_episodes: int = field(default=20, metadata=check(min=1, max=seeds.FINAL_STRIDE))
     """Episodes the final policy is evaluated on (worlds never used before)."""
-    train_steps: int = 20_000
+    train_steps: int = field(default=20_000, metadata=check(min=1))
     """PPO decisions per training job of a learned sub-action."""
-    train_envs: int = 2
+    train_envs: int = field(default=2, metadata=check(min=1))
     """Environments each training job steps together."""
-    sub_target: float = 0.9
+    sub_target: float = field(default=0.9, metadata=RATE)
     """Success rate a sub-action must reach for its version to be accepted."""
-    episode_steps: int = 10_000
+    episode_steps: int = field(default=10_000, metadata=check(min=10))
     """Step cap of one final-policy episode (Crafter's own episode length)."""
     learn: list[str] = field(default_factory=list)
     """Sub-actions to learn with RL from the first plan (e.g. ``["collect_wood"]``),
@@ -89,10 +102,42 @@ class TaskSettings:
     """After the final evaluation, go on playing the final policy on fresh worlds until
     ``env_steps`` is spent (every episode lands in the run's episode ledger: Crafter's
     scoreboard protocol counts all episodes within the budget)."""
-    wall_s: float = 0.0
+    wall_s: float = field(
+        default=0.0,
+        metadata=check(min=0, expected="seconds ≥ 0 (0: no limit)", fix="e.g. wall_s = 1200"),
+    )
     """Wall-clock budget in seconds of the outer loop (0: none). When it runs out, work
     under way is cancelled, what finished is kept, and the final policy is evaluated
     (that evaluation comes on top of this budget)."""
+
+
+@dataclass
+class TrainingSettings:
+    """How each PPO training job of a learned sub-action runs (its budget, ``train_steps``
+    and ``train_envs``, is the task's: ``[task]``)."""
+
+    train_worlds: int = field(default=200, metadata=check(min=0, max=seeds.POOL_STRIDE))
+    """Worlds in a job's training pool (0: a fresh world every episode); see
+    :attr:`messages.train.TrainRequest.train_worlds`."""
+    checkpoint_every: int = field(default=4096, metadata=check(min=1))
+    """Decisions between a job's checkpoints: the most a learner's crash can cost."""
+    ppo: PPOSettings = field(
+        default_factory=PPOSettings,
+        metadata=check_fields(
+            n_steps=check(min=1),
+            batch_size=check(min=2),  # SB3 normalises advantages over the minibatch
+            n_epochs=check(min=1),
+            learning_rate=check(positive=True),
+            gamma=RATE,
+            gae_lambda=RATE,
+            clip_range=check(positive=True),
+            ent_coef=check(min=0.0),
+            net_arch=check(min=1),
+        ),
+    )
+    """[training.ppo]: PPO's hyperparameters, keys and defaults as in
+    :class:`messages.train.PPOSettings` (n_steps, batch_size, n_epochs, learning_rate,
+    gamma, gae_lambda, clip_range, ent_coef, net_arch)."""
 
 
 @dataclass
@@ -103,32 +148,36 @@ class MethodSettings(Settings):
     """[agents]: the backend playing the slow agent, fast agent and critic."""
     task: TaskSettings = field(default_factory=TaskSettings)
     """[task]: what the run solves and its budgets."""
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    """[training]: how each PPO training job runs."""
 
 
 def load(name: str, roles: Collection[str] | None = None) -> MethodSettings:
     """A run config by file or bare name, every section checked."""
     settings = config.load(name, MethodSettings, roles)
-    check(settings)
+    check_settings(settings)
     return settings
 
 
 def load_resolved(path: Path, roles: Collection[str] | None = None) -> MethodSettings:
     """The settings a run recorded in its ``config.json`` (for ``--resume``)."""
     settings = config.load_resolved(path, MethodSettings, roles)
-    check(settings)
+    check_settings(settings)
     return settings
 
 
-def check(s: MethodSettings) -> None:
-    """The method's cross-field checks."""
+def check_settings(s: MethodSettings) -> None:
+    """What the method's field checks cannot say: the seed table's range, the game's
+    targets and what the openai backend needs."""
     if s.run.seed not in seeds.RUN_SEEDS:
         raise ConfigError(
             s.source, "run.seed", f"an integer from 0 to {seeds.RUN_SEEDS.stop - 1}",
             repr(s.run.seed), "beyond that the training worlds would run into the evaluation "
             "worlds (see method/seeds.py)",
         )  # fmt: skip
-    _check_agents(s)
-    _check_task(s)
+    _check_target(s)
+    if s.agents.backend == "openai":
+        _check_openai(s)
 
 
 def check_runnable(s: MethodSettings) -> None:
@@ -146,22 +195,23 @@ def check_runnable(s: MethodSettings) -> None:
         )
 
 
-def _check_agents(s: MethodSettings) -> None:
-    f, a = s.source, s.agents
-    if a.backend not in BACKENDS:
-        close = difflib.get_close_matches(a.backend, BACKENDS, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else "use offline (no network) or openai"
-        raise ConfigError(f, "agents.backend", "offline or openai", repr(a.backend), hint)
-    if a.offline_first not in OFFLINE_FIRST:
+def _check_target(s: MethodSettings) -> None:
+    from crafter import constants
+
+    target = s.task.target
+    if target != ALL_ACHIEVEMENTS and target not in (*constants.items, *constants.achievements):
         raise ConfigError(
-            f,
-            "agents.offline_first",
-            " or ".join(OFFLINE_FIRST),
-            repr(a.offline_first),
-            'the default is "full"',
+            s.source,
+            "task.target",
+            "an item or achievement of the game",
+            repr(target),
+            f"e.g. diamond, wood_pickaxe, place_table (see crafter's data.yaml) or "
+            f"{ALL_ACHIEVEMENTS!r} for the curriculum of all 22",
         )
-    if a.backend != "openai":
-        return
+
+
+def _check_openai(s: MethodSettings) -> None:
+    f, a = s.source, s.agents
     for key, example in (("base_url", "http://localhost:8000/v1"), ("model", "gpt-4o-mini")):
         if not getattr(a, key):
             raise ConfigError(
@@ -187,46 +237,4 @@ def _check_agents(s: MethodSettings) -> None:
             f"{a.api_key_env!r} (not set)" if a.api_key_env else "none",
             f"export {a.api_key_env or 'OPENAI_API_KEY'}=... before running, or name another "
             "variable (a local server that ignores keys still needs one: any value)",
-        )
-    for key in ("timeout_s",):
-        if getattr(a, key) <= 0:
-            raise ConfigError(f, f"agents.{key}", "a positive number", repr(getattr(a, key)))
-    for key in ("max_retries", "token_budget"):
-        if getattr(a, key) < 0:
-            raise ConfigError(f, f"agents.{key}", "an integer ≥ 0", repr(getattr(a, key)))
-
-
-def _check_task(s: MethodSettings) -> None:
-    f, t = s.source, s.task
-    from crafter import constants
-
-    if t.target != ALL_ACHIEVEMENTS and t.target not in (*constants.items, *constants.achievements):
-        raise ConfigError(
-            f,
-            "task.target",
-            "an item or achievement of the game",
-            repr(t.target),
-            f"e.g. diamond, wood_pickaxe, place_table (see crafter's data.yaml) or "
-            f"{ALL_ACHIEVEMENTS!r} for the curriculum of all 22",
-        )
-    for key in ("success_target", "sub_target"):
-        value = getattr(t, key)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f, f"task.{key}", "a rate between 0 and 1", repr(value))
-    for key in ("iterations", "code_episodes", "eval_episodes", "train_steps", "train_envs"):
-        if getattr(t, key) < 1:
-            raise ConfigError(f, f"task.{key}", "an integer ≥ 1", repr(getattr(t, key)))
-    for key in ("revisions",):
-        if getattr(t, key) < 0:
-            raise ConfigError(f, f"task.{key}", "an integer ≥ 0", repr(getattr(t, key)))
-    if t.wall_s < 0:
-        raise ConfigError(
-            f, "task.wall_s", "seconds ≥ 0 (0: no limit)", repr(t.wall_s), "e.g. wall_s = 1200"
-        )
-    if t.env_steps < 1000 or t.episode_steps < 10:
-        raise ConfigError(
-            f,
-            "task.env_steps",
-            "≥ 1000 (and episode_steps ≥ 10)",
-            f"{t.env_steps}/{t.episode_steps}",
         )

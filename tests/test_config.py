@@ -1,0 +1,127 @@
+"""The run config: checks declared on the fields, the [training] section, and what reaches
+the training jobs the fast agent asks for."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from actors.fast import train_request
+from messages.plan import SubAction, WorkOn
+from messages.task import RLConfig, Subtask
+from messages.train import PPOSettings
+from method import settings
+from method.settings import MethodSettings
+from runtime.config import CHECK, FIELD_CHECKS, ConfigError
+
+
+def _load(tmp_path: Path, text: str) -> MethodSettings:
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return settings.load(str(path))
+
+
+def _refused(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, text)
+    message = str(caught.value)
+    assert str(tmp_path / "run.toml") in message
+    return message
+
+
+def _work(name: str = "collect_wood") -> WorkOn:
+    subtask = Subtask(name=name, goal={"wood": 1})
+    return WorkOn(subaction=SubAction(name=name, subtask=subtask, mode="rl"), train_steps=4096)
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        (
+            "[training]\ncheckpoint_every = 0\n",
+            "training.checkpoint_every: expected an integer ≥ 1, found 0. "
+            "set checkpoint_every to 1 or more (the default is 4096)",
+        ),
+        ("[training]\ntrain_worlds = 10001\n", "training.train_worlds: expected an integer from"),
+        ("[training.ppo]\ngamma = 1.5\n", "training.ppo.gamma: expected a rate between 0 and 1"),
+        ("[training.ppo]\nlearning_rate = 0\n", "training.ppo.learning_rate: expected a positive"),
+        ("[training.ppo]\nnet_arch = [64, 0]\n", "training.ppo.net_arch[1]: expected an integer"),
+        ("[agents]\nfast_capacity = 0\n", "agents.fast_capacity: expected an integer ≥ 1"),
+        ("[task]\neval_episodes = 1001\n", "task.eval_episodes: expected an integer from 1 to"),
+        ("[runtime]\nheartbeat_interval = -1.0\n", "the default is 1.0"),
+        ("[run]\ndriver = 'checkp'\n", "run.driver: expected rlgpt or checkup"),
+    ],
+)
+def test_a_field_check_names_the_file_the_key_and_the_fix(
+    tmp_path: Path, text: str, expect: str
+) -> None:
+    assert expect in _refused(tmp_path, text)
+
+
+def test_a_choice_check_suggests_the_closest_choice(tmp_path: Path) -> None:
+    assert "did you mean 'checkup'?" in _refused(tmp_path, "[run]\ndriver = 'checkp'\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("[training.ppo]\nn_step = 128\n", "training.ppo.n_step: expected a known key"),
+        ("[training.ppo]\nn_step = 128\n", "did you mean 'n_steps'?"),
+        ("[training]\ntrain_world = 50\n", "did you mean 'train_worlds'?"),
+    ],
+)
+def test_an_unknown_key_in_the_training_section_is_refused_with_a_suggestion(
+    tmp_path: Path, text: str, expect: str
+) -> None:
+    assert expect in _refused(tmp_path, text)
+
+
+def test_the_training_section_reaches_the_request_the_fast_agent_builds(tmp_path: Path) -> None:
+    s = _load(
+        tmp_path,
+        "[run]\nseed = 3\n[task]\ntrain_envs = 4\ncode_episodes = 7\n"
+        "[training]\ntrain_worlds = 50\ncheckpoint_every = 1024\n"
+        "[training.ppo]\nn_steps = 512\nlearning_rate = 1e-3\nnet_arch = [64, 64]\n",
+    )
+    config = RLConfig(subtask=Subtask(name="collect_wood"))
+    req = train_request(s, _work(), config, version=2)
+    assert req.ppo == PPOSettings(n_steps=512, learning_rate=1e-3, net_arch=[64, 64])
+    assert (req.train_worlds, req.checkpoint_every) == (50, 1024)
+    assert (req.n_envs, req.eval_episodes, req.seed, req.total_steps) == (4, 7, 5, 4096)
+    assert req.name == "collect_wood-it1-v2" and req.config == config
+
+
+def test_the_default_training_section_asks_for_the_jobs_runs_asked_for_before_it() -> None:
+    config = RLConfig(subtask=Subtask(name="collect_wood"))
+    req = train_request(MethodSettings(), _work(), config, version=1)
+    # The values actors/fast.py wrote literally before [training] existed: results stay.
+    assert req.ppo == PPOSettings(n_steps=256, batch_size=64)
+    assert (req.train_worlds, req.checkpoint_every) == (200, 4096)
+    for name in ("diamond.toml", "crafter.toml"):
+        assert settings.load(name).training == MethodSettings().training
+
+
+def test_every_default_passes_its_own_check() -> None:
+    def walk(cls: type, instance: object, checks: dict) -> None:
+        for f in dataclasses.fields(cls):
+            value = getattr(instance, f.name)
+            rule = f.metadata.get(CHECK) or checks.get(f.name)
+            for item in value if isinstance(value, list) else [value]:
+                assert rule is None or rule.passes(item), f"{cls.__name__}.{f.name} = {item!r}"
+            if dataclasses.is_dataclass(value):
+                walk(type(value), value, f.metadata.get(FIELD_CHECKS, {}))
+
+    defaults = MethodSettings()
+    walk(MethodSettings, defaults, {})
+    settings.check_settings(defaults)
+
+
+def test_a_resumed_run_reads_back_the_training_section_it_recorded(tmp_path: Path) -> None:
+    s = _load(tmp_path, "[training.ppo]\nn_epochs = 2\nnet_arch = [32]\n")
+    recorded = tmp_path / "config.json"
+    recorded.write_text(json.dumps({"source": s.source, **dataclasses.asdict(s)}))
+    again = settings.load_resolved(recorded)
+    assert again.training == s.training and again.training.ppo.n_epochs == 2
