@@ -52,6 +52,7 @@ from envs.skills import Skills, run_unsandboxed  # noqa: E402
 from knowledge import library, recipes  # noqa: E402
 from knowledge.revisions import Params, best_params, first_params, revise  # noqa: E402
 from knowledge.survival import survival_needs, survival_stages  # noqa: E402
+from messages.causes import POLICY_FINISHED, STEP_BUDGET, SUCCESS  # noqa: E402
 
 SEED_BASE = 50_000
 """Seeds SEED_BASE … SEED_BASE+N-1: never used while developing the skills."""
@@ -145,9 +146,9 @@ def staged(
                 record["cause"] = "success"
                 return
             if skills.steps() - start >= step.max_steps:
-                record["cause"] = "step_budget"
+                record["cause"] = STEP_BUDGET
                 return
-        record["cause"] = "success" if done(skills, step) else "policy_finished"
+        record["cause"] = SUCCESS if done(skills, step) else POLICY_FINISHED
 
     return policy
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from knowledge.recipes import Step
+from messages.causes import EPISODE_DONE, POLICY_FINISHED, STEP_BUDGET
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,7 +93,7 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
     """
     p = params
     replace = dataclasses.replace
-    if cause == "policy_finished":
+    if cause == POLICY_FINISHED:
         if not p.secure:
             return replace(p, secure=True), (
                 "policy_finished: a requirement was missing — now obtains the tools, "
@@ -110,7 +111,7 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
                 "policy_finished: still no target in reach — now tunnels through stone"
             )
         return None
-    if cause == "step_budget":
+    if cause == STEP_BUDGET:
         if not p.dig:
             return replace(p, dig=True), (
                 "step_budget: walking around mountains took too long — now tunnels "
@@ -126,7 +127,7 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
                 "step_budget: long skill calls kept going the wrong way — re-decides twice as often"
             )
         return None
-    if cause == "episode_done":
+    if cause == EPISODE_DONE:
         if not p.fight:
             return replace(p, fight=True), (
                 "episode_done: the player died — now fights zombies and skeletons that "

@@ -21,6 +21,7 @@ import types
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from messages.causes import STEP_BUDGET
 from sandbox.compiler import CompiledCode
 from sandbox.failures import Failure, SandboxError, clip, describe, format_agent_traceback
 from sandbox.guards import Runtime, make_globals
@@ -306,7 +307,7 @@ def run_policy(
                 break
             if steps >= max_steps:
                 failure = Failure(
-                    "step_budget",
+                    STEP_BUDGET,
                     f"still acting after the budget of {max_steps} steps",
                     _suspended_line(stepper._gen),
                 )
