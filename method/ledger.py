@@ -73,22 +73,33 @@ def append(run_dir: Path | None, lines: Iterable[Mapping[str, Any]]) -> None:
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's ledger lines (none without a ledger); a line that is not JSON raises
+    ValueError naming the file and line."""
     path = Path(run_dir) / LEDGER
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = []
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            lines.append(json.loads(text))
+        except ValueError as exc:
+            raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
+    return lines
 
 
 def tally(lines: Iterable[Mapping[str, Any]], kinds: Iterable[str] | None = None) -> dict:
     """Episodes, env steps and per-achievement episode counts over ``lines`` (of the
-    given ``kinds``, default all): ``{"episodes", "steps", "counts"}``."""
+    given ``kinds``, default all): ``{"episodes", "steps", "counts"}``. A line with
+    ``achievement_episodes`` is a training job's aggregate; any other is one episode."""
     wanted = set(kinds) if kinds is not None else None
     episodes, steps, counts = 0, 0, {}
     for line in lines:
         if wanted is not None and line["kind"] not in wanted:
             continue
         steps += int(line.get("steps", 0))
-        if line["kind"] == "train":
+        if "achievement_episodes" in line:
             episodes += int(line.get("episodes", 0))
             for name, n in line.get("achievement_episodes", {}).items():
                 counts[name] = counts.get(name, 0) + int(n)

@@ -1,10 +1,8 @@
-"""The Crafter benchmark: score formula, the run ledger, BENCHMARKS.md, and a tiny real run."""
+"""The Crafter benchmark: success rates, the run ledger, BENCHMARKS.md, and a tiny real run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import math
 import sys
 import tomllib
 from pathlib import Path
@@ -14,19 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import benchmarks.crafter_bench as bc  # noqa: E402
+from method import ledger  # noqa: E402
 
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "bench_crafter", ROOT / "benchmarks" / "bench_crafter.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_crafter"] = module  # the worker pool pickles functions by module
-    spec.loader.exec_module(module)
-    return module
-
-
-bc = _load()
 A = bc.ACHIEVEMENTS
+
+
+def crafter_score(rates_percent: dict) -> float:
+    """The one Crafter score (``method.ledger``, rates as fractions) of rates in percent."""
+    return ledger.crafter_score({a: r / 100.0 for a, r in rates_percent.items()}, A)
 
 
 def test_achievements_are_crafters_22():
@@ -36,30 +30,7 @@ def test_achievements_are_crafters_22():
     assert set(A) == set(constants.achievements)
 
 
-# ---------------------------------------------------------------------- the score
-
-
-def test_score_all_zero_is_zero():
-    assert bc.crafter_score({a: 0.0 for a in A}) == 0.0
-    assert bc.crafter_score({}) == 0.0  # missing achievements count 0
-
-
-def test_score_all_hundred_is_hundred():
-    assert bc.crafter_score({a: 100.0 for a in A}) == pytest.approx(100.0)
-
-
-def test_score_mixed_by_hand():
-    # Half the achievements at 99 %, half at 0 %: exp((ln 100 + ln 1) / 2) - 1 = 10 - 1 = 9.
-    rates = {a: (99.0 if i % 2 else 0.0) for i, a in enumerate(A)}
-    assert bc.crafter_score(rates) == pytest.approx(9.0)
-    # One achievement at 100 %, the rest 0: exp(ln(101) / 22) - 1.
-    one = {a: 0.0 for a in A} | {"collect_wood": 100.0}
-    assert bc.crafter_score(one) == pytest.approx(math.exp(math.log(101) / 22) - 1)
-    assert bc.crafter_score(one) == pytest.approx(
-        0.2334, abs=1e-4
-    )  # ln 101 = 4.6151; /22 = 0.20978
-    # A geometric mean: below the arithmetic mean of the rates (4.55 %).
-    assert bc.crafter_score(one) < 100 / 22
+# ---------------------------------------------------------------------- success rates
 
 
 def test_success_rates_count_episodes_not_unlocks():
@@ -135,7 +106,7 @@ def test_ledger_reader_on_a_synthetic_run(tmp_path, train):
     assert final["episodes"] == 2
     assert final["rates"]["collect_diamond"] == 50.0 and final["diamond"] == 50.0
     assert final["rates"]["collect_wood"] == 50.0 and final["rates"]["eat_cow"] == 0.0
-    assert final["score"] == pytest.approx(bc.crafter_score(final["rates"]))
+    assert final["score"] == pytest.approx(crafter_score(final["rates"]))
     assert r["env_steps"] == 1500 and r["wall_s"] == 12.5 and r["final_success"] == 0.5
     assert r["episode_kinds"] == {"code": 1, "train": 2, "final": 2}
     assert r["seeds"]["final"] == [100, 101]
@@ -176,7 +147,7 @@ def test_ledger_reader_needs_the_summary(tmp_path):
 def _fake_report() -> dict:
     def result(score_rate: float) -> dict:
         rates = {a: 0.0 for a in A} | {"collect_wood": score_rate}
-        s = {"episodes": 3, "steps": 900, "rates": rates, "score": bc.crafter_score(rates)}
+        s = {"episodes": 3, "steps": 900, "rates": rates, "score": crafter_score(rates)}
         return {
             "scoreboard": s | {"diamond": 0.0},
             "final": s | {"diamond": 0.0},
