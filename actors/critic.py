@@ -16,6 +16,7 @@ from typing import Any
 from messages import Envelope
 from messages.plan import Critique, Review
 from messages.rollout import EpisodeReport, Glimpse
+from method.agents import Agents
 from runtime.actor import Actor, handles
 from runtime.events import log
 
@@ -154,7 +155,7 @@ class CriticActor(Actor):
 
     role = "critic"
 
-    def __init__(self, *, agents: Any, **kwargs: Any) -> None:
+    def __init__(self, *, agents: Agents, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.agents = agents
         """The run's :class:`method.agents.Agents`: backend, journal, budget."""
