@@ -11,16 +11,17 @@ agent, so nobody waits on the critic for more than their own review.
 from __future__ import annotations
 
 import collections
-from typing import Any, get_args
+from typing import Any
 
+from llm.contracts import VERDICTS
 from messages import Envelope
 from messages.causes import EPISODE_DONE, INTERRUPTED, STEP_BUDGET, SUCCESS, TIMEOUT, not_reached
-from messages.plan import Critique, Review, Verdict
+from messages.plan import Critique, Review
 from messages.rollout import EpisodeReport, Glimpse
+from method.agents import Agents
 from runtime.actor import Actor, handles
 from runtime.events import log
 
-VERDICTS: tuple[str, ...] = get_args(Verdict)
 """The verdicts a backend may give; any other reply reads as ``revise``."""
 
 ENDINGS = frozenset({EPISODE_DONE, STEP_BUDGET, TIMEOUT})
@@ -155,7 +156,7 @@ class CriticActor(Actor):
 
     role = "critic"
 
-    def __init__(self, *, agents: Any, **kwargs: Any) -> None:
+    def __init__(self, *, agents: Agents, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.agents = agents
         """The run's :class:`method.agents.Agents`: backend, journal, budget."""

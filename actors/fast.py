@@ -24,7 +24,8 @@ from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from messages.task import CodedAction, RLConfig, Stage
 from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
-from method.agents import AgentCallFailed
+from method.agents import AgentCallFailed, Agents
+from method.settings import MethodSettings
 from method.split import rollout_split
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
@@ -67,7 +68,9 @@ def critique_dict(c: Critique | None) -> dict[str, Any] | None:
     }
 
 
-def train_request(settings: Any, work: WorkOn, config: RLConfig, version: int) -> TrainRequest:
+def train_request(
+    settings: MethodSettings, work: WorkOn, config: RLConfig, version: int
+) -> TrainRequest:
     """The training job of one version of a sub-action's RL config: its budget from
     ``[task]``, PPO and the job's other numbers from ``[training]``."""
     task, training = settings.task, settings.training
@@ -96,10 +99,16 @@ def _trimmed(result: RolloutResult) -> RolloutResult:
 
 @dataclasses.dataclass
 class _Best:
+    """The best version of a sub-action measured so far in one mode."""
+
     rate: float = -1.0
+    """Its success rate on the evaluation worlds (-1: no version succeeded yet)."""
     stage: Stage | None = None
+    """The version itself, None until one succeeded."""
     mode: str = "code"
+    """``code`` or ``rl``: which inner loop it came from."""
     task_rate: float = 0.0
+    """The success rate of the whole composed episode it was measured in."""
 
     def offer(self, result: RolloutResult, name: str, stage: Stage) -> None:
         rate, _ = result.stage_rate(name)
@@ -108,19 +117,58 @@ class _Best:
             self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
 
 
+@dataclasses.dataclass
+class _InnerLoop:
+    """What the inner loop over one :class:`WorkOn` did so far: its outcome's figures."""
+
+    versions: int = 0
+    """Code versions or RL configs written."""
+    code_steps: int = 0
+    """World steps of the evaluation episodes."""
+    train_steps: int = 0
+    """World steps of PPO training, its held-out evaluation included."""
+    critiques: list[Critique] = dataclasses.field(default_factory=list)
+    """The critique of every version, in order."""
+    exhausted: bool = False
+    """The backend answered a revision with the code unchanged: it has nothing better."""
+    coded: _Best = dataclasses.field(default_factory=lambda: _Best(mode="code"))
+    """The best coded version."""
+    learned: _Best = dataclasses.field(default_factory=lambda: _Best(mode="rl"))
+    """The best learned version."""
+
+    def best(self, mode: str) -> _Best:
+        """The best version in ``mode`` (``code`` or ``rl``)."""
+        return self.coded if mode == "code" else self.learned
+
+
+@dataclasses.dataclass(frozen=True)
+class _LastVersion:
+    """A sub-action's last coded version and its critique: where a redo goes on from."""
+
+    previous: dict[str, Any]
+    """The version as the backend's next request shows it (code, note, params)."""
+    critique: Critique
+    """What the critic said of it."""
+    version: int
+    """Its version number (a redo numbers on from it)."""
+
+
 class FastAgent(Actor):
     """Role ``fast``: answers :class:`WorkOn` with a :class:`SubActionOutcome`."""
 
     role = "fast"
 
-    def __init__(self, *, agents: Any, settings: Any, environments: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *, agents: Agents, settings: MethodSettings, environments: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.agents = agents
+        """The run's backend, journal and token budget."""
         self.settings = settings
-        """The run's Settings (task budgets, seed, training jobs)."""
+        """The run's settings (task budgets, seed, training jobs)."""
         self.environments = max(1, environments)
         """Environment actors to spread an evaluation over."""
-        self.memory: dict[str, dict[str, Any]] = {}
+        self.memory: dict[str, _LastVersion] = {}
         """Sub-action → its last coded version and critique (a redo goes on from it)."""
 
     @handles(TrainProgress)
@@ -137,18 +185,17 @@ class FastAgent(Actor):
             iteration=work.iteration,
             hint=work.hint[:200],
         )
-        state = {"versions": 0, "code_steps": 0, "train_steps": 0, "critiques": []}
-        best = {"code": _Best(mode="code"), "rl": _Best(mode="rl")}
+        loop = _InnerLoop()
         try:
             if sub.mode == "code":
-                await self._code_loop(work, state, best["code"])
+                await self._code_loop(work, loop)
             else:
-                await self._rl_loop(work, state, best["rl"])
+                await self._rl_loop(work, loop)
         except AgentCallFailed as exc:
             log.error("subaction_failed", subaction=sub.name, cause=exc.cause, detail=exc.detail)
-        chosen = best[sub.mode]
+        chosen = loop.best(sub.mode)
         if chosen.stage is None:
-            other = best["code" if sub.mode == "rl" else "rl"]
+            other = loop.best("code" if sub.mode == "rl" else "rl")
             chosen = other if other.stage is not None else chosen
         stage = chosen.stage or Stage(subtask=sub.subtask, code="")
         outcome = SubActionOutcome(
@@ -157,14 +204,14 @@ class FastAgent(Actor):
             success_rate=max(chosen.rate, 0.0),
             accepted=chosen.rate >= sub.target,
             stage=stage,
-            versions=state["versions"],
-            code_steps=state["code_steps"],
-            train_steps=state["train_steps"],
-            critiques=state["critiques"],
-            coded_rate=best["code"].rate,
-            learned_rate=best["rl"].rate,
+            versions=loop.versions,
+            code_steps=loop.code_steps,
+            train_steps=loop.train_steps,
+            critiques=loop.critiques,
+            coded_rate=loop.coded.rate,
+            learned_rate=loop.learned.rate,
             task_rate=chosen.task_rate,
-            exhausted=state.get("exhausted", False),
+            exhausted=loop.exhausted,
         )
         log.info(
             "subaction_finished",
@@ -178,7 +225,7 @@ class FastAgent(Actor):
 
     # ------------------------------------------------------------------ code
 
-    async def _code_loop(self, work: WorkOn, state: dict, best: _Best) -> None:
+    async def _code_loop(self, work: WorkOn, loop: _InnerLoop) -> None:
         sub = work.subaction
         previous: dict[str, Any] | None = None
         critique: Critique | None = None
@@ -186,7 +233,7 @@ class FastAgent(Actor):
         memo = self.memory.get(sub.name) if work.hint else None
         if memo is not None:
             # A redo goes on from the last version and its critique, not from scratch.
-            previous, critique, start = memo["previous"], memo["critique"], memo["version"] + 1
+            previous, critique, start = memo.previous, memo.critique, memo.version + 1
         for i in range(work.revisions + 1):
             version = start + i
             request = {
@@ -198,10 +245,10 @@ class FastAgent(Actor):
             reply = await self.agents.call("fast", "code", request)
             if previous is not None and reply.get("unchanged"):
                 log.info("code_unchanged", subaction=sub.name, reason=reply.get("note", ""))
-                state["exhausted"] = True
+                loop.exhausted = True
                 break
             code = reply["code"]
-            state["versions"] += 1
+            loop.versions += 1
             log.info(
                 "code_written",
                 subaction=sub.name,
@@ -214,15 +261,15 @@ class FastAgent(Actor):
             self._save(f"code/{sub.name}-it{work.iteration}-v{version}.py", code)
             stage = Stage(subtask=sub.subtask, code=code)
             left = work.revisions - i
-            critique = await self._measure(work, version, left, stage, state, best, code=code)
+            critique = await self._measure(work, version, left, stage, loop, code=code)
             previous = {"code": code, "note": reply.get("note", ""), "params": reply.get("params")}
-            self.memory[sub.name] = {"previous": previous, "critique": critique, "version": version}
+            self.memory[sub.name] = _LastVersion(previous, critique, version)
             if critique.verdict != "revise":
                 break
 
     # ------------------------------------------------------------------ RL
 
-    async def _rl_loop(self, work: WorkOn, state: dict, best: _Best) -> None:
+    async def _rl_loop(self, work: WorkOn, loop: _InnerLoop) -> None:
         from knowledge.options import OPTION_NAMES, option, options_for
 
         sub = work.subaction
@@ -264,7 +311,7 @@ class FastAgent(Actor):
                 reward_code=reply.get("reward_code", ""),
                 setup_code=compose_setup(work.setup or work.before),
             )
-            state["versions"] += 1
+            loop.versions += 1
             log.info(
                 "rl_config_written",
                 subaction=sub.name,
@@ -283,9 +330,8 @@ class FastAgent(Actor):
                 log.error(
                     "training_failed", subaction=sub.name, version=version, detail=str(exc)[-500:]
                 )
-                state["failed"] = f"training failed: {str(exc)[-300:]}"
                 break
-            state["train_steps"] += train.primitive_steps + train.eval_primitive_steps
+            loop.train_steps += train.primitive_steps + train.eval_primitive_steps
             policy = store_artifact(self.run_dir, train)
             stage = Stage(
                 subtask=sub.subtask,
@@ -294,7 +340,7 @@ class FastAgent(Actor):
                 config=config,
             )
             left = work.revisions + 1 - version
-            critique = await self._measure(work, version, left, stage, state, best, train=train)
+            critique = await self._measure(work, version, left, stage, loop, train=train)
             if critique.verdict != "revise":
                 break
             previous = {"config": reply, "held_out_success": train.eval_success_rate}
@@ -373,26 +419,26 @@ class FastAgent(Actor):
         version: int,
         left: int,
         stage: Stage,
-        state: dict,
-        best: _Best,
+        loop: _InnerLoop,
         code: str = "",
         train: TrainResult | None = None,
     ) -> Critique:
         """Evaluate one version, keep it if it is the best so far, and get its critique."""
         result = await self._evaluate(work, stage)
-        state["code_steps"] += result.steps
-        best.offer(result, work.subaction.name, stage)
+        loop.code_steps += result.steps
+        mode = "rl" if stage.policy_path else "code"
+        loop.best(mode).offer(result, work.subaction.name, stage)
         review = Review(
             subaction=work.subaction,
             version=version,
-            mode="rl" if stage.policy_path else "code",
+            mode=mode,
             result=result,
             revisions_left=left,
             code=code,
             train=train,
         )
         critique: Critique = await self.ask("@critic", review)
-        state["critiques"].append(critique)
+        loop.critiques.append(critique)
         return critique
 
     def _save(self, relative: str, text: str) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import trio
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 from envs.artifacts import sha256_of
 from envs.held_out import held_out
@@ -135,7 +135,19 @@ class LearnerActor(Actor):
                 )  # fmt: skip
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
-            callback = Progress(self, req, asker, stop, folder, attempts, resumed_from)
+            counter = EpisodeCounter()
+            # In this order: the counts first (the report reads them), the stop last (it
+            # sees a stop the report set in the same step).
+            callback = CallbackList(
+                [
+                    counter,
+                    SaveCheckpoints(
+                        folder, attempts, self.actor_id, req.checkpoint_every, resumed_from
+                    ),
+                    ReportProgress(self, req, asker, counter, attempts, stop, resumed_from),
+                    StopOnCancel(stop),
+                ]
+            )
             remaining = max(0, req.total_steps - resumed_from)
             learn_started = time.monotonic()
             if remaining:
@@ -154,7 +166,7 @@ class LearnerActor(Actor):
                 policy_path=str(policy),
                 sha256=digest,
                 steps=int(model.num_timesteps),
-                primitive_steps=callback.primitive_steps,
+                primitive_steps=counter.primitive_steps,
                 eval_success_rate=success,
                 eval_episodes=req.eval_episodes,
                 eval_primitive_steps=eval_steps,
@@ -166,8 +178,8 @@ class LearnerActor(Actor):
                 device=str(model.device),
                 actor_id=self.actor_id,
                 policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
-                episodes=callback.episodes,
-                achievement_episodes=dict(sorted(callback.achievement_episodes.items())),
+                episodes=counter.episodes,
+                achievement_episodes=dict(sorted(counter.achievement_episodes.items())),
             )
         finally:
             vec.close()
@@ -255,41 +267,33 @@ def _append(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-class Progress(BaseCallback):
-    """SB3 callback: counts world steps and episodes, checkpoints, reports progress,
-    and stops training when the job is cancelled."""
+# ---------------------------------------------------------------------- SB3 callbacks
+# One concern each; LearnerActor.train chains them in a CallbackList.
 
-    def __init__(
-        self,
-        actor: LearnerActor,
-        req: TrainRequest,
-        asker: str,
-        stop: threading.Event,
-        folder: Path,
-        attempts: Path,
-        resumed_from: int,
-    ) -> None:
+
+def _record_reached(attempts: Path, actor_id: str, steps: int) -> None:
+    """How far this attempt got: if it dies, the next one reports what was lost."""
+    _append(attempts, {"actor": actor_id, "reached": steps})
+
+
+class EpisodeCounter(BaseCallback):
+    """Counts the world steps and finished episodes of training, the episodes each
+    achievement was unlocked in, and keeps the last returns and successes."""
+
+    def __init__(self) -> None:
         super().__init__()
-        self.actor, self.req, self.asker, self.stop = actor, req, asker, stop
-        self.folder, self.attempts = folder, attempts
-        self.last_checkpoint = resumed_from
         self.primitive_steps = 0
+        """World steps (a coded action's decision takes several)."""
         self.episodes = 0
+        """Training episodes finished."""
         self.achievement_episodes: dict[str, int] = {}
+        """Achievement → finished episodes that unlocked it."""
         self._unlocked: dict[int, set[str]] = {}
         """Env index → achievements unlocked in its episode under way."""
         self.successes: list[float] = []
+        """1.0 or 0.0 for each of the last :data:`PROGRESS_WINDOW` episodes."""
         self.returns: list[float] = []
-        self.losses: dict[str, float] = {}
-        self.last_report = time.monotonic()
-        self.last_steps = resumed_from
-
-    def _on_rollout_start(self) -> None:
-        # Losses of the update that just ran (SB3 records them during train()).
-        values = self.model.logger.name_to_value
-        self.losses = {
-            k.split("/", 1)[1]: float(v) for k, v in values.items() if k.startswith("train/")
-        }
+        """Returns of the last :data:`PROGRESS_WINDOW` episodes."""
 
     def _on_step(self) -> bool:
         for index, info in enumerate(self.locals.get("infos", ())):
@@ -305,13 +309,24 @@ class Progress(BaseCallback):
                 self.returns = (self.returns + [float(episode["r"])])[-PROGRESS_WINDOW:]
                 won = float(bool(info.get("is_success")))
                 self.successes = (self.successes + [won])[-PROGRESS_WINDOW:]
+        return True
+
+
+class SaveCheckpoints(BaseCallback):
+    """Saves the model every ``every`` decisions as ``ckpt-<steps>.zip`` in ``folder``,
+    keeping only the newest, and records how far the attempt got."""
+
+    def __init__(self, folder: Path, attempts: Path, actor_id: str, every: int, since: int):
+        super().__init__()
+        self.folder, self.attempts, self.actor_id, self.every = folder, attempts, actor_id, every
+        self.last_checkpoint = since
+        """Decisions at the newest checkpoint (the one resumed from, at first)."""
+
+    def _on_step(self) -> bool:
         steps = int(self.num_timesteps)
-        if steps - self.last_checkpoint >= self.req.checkpoint_every:
+        if steps - self.last_checkpoint >= self.every:
             self._checkpoint(steps)
-        now = time.monotonic()
-        if now - self.last_report >= self.req.progress_every_s:
-            self._report(steps, now)
-        return not self.stop.is_set()
+        return True
 
     def _checkpoint(self, steps: int) -> None:
         path = self.folder / f"ckpt-{steps}.zip"
@@ -322,23 +337,62 @@ class Progress(BaseCallback):
             if old != path and ".part" not in old.name:
                 old.unlink(missing_ok=True)
         self.last_checkpoint = steps
-        _append(self.attempts, {"actor": self.actor.actor_id, "reached": steps})
+        _record_reached(self.attempts, self.actor_id, steps)
+
+
+class ReportProgress(BaseCallback):
+    """Every ``req.progress_every_s`` seconds, tells the asker a :class:`TrainProgress`
+    (from ``counter`` and the last update's losses), records how far the attempt got and
+    logs it; sets ``stop`` when the head's trio run is gone."""
+
+    def __init__(
+        self,
+        actor: LearnerActor,
+        req: TrainRequest,
+        asker: str,
+        counter: EpisodeCounter,
+        attempts: Path,
+        stop: threading.Event,
+        since: int,
+    ) -> None:
+        super().__init__()
+        self.actor, self.req, self.asker, self.counter = actor, req, asker, counter
+        self.attempts, self.stop = attempts, stop
+        self.losses: dict[str, float] = {}
+        """The last update's losses, by SB3's name without the ``train/`` prefix."""
+        self.last_report = time.monotonic()
+        """When the last report went (the start, at first)."""
+        self.last_steps = since
+        """Decisions at the last report (the speed is measured from there)."""
+
+    def _on_rollout_start(self) -> None:
+        # Losses of the update that just ran (SB3 records them during train()).
+        values = self.model.logger.name_to_value
+        self.losses = {
+            k.split("/", 1)[1]: float(v) for k, v in values.items() if k.startswith("train/")
+        }
+
+    def _on_step(self) -> bool:
+        now = time.monotonic()
+        if now - self.last_report >= self.req.progress_every_s:
+            self._report(int(self.num_timesteps), now)
+        return True
 
     def _report(self, steps: int, now: float) -> None:
         rate = (steps - self.last_steps) / max(now - self.last_report, 1e-9)
         self.last_report, self.last_steps = now, steps
+        counter = self.counter
         progress = TrainProgress(
             name=self.req.name,
             steps=steps,
-            primitive_steps=self.primitive_steps,
+            primitive_steps=counter.primitive_steps,
             steps_per_s=round(rate, 1),
-            episodes=self.episodes,
-            success_rate=float(np.mean(self.successes)) if self.successes else 0.0,
-            mean_reward=float(np.mean(self.returns)) if self.returns else 0.0,
+            episodes=counter.episodes,
+            success_rate=float(np.mean(counter.successes)) if counter.successes else 0.0,
+            mean_reward=float(np.mean(counter.returns)) if counter.returns else 0.0,
             losses=self.losses,
         )
-        # How far this attempt got: if it dies, the next one reports what was lost.
-        _append(self.attempts, {"actor": self.actor.actor_id, "reached": steps})
+        _record_reached(self.attempts, self.actor.actor_id, steps)
         try:
             trio.from_thread.run_sync(self.actor.tell, self.asker, progress)
         except trio.RunFinishedError:
@@ -350,3 +404,15 @@ class Progress(BaseCallback):
             steps_per_s=progress.steps_per_s,
             success_rate=round(progress.success_rate, 3),
         )
+
+
+class StopOnCancel(BaseCallback):
+    """Stops training at the next step once ``stop`` is set (the job was cancelled, its
+    asker is gone, or the learner is shutting down)."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        super().__init__()
+        self.stop = stop
+
+    def _on_step(self) -> bool:
+        return not self.stop.is_set()

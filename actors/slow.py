@@ -23,8 +23,8 @@ from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, 
 from messages.rollout import RolloutRequest
 from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
-from method.agents import AgentCallFailed
-from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S
+from method.agents import AgentCallFailed, Agents
+from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
 from runtime.actor import Actor, handles
 from runtime.events import log
@@ -39,14 +39,20 @@ class SlowAgent(Actor):
 
     role = "slow"
 
-    def __init__(self, *, agents: Any, settings: Any, environments: int, **kwargs: Any) -> None:
+    def __init__(
+        self, *, agents: Agents, settings: MethodSettings, environments: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.agents = agents
+        """The run's backend, journal and token budget."""
         self.settings = settings
+        """The run's settings (task budgets, seed)."""
         self.environments = max(1, environments)
+        """Environment actors to spread an evaluation over."""
         self.critiques: list[Critique] = []
         """Every critique the critic streamed, in arrival order."""
         self._need_list: list[Need] = []
+        """The survival needs of the current plan, served in every composed episode."""
 
     @handles(Critique)
     def on_critique(self, critique: Critique, env: Envelope) -> None:
@@ -67,7 +73,7 @@ class SlowAgent(Actor):
         outcomes: dict[str, list[SubActionOutcome]] = {}
         history: list[dict[str, float]] = []
         stop_reason = "iterations"
-        spent = {"code": 0, "train": 0}
+        spent = _Spent()
         try:
             reply = await self.agents.call(
                 "slow",
@@ -111,7 +117,7 @@ class SlowAgent(Actor):
             last = plan.subactions[-1].name
             task_rate = self._task_rate(outcomes.get(last, []))
             history.append({**rates, "task": task_rate})
-            used = spent["code"] + spent["train"]
+            used = spent.total
             log.info(
                 "iteration_finished",
                 iteration=iteration,
@@ -156,7 +162,7 @@ class SlowAgent(Actor):
         outcomes: dict[str, list[SubActionOutcome]],
         redo: dict[str, str],
         iteration: int,
-        spent: dict[str, int],
+        spent: _Spent,
     ) -> None:
         """One pass of the inner loops over every sub-action that still needs work."""
 
@@ -190,8 +196,7 @@ class SlowAgent(Actor):
                     )
                     outcome: SubActionOutcome = await self.ask("@fast", work)
                     outcomes.setdefault(sub.name, []).append(outcome)
-                    spent["code"] += outcome.code_steps
-                    spent["train"] += outcome.train_steps
+                    spent.add(outcome)
             finally:
                 done[sub.name].set()
 
@@ -287,7 +292,7 @@ class SlowAgent(Actor):
         outcomes: dict[str, list[SubActionOutcome]],
         history: list[dict[str, float]],
         stop_reason: str,
-        spent: dict[str, int],
+        spent: _Spent,
     ) -> TaskReport:
         stages = [
             self._chosen(outcomes[s.name]).stage
@@ -342,7 +347,7 @@ class SlowAgent(Actor):
                 steps=eval_steps,
             )
             if self.settings.task.play_to_budget:
-                used = spent["code"] + spent["train"] + eval_steps
+                used = spent.total + eval_steps
                 mean = eval_steps / max(1, len(result.episodes))
                 # One episode's worth is kept for the report's video (re-played after).
                 longest = max((e.steps for e in result.episodes), default=0)
@@ -354,8 +359,8 @@ class SlowAgent(Actor):
             final_episodes=len(task.eval_seeds),
             history=history,
             stop_reason=stop_reason,
-            code_steps=spent["code"],
-            train_steps=spent["train"],
+            code_steps=spent.code,
+            train_steps=spent.train,
             eval_steps=eval_steps,
             stages=stages,
             needs=needs,
@@ -493,6 +498,26 @@ class SlowAgent(Actor):
     @staticmethod
     def _task_rate(outs: list[SubActionOutcome]) -> float:
         return max((o.task_rate for o in outs), default=0.0)
+
+
+@dataclasses.dataclass
+class _Spent:
+    """World steps the inner loops spent so far, against the task's ``env_steps``."""
+
+    code: int = 0
+    """Steps of the evaluation episodes of every version."""
+    train: int = 0
+    """Steps of PPO training, its held-out evaluation included."""
+
+    @property
+    def total(self) -> int:
+        """Every step spent so far."""
+        return self.code + self.train
+
+    def add(self, outcome: SubActionOutcome) -> None:
+        """Count what one inner loop spent."""
+        self.code += outcome.code_steps
+        self.train += outcome.train_steps
 
 
 def _stalled(outs: list[SubActionOutcome]) -> bool:

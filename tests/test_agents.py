@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from conftest import ROOT
+from helpers import ROOT
 
 from actors.critic import statistics
 from envs.crafter_world import CrafterWorld

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 RUN = [sys.executable, str(ROOT / "run.py")]
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_settings, run_head_with
+from helpers import make_settings, run_head_with
 from PIL import Image
 
 from actors.environment import frames_npz

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import trio
-from conftest import make_settings, run_head_with
+from helpers import make_settings, run_head_with
 
 from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 from messages.rollout import RolloutRequest, RolloutResult

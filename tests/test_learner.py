@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import trio
-from conftest import ROOT, make_settings, run_head_with
+from helpers import ROOT, make_settings, run_head_with
 
 from actors.learner import random_success
 from envs.artifacts import sha256_of, store_artifact

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT
+from helpers import ROOT
 
 RUN = [sys.executable, str(ROOT / "run.py")]
 

@@ -10,7 +10,14 @@ from collections import Counter
 from pathlib import Path
 
 import trio
-from conftest import ROOT, make_settings, run_head_with
+from helpers import (
+    ROOT,
+    make_settings,
+    read_events,
+    run_head_with,
+    wait_until,
+    wait_until_blocking,
+)
 
 from messages.control import Failure, Probe, ProbeReply
 from runtime.actor import RemoteFailure
@@ -69,8 +76,12 @@ def test_kill_9_mid_job_restarts_the_actor_and_the_job_completes(tmp_path: Path)
         async with trio.open_nursery() as nursery:
             for seq in range(4):
                 nursery.start_soon(one, seq)
-            await trio.sleep(0.5)  # both actors are now holding a job
-            busy = [a for a in head.broker.status().actors if a.role == "probe" and a.inflight]
+
+            def both_holding() -> list:
+                busy = [a for a in head.broker.status().actors if a.role == "probe" and a.inflight]
+                return busy if len(busy) == 2 else []
+
+            busy = await wait_until(both_holding, timeout=10, what="both actors holding a job")
             assert busy, "no actor was working"
             os.kill(busy[0].pid, signal.SIGKILL)
             killed.append(busy[0].actor_id)
@@ -168,20 +179,22 @@ def test_queued_job_goes_to_an_actor_attached_over_curve_and_a_wrong_key_is_refu
                 seen["reply"] = await head.client.ask("@probe", Probe(seq=42), timeout=60)
 
             nursery.start_soon(ask)
-            await trio.sleep(0.2)
-            assert head.broker.status().queued == {"@probe": 1}  # waiting, not lost
+            queued = await wait_until(
+                lambda: head.broker.status().queued, timeout=10, what="the ask queued"
+            )
+            assert queued == {"@probe": 1}  # waiting, not lost
             impostor = await attach(head, wrong)
-            with trio.fail_after(30):
-                while not _events_named(head.run_dir, "peer_refused"):
-                    await trio.sleep(0.1)
+            await wait_until(
+                lambda: _events_named(head.run_dir, "peer_refused"),
+                timeout=30,
+                what="the impostor refused",
+            )
             seen["registered_while_impostor"] = len(head.broker.peers)
             with trio.fail_after(30):
                 seen["impostor_exit"] = await impostor.wait()  # it gives up by itself
             friend = await attach(head, keys)
             try:
-                with trio.fail_after(60):
-                    while "reply" not in seen:
-                        await trio.sleep(0.05)
+                await wait_until(lambda: "reply" in seen, timeout=60, what="the queued reply")
             finally:
                 friend.terminate()
                 await friend.wait()
@@ -224,15 +237,13 @@ def _start_head(tmp_path: Path, count: int) -> tuple[subprocess.Popen, Path]:
 
 
 def _wait_for_event(runs: Path, name: str, timeout: float = 60) -> Path:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def run_dir() -> Path | None:
         for events in runs.glob("*/events.jsonl"):
             if f'"event":"{name}"' in events.read_text():
                 return events.parent
-        time.sleep(0.1)
-    raise AssertionError(f"no {name} event within {timeout} s")
+        return None
+
+    return wait_until_blocking(run_dir, timeout=timeout, what=f"a {name} event")
 
 
 def test_sigterm_to_the_head_leaves_no_child_process_and_no_ipc_file(tmp_path: Path) -> None:
@@ -242,8 +253,6 @@ def test_sigterm_to_the_head_leaves_no_child_process_and_no_ipc_file(tmp_path: P
         head, runs = _start_head(case, count=3)
         try:
             run_dir = _wait_for_event(runs, "actors_ready")
-            from conftest import read_events
-
             pids = [e["pid"] for e in read_events(run_dir) if e["event"] == "actor_process_started"]
             ipc = next(e["endpoint"] for e in read_events(run_dir) if e["event"] == "run_started")
             assert len(pids) == 3 and all(_alive(p) for p in pids)
@@ -266,9 +275,9 @@ def test_an_abandoned_ask_cancels_its_job_queued_or_running(tmp_path: Path) -> N
         async with trio.open_nursery() as nursery:
             # The first holds the only actor for 30 s; the second waits in the queue.
             nursery.start_soon(_expect_timeout, head, 1, seen, 1.0)
-            with trio.fail_after(5):
-                while not head.broker.status().actors[-1].inflight:
-                    await trio.sleep(0.01)
+            await wait_until(
+                lambda: head.broker.status().actors[-1].inflight, timeout=5, what="job 1 running"
+            )
             nursery.start_soon(_expect_timeout, head, 2, seen, 0.3)
         started = trio.current_time()
         reply = await head.client.ask("@probe", Probe(seq=3), timeout=10)

@@ -1,0 +1,78 @@
+"""Shared test helpers: run a real head (broker, supervisor, actor processes) in-process,
+read what it logged, and wait for a condition with a deadline instead of a bare sleep.
+
+Test modules import these by name (``from helpers import ...``); ``conftest.py`` keeps
+only what pytest itself needs (the import path, the test hooks, fixtures)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+
+from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings
+from runtime.head import Head, new_run_dir, run_head
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository root (``run.py``, ``configs/``)."""
+
+POLL_S = 0.05
+"""How often a wait re-checks its condition: short next to the seconds a process takes to
+start or a job to run, long enough not to busy the two cores the tests share."""
+
+T = TypeVar("T")
+
+
+def make_settings(tmp_path: Path, actors: dict[str, ActorSettings] | None = None, **runtime):
+    fast = {"heartbeat_interval": 0.2, "heartbeat_timeout": 2.0, "shutdown_grace": 3.0}
+    return Settings(
+        run=RunSettings(name="test", runs_dir=str(tmp_path / "runs")),
+        runtime=RuntimeSettings(**{**fast, **runtime}),
+        actors=actors if actors is not None else {},
+        source="<test>",
+    )
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    path = run_dir / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class HeadRun:
+    def __init__(self, code: int, run_dir: Path, report: dict | None) -> None:
+        self.code, self.run_dir, self.report = code, run_dir, report
+
+    @property
+    def events(self) -> list[dict]:
+        return read_events(self.run_dir)
+
+    def named(self, name: str) -> list[dict]:
+        return [e for e in self.events if e.get("event") == name]
+
+
+def run_head_with(settings: Settings, driver: Callable[[Head], Awaitable[dict]]) -> HeadRun:
+    run_id, run_dir = new_run_dir(settings)
+    code = trio.run(run_head, settings, run_dir, run_id, driver)
+    report_path = run_dir / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    return HeadRun(code, run_dir, report)
+
+
+async def wait_until(check: Callable[[], T], *, timeout: float, what: str) -> T:
+    """Poll ``check`` until it returns something true and return that; fail the test,
+    naming ``what`` was awaited, when ``timeout`` seconds pass first."""
+    try:
+        with trio.fail_after(timeout):
+            while not (found := check()):
+                await trio.sleep(POLL_S)
+    except trio.TooSlowError:
+        raise AssertionError(f"{what}: not within {timeout} s") from None
+    return found
+
+
+def wait_until_blocking(check: Callable[[], T], *, timeout: float, what: str) -> T:
+    """:func:`wait_until` for a test outside trio (one that drives a head subprocess)."""
+    return trio.run(lambda: wait_until(check, timeout=timeout, what=what))
