@@ -47,13 +47,16 @@ from envs.configs import collect_wood_primitive, collect_wood_with_coded  # noqa
 from envs.held_out import held_out  # noqa: E402
 from envs.rl_env import make_vec_env  # noqa: E402
 from messages.task import RLConfig  # noqa: E402
-from messages.train import PPOSettings, TrainRequest  # noqa: E402
+from messages.train import TrainRequest  # noqa: E402
+from method import seeds  # noqa: E402
+from method.settings import TrainingSettings  # noqa: E402
 from runtime import events  # noqa: E402
 from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings  # noqa: E402
 from runtime.head import Head, new_run_dir, run_head  # noqa: E402
 
-PPO_SETTINGS = PPOSettings(n_steps=256, batch_size=64, n_epochs=4, learning_rate=3e-4)
-EVAL_SEED = 1_000_000
+PPO_SETTINGS = TrainingSettings().ppo
+"""The learners' PPO settings: the ``[training.ppo]`` defaults."""
+EVAL_SEED = seeds.HELD_OUT_BASE
 """Held-out worlds start here; training worlds are drawn from a seeded generator."""
 
 
@@ -146,7 +149,7 @@ from the world cache) and are evaluated on the same held-out worlds outside it."
 
 def sample_efficiency(config: RLConfig, world_steps: int, seed: int, every: int, episodes: int):
     """Train until ``world_steps`` world steps; return the curve."""
-    pool = range(seed * 10_000, seed * 10_000 + TRAIN_WORLDS)
+    pool = seeds.training_pool(seed, TRAIN_WORLDS)
     vec = make_vec_env(config, 4, seed, world_pool=pool)
     settings = dataclasses.replace(PPO_SETTINGS, n_steps=128)
     model = make_ppo(settings, vec, seed=seed, device="cpu")
