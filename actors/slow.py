@@ -62,13 +62,13 @@ class SlowAgent(Actor):
 
     @handles(RunTask)
     async def on_task(self, task: RunTask, env: Envelope) -> TaskReport:
-        from knowledge import recipes, survival
+        from knowledge import recipes
 
         curriculum = task.target_item == ALL_ACHIEVEMENTS
         steps = recipes.describe(
             recipes.curriculum() if curriculum else recipes.chain(task.target_item)
         )
-        needs_known = needs_table(survival)
+        needs_known = needs_table()
         plans: list[Plan] = []
         outcomes: dict[str, list[SubActionOutcome]] = {}
         history: list[dict[str, float]] = []
@@ -530,8 +530,10 @@ def _stalled(outs: list[SubActionOutcome]) -> bool:
     return bool(before) and last.success_rate <= max(before)
 
 
-def needs_table(survival: Any) -> list[dict[str, Any]]:
+def needs_table() -> list[dict[str, Any]]:
     """The survival needs the skill library knows, as the planner's request shows them."""
+    from knowledge import survival
+
     return [
         {
             "name": st.name,

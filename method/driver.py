@@ -22,7 +22,7 @@ from messages.rollout import RolloutRequest
 from messages.task import Subtask
 from method import ledger, seeds
 from method.agents import Agents, make_backend
-from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S
+from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from runtime.actor import RemoteFailure
 from runtime.events import log
 from runtime.head import Head
@@ -31,7 +31,7 @@ SLOW_CAPACITY = 1
 """The slow agent runs the one task a run asks of it: a second would be a second run."""
 
 
-def task_of(settings: Any) -> RunTask:
+def task_of(settings: MethodSettings) -> RunTask:
     t, seed = settings.task, settings.run.seed
     return RunTask(
         task=t.task,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from messages.plan import Critique, RunTask, SubActionOutcome, TaskReport
+from method.settings import MethodSettings
 
 
 def _rate(value: float) -> str:
@@ -20,7 +21,7 @@ def _best(outs: list[SubActionOutcome], mode: str) -> float:
 
 def write_report(
     run_dir: Path,
-    settings: Any,
+    settings: MethodSettings,
     task: RunTask,
     report: TaskReport,
     summary: dict[str, Any],
