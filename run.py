@@ -49,7 +49,7 @@ def cmd_run(argv: list[str]) -> int:
     from actors import ROLES
     from method import settings as method_settings
     from runtime import config
-    from runtime.head import EXIT_CONFIG, new_run_dir, run_head
+    from runtime.head import EXIT_CONFIG, check_run_dir, new_run_dir, run_head
 
     try:
         if args.resume:
@@ -64,6 +64,11 @@ def cmd_run(argv: list[str]) -> int:
             settings = method_settings.load(args.config, ROLES)
         method_settings.check_runnable(settings)
         _check_backend(settings)
+        # Last: a bad config leaves no run folder behind.
+        if args.resume:
+            check_run_dir(run_dir)
+        else:
+            run_id, run_dir = new_run_dir(settings)
     except config.ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -82,7 +87,6 @@ def cmd_run(argv: list[str]) -> int:
         run_id = run_dir.name
         print(f"run {run_id} resumed: events in {run_dir}/events.jsonl", file=sys.stderr)
     else:
-        run_id, run_dir = new_run_dir(settings)
         print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
     level = "warning" if args.quiet else "info"
     return trio.run(run_head, settings, run_dir, run_id, driver, level)

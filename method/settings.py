@@ -9,6 +9,7 @@ across keys in :func:`check_settings`).
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -42,9 +43,17 @@ class AgentSettings:
     """openai: the model name the endpoint serves."""
     api_key_env: str = "OPENAI_API_KEY"
     """openai: the environment variable holding the API key (never the key itself)."""
-    timeout_s: float = field(default=60.0, metadata=check(positive=True))
+    timeout_s: float = field(
+        default=60.0,
+        # An hour: past any model's answer; a hung endpoint must not hold the run longer.
+        metadata=check(positive=True, max=3600.0, expected="seconds above 0, at most 3600"),
+    )
     """openai: seconds one request may take before it is retried."""
-    max_retries: int = field(default=4, metadata=check(min=0))
+    max_retries: int = field(
+        default=4,
+        # With backoff, 20 retries already span many minutes of a failing endpoint.
+        metadata=check(min=0, max=20),
+    )
     """openai: retries on 429, 5xx, timeouts and dropped connections (with backoff)."""
     token_budget: int = field(default=0, metadata=check(min=0))
     """openai: stop the run cleanly once this many tokens are spent (0: no limit)."""
@@ -97,7 +106,8 @@ class TaskSettings:
     """Step cap of one final-policy episode (Crafter's own episode length)."""
     learn: list[str] = field(default_factory=list)
     """Sub-actions to learn with RL from the first plan (e.g. ``["collect_wood"]``),
-    whatever their code would do; the others start as code."""
+    whatever their code would do; the others start as code. Each must be a step of the
+    target's plan (checked)."""
     play_to_budget: bool = False
     """After the final evaluation, go on playing the final policy on fresh worlds until
     ``env_steps`` is spent (every episode lands in the run's episode ledger: Crafter's
@@ -176,6 +186,7 @@ def check_settings(s: MethodSettings) -> None:
             "worlds (see method/seeds.py)",
         )  # fmt: skip
     _check_target(s)
+    _check_learn(s)
     if s.agents.backend == "openai":
         _check_openai(s)
 
@@ -208,6 +219,29 @@ def _check_target(s: MethodSettings) -> None:
             f"e.g. diamond, wood_pickaxe, place_table (see crafter's data.yaml) or "
             f"{ALL_ACHIEVEMENTS!r} for the curriculum of all 22",
         )
+
+
+def _check_learn(s: MethodSettings) -> None:
+    """Every ``[task] learn`` entry names a step of the target's plan. The plan's steps are
+    :mod:`knowledge.recipes`'s chain for the target (the curriculum for ``achievements``):
+    they are the steps the slow agent is given, whichever backend plans, and ``learn`` is
+    matched against their names; any other name would be ignored without a word. (The
+    chain, not all 22 achievements: ``collect_sapling`` is no step of a diamond's plan.)"""
+    if not s.task.learn:
+        return
+    from knowledge import recipes
+
+    target = s.task.target
+    steps = recipes.curriculum() if target == ALL_ACHIEVEMENTS else recipes.chain(target)
+    names = [step.name for step in steps]
+    for i, name in enumerate(s.task.learn):
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(
+                s.source, f"task.learn[{i}]", f"a step of the plan for {target!r}", repr(name),
+                f"{hint}the plan's steps: {', '.join(names)}",
+            )  # fmt: skip
 
 
 def _check_openai(s: MethodSettings) -> None:

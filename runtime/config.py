@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import tomllib
 import typing
 from collections.abc import Collection, Mapping
@@ -62,6 +64,8 @@ class Check:
     """The only values allowed."""
     prefix: str = ""
     """A string must start with this; empty (unset) passes."""
+    pattern: str = ""
+    """A string must match this regular expression whole."""
     expected: str = ""
     """What the error says is expected, instead of the generated words."""
     fix: str = ""
@@ -72,6 +76,8 @@ class Check:
             return value in self.choices
         if self.prefix:
             return not value or value.startswith(self.prefix)
+        if self.pattern:
+            return re.fullmatch(self.pattern, value) is not None
         return (
             (not self.positive or value > 0)
             and (self.min is None or value >= self.min)
@@ -89,19 +95,30 @@ class Check:
         if self.prefix:
             expected = expected or f"'{self.prefix}...' or empty"
             return ConfigError(file, key, expected, repr(value), fix)
+        if self.pattern:
+            expected = expected or f"text matching {self.pattern}"
+            fix = fix or f'the default is "{default}"'
+            return ConfigError(file, key, expected, repr(value), fix)
         noun = "an integer" if type(value) is int else "a number"
         if not expected:
             if self.positive:
                 expected = "a positive number"
             elif self.min is not None and self.max is not None:
-                expected = f"{noun} from {self.min:g} to {self.max:g}"
+                expected = f"{noun} from {_num(self.min)} to {_num(self.max)}"
             elif self.min is not None:
-                expected = f"{noun} ≥ {self.min:g}"
+                expected = f"{noun} ≥ {_num(self.min)}"
             else:
-                expected = f"{noun} ≤ {self.max:g}"
-        if not fix and self.min is not None and self.max is None:
-            fix = f"set {name} to {self.min:g} or more (the default is {default})"
+                expected = f"{noun} ≤ {_num(self.max)}"
+        if not fix and self.min is not None and value < self.min:
+            fix = f"set {name} to {_num(self.min)} or more (the default is {default})"
+        elif not fix and self.max is not None and value > self.max:
+            fix = f"set {name} to {_num(self.max)} or less (the default is {default})"
         return ConfigError(file, key, expected, repr(value), fix or f"the default is {default}")
+
+
+def _num(x: float) -> str:
+    """A bound as people write it: ``4194304``, ``0.05``, ``300`` (not ``4.1943e+06``)."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def check(
@@ -111,11 +128,12 @@ def check(
     max: float | None = None,
     choices: tuple[str, ...] = (),
     prefix: str = "",
+    pattern: str = "",
     expected: str = "",
     fix: str = "",
 ) -> dict[str, Check]:
     """Field metadata declaring a check: ``field(default=1.0, metadata=check(positive=True))``."""
-    return {CHECK: Check(positive, min, max, choices, prefix, expected, fix)}
+    return {CHECK: Check(positive, min, max, choices, prefix, pattern, expected, fix)}
 
 
 def check_fields(**checks: Mapping[str, Check]) -> dict[str, dict[str, Check]]:
@@ -129,13 +147,37 @@ DRIVERS = ("rlgpt", "checkup")
 SECONDS = check(positive=True, expected="a positive number of seconds")
 """The check of a duration setting."""
 
+NAME_MAX = 40
+"""Longest ``[run] name``. The run id (``NAME-YYYYmmdd-HHMMSS-xxxx``, 21 characters more)
+names the head's ipc socket file, and a socket path holds at most 107 bytes (Linux's
+``sun_path`` is 108 with its NUL; macOS's 104). ``/tmp/rlgpt-`` + id + ``.ipc`` is 36
+characters plus the name: 40 leaves room for a temporary folder of 30 characters."""
+NAME = check(
+    pattern=rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}",
+    expected=f"letters, digits, '_', '.' or '-' (1 to {NAME_MAX}, not starting with '.' or '-')",
+    fix='the name becomes a folder and a socket file name: e.g. name = "diamond-ppo"',
+)
+"""The check of ``[run] name``: no path characters, and short enough for the ipc path."""
+MAX_ACTORS = 256
+"""Most actor processes of one role the head starts: each imports torch and crafter
+(~300 MB), so 256 is ~75 GB, past one machine; more attach from other machines."""
+MAX_CAPACITY = 256
+"""Most jobs one actor works on at once; beyond that they only queue inside it."""
+MIN_FRAME = 4 * 1024 * 1024
+"""Smallest ``max_frame_bytes``: a trained policy artifact (an SB3 PPO zip for Crafter is
+1-3 MiB) must fit in one message, or every training job's result is refused."""
+MAX_FRAME = 1024 * 1024 * 1024
+"""Largest ``max_frame_bytes``: one message is buffered whole (and twice while decoded),
+so a peer may make the head hold this much memory; 1 GiB is already a lot."""
+
 
 @dataclass
 class RunSettings:
-    name: str = "run"
+    name: str = field(default="run", metadata=NAME)
     """Run id prefix; the run directory is ``<runs_dir>/<name>-<timestamp>``."""
     runs_dir: str = "runs"
-    """Where run directories are created (relative to the working directory)."""
+    """Where run directories are created (relative to the working directory); checked
+    writable when the run starts."""
     seed: int = 0
     """Base seed for everything random in the run."""
     driver: str = field(default="rlgpt", metadata=check(choices=DRIVERS))
@@ -154,32 +196,62 @@ class RuntimeSettings:
         ),
     )
     """Extra endpoint for actors attached from other terminals or machines, e.g.
-    ``tcp://127.0.0.1:5555`` (``:*`` picks a free port). Empty: local actors only (they
-    always use an ipc socket file, removed at exit). A non-loopback host needs keys_dir."""
+    ``tcp://127.0.0.1:5555`` (a port from 1 to 65535; ``:*`` picks a free one). Empty: local
+    actors only (they always use an ipc socket file, removed at exit). A non-loopback host
+    needs keys_dir."""
     keys_dir: str = ""
     """Folder made by ``python run.py keys``; turns on CURVE for the ``listen`` endpoint."""
-    heartbeat_interval: float = field(default=1.0, metadata=SECONDS)
+    heartbeat_interval: float = field(
+        default=1.0,
+        # Below 50 ms the heartbeats (one message per actor per interval) become a real
+        # share of the broker's traffic; above a minute liveness means little.
+        metadata=check(min=0.05, max=60.0, expected="seconds from 0.05 to 60"),
+    )
     """Seconds between actor heartbeats."""
-    heartbeat_timeout: float = field(default=10.0, metadata=SECONDS)
+    heartbeat_timeout: float = field(
+        default=10.0,
+        # An hour: past any GIL stall; a dead actor's jobs wait this long to move.
+        metadata=check(positive=True, max=3600.0, expected="seconds above 0, at most 3600"),
+    )
     """An actor silent this long is presumed dead and its jobs go elsewhere. Generous:
     a learner's worker thread holding the GIL can delay a heartbeat by seconds."""
-    max_job_tries: int = field(default=3, metadata=check(min=1))
+    max_job_tries: int = field(
+        default=3,
+        # Each try may cost an actor its life (a poison job): more than 10 only burns
+        # the restart budget.
+        metadata=check(min=1, max=10),
+    )
     """A job whose actor dies this many times fails instead of being retried."""
-    restart_limit: int = field(default=5, metadata=check(min=1))
+    restart_limit: int = field(default=5, metadata=check(min=1, max=1000))
     """Restart intensity: at most this many actor restarts within ``restart_window``..."""
-    restart_window: float = field(default=60.0, metadata=SECONDS)
+    restart_window: float = field(
+        default=60.0,
+        metadata=check(positive=True, max=86400.0, expected="seconds above 0, at most a day"),
+    )
     """...seconds; one more stops the run with an error (as OTP supervisors do)."""
-    shutdown_grace: float = field(default=5.0, metadata=SECONDS)
+    shutdown_grace: float = field(
+        default=5.0,
+        # The head waits this long at the end (and per stopped actor): beyond five minutes
+        # a finished run or a Ctrl-C looks hung.
+        metadata=check(positive=True, max=300.0, expected="seconds above 0, at most 300"),
+    )
     """Seconds an actor gets to exit after SIGTERM before it is killed."""
-    max_frame_bytes: int = field(default=DEFAULT_MAX_FRAME, metadata=check(min=1))
+    max_frame_bytes: int = field(
+        default=DEFAULT_MAX_FRAME,
+        metadata=check(
+            min=MIN_FRAME,
+            max=MAX_FRAME,
+            expected=f"bytes from {MIN_FRAME} (4 MiB) to {MAX_FRAME} (1 GiB)",
+        ),
+    )
     """Largest message accepted; bigger frames are rejected and logged."""
 
 
 @dataclass
 class ActorSettings:
-    count: int = field(default=1, metadata=check(min=0))
+    count: int = field(default=1, metadata=check(min=0, max=MAX_ACTORS))
     """How many actor processes of this role the head starts."""
-    capacity: int = field(default=1, metadata=check(min=1))
+    capacity: int = field(default=1, metadata=check(min=1, max=MAX_CAPACITY))
     """Jobs each works on at once."""
     device: str = "cpu"
     """Compute device (``cpu``, ``cuda``, ``cuda:1``)."""
@@ -204,9 +276,10 @@ _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "tru
 
 
 def _describe(value: Any) -> str:
-    kind = {bool: "boolean", int: "integer", float: "number", str: "string", dict: "table"}
-    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
-    return f"{kind.get(type(value), type(value).__name__)} {text}"
+    if isinstance(value, (dict, list)):
+        return "a table" if isinstance(value, dict) else f"a list of {len(value)}"
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    return f"{kind.get(type(value), type(value).__name__)} {value!r}"
 
 
 def _convert(
@@ -230,6 +303,12 @@ def _convert(
         return [_convert(file, f"{key}[{i}]", item, v) for i, v in enumerate(value)]
     if hint is float and type(value) is int:
         return float(value)
+    if hint is float and type(value) is float and not math.isfinite(value):
+        raise ConfigError(
+            file, key, "a finite number", repr(value),
+            "nan and inf are not settings; write a number (a limit of 0 means none where "
+            "the key's doc says so)",
+        )  # fmt: skip
     if type(value) is not hint:
         example = {int: "3", float: "1.5", str: '"text"', bool: "true"}.get(hint, "")
         fix = f"write it as, e.g., {key.rsplit('.', 1)[-1]} = {example}" if example else ""
@@ -325,6 +404,12 @@ def load_resolved(path: Path, cls: type[S] = Settings, roles: Collection[str] | 
             str(exc),
             "pass the folder of a run started before",
         ) from None
+    if not isinstance(table, dict):
+        raise ConfigError(
+            str(path), "", "a run's config.json (a JSON object of sections)", _describe(table),
+            "the file was replaced or damaged: resume a run folder written by `run.py --config`, "
+            "or start a new run from the TOML file",
+        )  # fmt: skip
     source = table.pop("source", str(path))
     settings = _section(str(path), "", cls, table)
     settings.source = source
@@ -345,6 +430,8 @@ def check_settings(s: Settings, roles: Collection[str] | None = None) -> None:
             repr(rt.heartbeat_timeout),
             "one late heartbeat must not kill an actor",
         )
+    if rt.listen:
+        _check_listen(f, rt.listen)
     from runtime.security import is_loopback
 
     if rt.listen and not is_loopback(rt.listen) and not rt.keys_dir:
@@ -382,3 +469,16 @@ def check_settings(s: Settings, roles: Collection[str] | None = None) -> None:
                 repr(a.device),
                 f"{exc}; attach actors for other devices with `run.py attach`",
             ) from None
+
+
+def _check_listen(file: str, listen: str) -> None:
+    """``tcp://HOST:PORT`` with a port ZeroMQ binds as written: 1 to 65535, or ``*``.
+    (ZeroMQ takes a larger number modulo 65536 and binds another port without a word.)"""
+    host, colon, port = listen.removeprefix("tcp://").rpartition(":")
+    if colon and host and (port == "*" or (port.isdigit() and 1 <= int(port) <= 65535)):
+        return
+    raise ConfigError(
+        file, "runtime.listen", "'tcp://HOST:PORT' with a port from 1 to 65535 or '*'",
+        repr(listen),
+        'e.g. listen = "tcp://127.0.0.1:5555" ("tcp://127.0.0.1:*" picks a free port)',
+    )  # fmt: skip

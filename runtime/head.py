@@ -30,7 +30,7 @@ from messages.train import TrainProgress
 from runtime import events
 from runtime.actor import Actor, handles, wire_cap
 from runtime.broker import Broker, BrokerSettings
-from runtime.config import Settings
+from runtime.config import ConfigError, Settings
 from runtime.events import log
 from runtime.security import Authenticator, CurveServer, is_loopback
 from runtime.supervisor import ChildSpec, RestartIntensityExceeded, Supervisor, actor_argv
@@ -106,12 +106,60 @@ class Head:
 Driver = Callable[[Head], Awaitable[dict]]
 
 
+IPC_PATH_MAX = 107
+"""Longest ipc socket path: ``sun_path`` is 108 bytes on Linux, with its NUL (ZeroMQ
+refuses a longer one with a bare 'File name too long')."""
+
+
+def ipc_path(run_id: str) -> Path:
+    """The socket file local actors reach the head's broker by."""
+    return Path(tempfile.gettempdir()) / f"rlgpt-{run_id}.ipc"
+
+
 def new_run_dir(settings: Settings) -> tuple[str, Path]:
+    """Make ``<runs_dir>/<name>-<timestamp>``; raises :class:`ConfigError` (status 2)
+    naming ``[run] runs_dir`` or ``[run] name`` when the run could not live there."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     run_id = f"{settings.run.name}-{stamp}-{secrets.token_hex(2)}"
+    _check_ipc_path(settings.source, run_id)
     run_dir = Path(settings.run.runs_dir) / run_id
-    run_dir.mkdir(parents=True)
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as exc:
+        raise ConfigError(
+            settings.source, "run.runs_dir", "a folder this user can create run folders in",
+            f"{settings.run.runs_dir!r} ({exc.strerror or exc})",
+            "set runs_dir to a writable folder (it is made if missing), e.g. runs_dir = \"runs\"",
+        ) from None  # fmt: skip
+    check_run_dir(run_dir, settings.source, "run.runs_dir")
     return run_id, run_dir
+
+
+def check_run_dir(run_dir: Path, file: str = "", key: str = "") -> None:
+    """Raise :class:`ConfigError` unless files can be made in ``run_dir`` and the run's
+    ipc socket path fits: checked before the head writes anything there (a resumed run's
+    folder may have been made read-only or moved since)."""
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            file or str(run_dir), key, "a run folder this user can write",
+            f"{str(run_dir)!r} ({exc.strerror or exc})",
+            "make it writable (chmod u+w, or a read-write mount), or use another folder",
+        ) from None  # fmt: skip
+    _check_ipc_path(file or str(run_dir), run_dir.name)
+
+
+def _check_ipc_path(file: str, run_id: str) -> None:
+    path = str(ipc_path(run_id))
+    if len(path.encode()) > IPC_PATH_MAX:
+        raise ConfigError(
+            file, "run.name", f"a socket path of at most {IPC_PATH_MAX} bytes",
+            f"{path!r} ({len(path.encode())} bytes)",
+            "shorten [run] name, or set TMPDIR to a shorter folder",
+        )  # fmt: skip
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -130,8 +178,8 @@ async def run_head(
     _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
     rt = settings.runtime
     ctx = zmq.Context()
-    ipc_path = Path(tempfile.gettempdir()) / f"rlgpt-{run_id}.ipc"
-    endpoint = f"ipc://{ipc_path}"
+    ipc_file = ipc_path(run_id)
+    endpoint = f"ipc://{ipc_file}"
     inproc = f"inproc://broker-{run_id}"
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -228,7 +276,7 @@ async def run_head(
         status.update(code=EXIT_FAILED, why=str(cause))
     finally:
         ctx.destroy(linger=0)
-        ipc_path.unlink(missing_ok=True)
+        ipc_file.unlink(missing_ok=True)
         if status["code"] != 0:
             log.error("run_stopped", status=status["code"], why=status["why"])
         events.close()

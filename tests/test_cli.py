@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -63,6 +64,15 @@ def test_a_run_from_a_config_finishes_and_tail_shows_it(tmp_path: Path) -> None:
         ("[actors.probe]\ndevice = 'cuda:3'\n", "actors.probe.device"),
         ("[runtime]\nkeys_dir = 'nokeys'\n", "run `python run.py keys --dir nokeys`"),
         ("[runtime]\nmax_job_tries = 0\n", "set max_job_tries to 1 or more"),
+        # Issue 12: tracebacks (exit 1) or accepted before.
+        ("[runtime]\nmax_frame_bytes = 4611686018427387904\n", "runtime.max_frame_bytes"),
+        ("[runtime]\nheartbeat_interval = nan\n", "expected a finite number, found nan"),
+        ("[runtime]\nheartbeat_timeout = inf\n", "expected a finite number, found inf"),
+        ("[run]\nname = 'a/b'\n", "run.name: expected letters, digits"),
+        (f"[run]\nname = '{'x' * 120}'\n", "run.name: expected letters, digits"),
+        ("[runtime]\nlisten = 'tcp://127.0.0.1:99999'\n", "a port from 1 to 65535 or '*'"),
+        ("[actors.probe]\ncount = 100000\n", "set count to 256 or less"),
+        ("[task]\nlearn = ['no_such_step']\n", "task.learn[0]: expected a step of the plan"),
     ],
 )
 def test_bad_config_exits_2_naming_file_key_and_fix(tmp_path: Path, text: str, expect: str) -> None:
@@ -72,6 +82,102 @@ def test_bad_config_exits_2_naming_file_key_and_fix(tmp_path: Path, text: str, e
     assert done.returncode == 2
     assert str(config) in done.stderr and expect in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def _checkup_config(tmp_path: Path, run: str = "") -> Path:
+    config = tmp_path / "checkup.toml"
+    config.write_text(f'[run]\ndriver = "checkup"\n{run}[actors.probe]\ncount = 1\n')
+    return config
+
+
+def _no_root_override() -> None:
+    """In the child: drop CAP_DAC_OVERRIDE from the bounding set, so that root (these tests
+    may run as root) meets permission bits as any user does from its exec on."""
+    import ctypes
+
+    pr_capbset_drop, cap_dac_override = 24, 1  # <linux/prctl.h>, <linux/capability.h>
+    if ctypes.CDLL(None, use_errno=True).prctl(pr_capbset_drop, cap_dac_override, 0, 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _run_unprivileged(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*RUN, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
+        preexec_fn=_no_root_override,
+    )  # fmt: skip
+
+
+def _refused_with_2(done: subprocess.CompletedProcess, *expect: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    for text in expect:
+        assert text in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("runs_dir", "why"),
+    [("a-file", "Not a directory"), ("/proc/rlgpt-runs", ""), ("read-only/runs", "Permission")],
+)
+def test_a_runs_dir_the_run_cannot_write_exits_2_naming_the_key(
+    tmp_path: Path, runs_dir: str, why: str
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    config = _checkup_config(tmp_path, f"runs_dir = '{runs_dir}'\n")
+    done = _run_unprivileged(["--config", str(config)], cwd=tmp_path)
+    expect = f"{config}: run.runs_dir: expected a folder this user can create run folders in"
+    _refused_with_2(done, expect, why, "set runs_dir to a writable folder")
+
+
+def test_a_name_whose_socket_path_is_too_long_for_the_temp_folder_exits_2(tmp_path: Path) -> None:
+    # A 40-character name passes its own check; a temporary folder over 35 characters
+    # makes the ipc socket path longer than the 107 bytes a socket address holds.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    assert len(str(tmp)) > 35
+    config = _checkup_config(tmp_path, f"name = '{'n' * 40}'\n")
+    done = subprocess.run(
+        [*RUN, "--config", str(config)], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, check=False, env={**os.environ, "TMPDIR": str(tmp)},
+    )  # fmt: skip
+    _refused_with_2(
+        done,
+        "run.name: expected a socket path of at most 107 bytes",
+        "shorten [run] name, or set TMPDIR to a shorter folder",
+    )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def _recorded_run(tmp_path: Path) -> Path:
+    """A run folder as `run.py --config` leaves it before the run starts: config.json."""
+    import dataclasses
+
+    from method import settings
+
+    s = settings.load(str(_checkup_config(tmp_path)))
+    run_dir = tmp_path / "runs" / "checkup-20250101-000000-abcd"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"source": s.source, **dataclasses.asdict(s)}))
+    return run_dir
+
+
+def test_resume_of_a_read_only_run_dir_exits_2_naming_the_folder(tmp_path: Path) -> None:
+    run_dir = _recorded_run(tmp_path)
+    run_dir.chmod(0o555)
+    try:
+        done = _run_unprivileged(["--resume", str(run_dir)], cwd=tmp_path)
+    finally:
+        run_dir.chmod(0o755)
+    _refused_with_2(done, f"{run_dir}: expected a run folder this user can write", "chmod u+w")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("text", ["[]", "17"])
+def test_resume_of_a_config_json_that_is_not_a_table_exits_2(tmp_path: Path, text: str) -> None:
+    run_dir = _recorded_run(tmp_path)
+    (run_dir / "config.json").write_text(text)
+    done = _run(["--resume", str(run_dir)], cwd=tmp_path)
+    _refused_with_2(done, f"{run_dir / 'config.json'}: expected a run's config.json")
 
 
 def test_missing_config_lists_the_configs_that_exist(tmp_path: Path) -> None:

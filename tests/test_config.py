@@ -125,3 +125,108 @@ def test_a_resumed_run_reads_back_the_training_section_it_recorded(tmp_path: Pat
     recorded.write_text(json.dumps({"source": s.source, **dataclasses.asdict(s)}))
     again = settings.load_resolved(recorded)
     assert again.training == s.training and again.training.ppo.n_epochs == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        # From issue 12: values that crashed later with a traceback, or were accepted.
+        (
+            "[runtime]\nmax_frame_bytes = 4611686018427387904\n",
+            "runtime.max_frame_bytes: expected bytes from 4194304 (4 MiB) to 1073741824 (1 GiB), "
+            "found 4611686018427387904. set max_frame_bytes to 1073741824 or less",
+        ),
+        ("[runtime]\nmax_frame_bytes = 1\n", "set max_frame_bytes to 4194304 or more"),
+        (
+            "[runtime]\nheartbeat_interval = nan\n",
+            "runtime.heartbeat_interval: expected a finite number, found nan. nan and inf",
+        ),
+        ("[runtime]\nheartbeat_interval = 1e-9\n", "expected seconds from 0.05 to 60, found 1e-09"),
+        ("[runtime]\nheartbeat_timeout = inf\n", "runtime.heartbeat_timeout: expected a finite"),
+        ("[runtime]\nshutdown_grace = 1e12\n", "set shutdown_grace to 300 or less"),
+        ("[runtime]\nmax_job_tries = 1000\n", "set max_job_tries to 10 or less"),
+        ("[task]\nwall_s = nan\n", "task.wall_s: expected a finite number"),
+        ("[training.ppo]\nlearning_rate = inf\n", "training.ppo.learning_rate: expected a finite"),
+        (
+            "[actors.environment]\ncount = 100000\n",
+            "actors.environment.count: expected an integer from 0 to 256, found 100000. "
+            "set count to 256 or less",
+        ),
+        ("[actors.environment]\ncapacity = 100000\n", "set capacity to 256 or less"),
+        ("[run]\nname = 'a/b'\n", "run.name: expected letters, digits, '_', '.' or '-'"),
+        ("[run]\nname = '..'\n", "run.name: expected letters"),
+        ("[run]\nname = ''\n", "run.name: expected letters"),
+        (f"[run]\nname = '{'a' * 120}'\n", "(1 to 40, not starting with '.' or '-')"),
+        (
+            "[runtime]\nlisten = 'tcp://127.0.0.1:99999'\n",
+            "runtime.listen: expected 'tcp://HOST:PORT' with a port from 1 to 65535 or '*'",
+        ),
+        ("[runtime]\nlisten = 'tcp://127.0.0.1:0'\n", "picks a free port"),
+        ("[runtime]\nlisten = 'tcp://127.0.0.1'\n", "runtime.listen: expected"),
+        ("[runtime]\nlisten = 'tcp://:5555'\n", "runtime.listen: expected"),
+        (
+            "[task]\nlearn = ['no_such_step']\n",
+            "task.learn[0]: expected a step of the plan for 'diamond', found 'no_such_step'. "
+            "the plan's steps: collect_wood, place_table,",
+        ),
+        ("[task]\nlearn = ['collect_wood', 'colect_coal']\n", "did you mean 'collect_coal'?"),
+        # An achievement of the game, but no step of a diamond's plan: it would be ignored.
+        ("[task]\nlearn = ['collect_sapling']\n", "task.learn[0]: expected a step of the plan"),
+    ],
+)
+def test_a_setting_out_of_its_range_is_refused_naming_the_key_and_the_fix(
+    tmp_path: Path, text: str, expect: str
+) -> None:
+    assert expect in _refused(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    ("section", "edge", "past"),
+    [
+        ("[run]\nname = ", f"'{'n' * 40}'", f"'{'n' * 41}'"),
+        ("[runtime]\nlisten = ", "'tcp://127.0.0.1:*'", "'tcp://127.0.0.1:65536'"),
+        ("[runtime]\nlisten = ", "'tcp://[::1]:65535'", "'tcp://[::1]:0'"),
+        ("[runtime]\nheartbeat_interval = ", "0.05", "0.049"),
+        ("[runtime]\nheartbeat_timeout = ", "3600.0", "3600.5"),
+        ("[runtime]\nmax_frame_bytes = ", "1073741824", "1073741825"),
+        ("[runtime]\nshutdown_grace = ", "300", "301"),
+        ("[actors.environment]\ncount = ", "256", "257"),
+        # The learn check is per target: every achievement is a step of the curriculum.
+        ("[task]\ntarget = 'achievements'\nlearn = ", "['collect_sapling']", "['sapling']"),
+    ],
+)
+def test_a_range_accepts_its_edge_and_refuses_just_past_it(
+    tmp_path: Path, section: str, edge: str, past: str
+) -> None:
+    _load(tmp_path, section + edge + "\n")
+    _refused(tmp_path, section + past + "\n")
+
+
+def test_every_float_setting_refuses_nan_and_inf(tmp_path: Path) -> None:
+    def floats(cls: type, prefix: str):
+        for f in dataclasses.fields(cls):
+            if f.type in ("float", float):
+                yield prefix, f.name
+            default = getattr(cls(), f.name)
+            if dataclasses.is_dataclass(default):
+                yield from floats(type(default), f"{prefix}.{f.name}" if prefix else f.name)
+
+    found = list(floats(MethodSettings, ""))
+    assert len(found) >= 10, found
+    for section, key in found:
+        for bad in ("nan", "inf", "-inf"):
+            message = _refused(tmp_path, f"[{section}]\n{key} = {bad}\n")
+            assert f"{section}.{key}: expected a finite number" in message
+
+
+def test_a_resumed_config_that_is_not_a_table_is_refused_naming_the_file(tmp_path: Path) -> None:
+    recorded = tmp_path / "config.json"
+    for text in ("[]", "3", '"diamond"'):
+        recorded.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            settings.load_resolved(recorded)
+        assert str(recorded) in str(caught.value)
+        assert "expected a run's config.json (a JSON object of sections), found " in str(
+            caught.value
+        )
+    assert "found string 'diamond'" in str(caught.value)
