@@ -25,6 +25,7 @@ from messages.task import CodedAction, RLConfig, Stage
 from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
+from method.journal import job_key
 from method.settings import MethodSettings
 from method.split import rollout_split
 from runtime.actor import Actor, RemoteFailure, handles
@@ -360,8 +361,10 @@ class FastAgent(Actor):
         path = store_artifact(self.run_dir, result)
         # Recorded without the bytes (they are on disk now) and with the local path.
         result = dataclasses.replace(result, policy_bytes=b"", policy_path=str(path))
+        # Booked before it is recorded: a kill between the two redoes the job, whose
+        # line then replaces this one (the ledger's ids), instead of losing its episodes.
+        ledger.append(self.run_dir, [ledger.training_line(result, job_key(req))])
         journal.record_job(req, result, name=req.name)
-        ledger.append(self.run_dir, [ledger.training_line(result)])
         log.info(
             "training_result",
             job=req.name,
@@ -401,8 +404,8 @@ class FastAgent(Actor):
             ]
             result = RolloutResult(sub.name, episodes, 0.0, 0, "")
         result = _trimmed(result)
-        self.agents.journal.record_job(req, result, name=sub.name)
-        ledger.append(self.run_dir, ledger.rollout_lines("code", result))
+        ledger.append(self.run_dir, ledger.rollout_lines("code", result, job_key(req)))
+        self.agents.journal.record_job(req, result, name=sub.name)  # after: see _train
         log.info(
             "evaluation_finished",
             subaction=sub.name,

@@ -24,6 +24,7 @@ from messages.rollout import RolloutRequest
 from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
+from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
 from runtime.actor import Actor, handles
@@ -332,8 +333,10 @@ class SlowAgent(Actor):
             result = self.agents.journal.job(req)
             if result is None:
                 result = await rollout_split(self, req, self.environments)
+                # Booked before it is recorded: a kill between the two redoes the job,
+                # whose lines replace these (the ledger's ids) instead of going missing.
+                ledger.append(self.run_dir, ledger.rollout_lines("final", result, job_key(req)))
                 self.agents.journal.record_job(req, result, name="final")
-                ledger.append(self.run_dir, ledger.rollout_lines("final", result))
             rate, eval_steps = result.success_rate, result.steps
             counts: dict[str, int] = {}
             for e in result.episodes:
@@ -385,7 +388,6 @@ class SlowAgent(Actor):
             fresh = result is None
             if fresh:
                 result = await rollout_split(self, req, self.environments)
-                self.agents.journal.record_job(req, result, name="play")
             kept = []
             for episode in sorted(result.episodes, key=lambda e: e.seed):
                 if steps + episode.steps > left:
@@ -394,9 +396,11 @@ class SlowAgent(Actor):
                 steps += episode.steps
                 kept.append(episode)
             played += len(kept)
-            if fresh:
+            if fresh:  # booked before it is recorded, as the final evaluation
                 kept_result = dataclasses.replace(result, episodes=kept)
-                ledger.append(self.run_dir, ledger.rollout_lines("play", kept_result))
+                lines = ledger.rollout_lines("play", kept_result, job_key(req))
+                ledger.append(self.run_dir, lines)
+                self.agents.journal.record_job(req, result, name="play")
             log.info("play_progress", episodes=played, env_steps=steps, budget=left)
         log.info("play_finished", episodes=played, env_steps=steps)
 

@@ -22,6 +22,7 @@ from messages.rollout import RolloutRequest
 from messages.task import Subtask
 from method import ledger, seeds
 from method.agents import Agents, make_backend
+from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from runtime.actor import RemoteFailure
 from runtime.events import log
@@ -169,7 +170,9 @@ async def _video(head: Head, task: RunTask, report: TaskReport) -> str:
         return ""
     from envs.video import write_gif
 
-    ledger.append(head.run_dir, ledger.rollout_lines("video", result))
+    # Booked by the request's key: a resume of a finished run renders the same episode
+    # again, and its line replaces this one instead of being counted twice.
+    ledger.append(head.run_dir, ledger.rollout_lines("video", result, job_key(req)))
     path = write_gif(result.frames, head.run_dir / "episode.gif")
     log.info("video_written", path=str(path), seed=req.seeds[0])
     return path.name

@@ -11,16 +11,25 @@ Two append-only JSON-lines files in the run directory:
 
 Replay works because everything an agent decides is a function of what it was told:
 the same replies and results in the same order of dependency give the same requests.
-Each line is flushed and fsynced before the caller goes on, so a head killed at any
-moment loses at most the call or job in flight.
+Each line is written whole, flushed and fsynced before the caller goes on
+(:mod:`method.jsonl`), so a head killed at any moment loses at most the call or job in
+flight, and the record written next is not glued onto what the kill cut.
+
+Every record is checked when loaded (its keys and their types; a job's result is
+base64 that decodes to the kind it names). A record that fails is **skipped and
+logged** (``journal_record_skipped``, with the file, line and problem), not an error:
+each record only saves work that can be done again — a skipped call is asked again, a
+skipped job is run again, and the ledger books a redone job's episodes by a stable id so
+they are not counted twice. An error would leave the user to delete the line by hand to
+get exactly that.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +37,7 @@ from typing import Any
 
 from llm.backend import Backend, CallResult
 from messages import codec
+from method import jsonl
 from runtime.events import log
 
 CALLS_FILE = "calls.jsonl"
@@ -64,16 +74,23 @@ class Journal:
         self.run_dir = run_dir
         self._calls: dict[str, dict[str, Any]] = {}
         self._jobs: dict[str, dict[str, Any]] = {}
+        self._lines: dict[str, int] = {}  # job key → its line in jobs.jsonl, for logs
         self.totals = Totals()
-        for name, store in ((CALLS_FILE, self._calls), (JOBS_FILE, self._jobs)):
+        self.skipped = 0
+        """Records loaded that failed their check (each logged; their work is redone)."""
+        for name, store, problem_of in (
+            (CALLS_FILE, self._calls, call_problem),
+            (JOBS_FILE, self._jobs, job_problem),
+        ):
             path = run_dir / name
-            if path.exists():
-                for line in path.read_text().splitlines():
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut short by a kill: that call is simply redone
-                    store[record["key"]] = record
+            for number, record in jsonl.read(path):
+                problem = problem_of(record)
+                if problem:
+                    self._skip(path, number, problem)
+                    continue
+                store[record["key"]] = record
+                if store is self._jobs:
+                    self._lines[record["key"]] = number
         self.loaded_calls = len(self._calls)
         self.loaded_jobs = len(self._jobs)
         for record in self._calls.values():
@@ -148,7 +165,17 @@ class Journal:
         record = self._jobs.get(key)
         if record is None:
             return None
-        result = codec.decode(base64.b64decode(record["result"]), max_frame=1 << 31)
+        try:
+            result = codec.decode(base64.b64decode(record["result"]), max_frame=MAX_RESULT_BYTES)
+        except codec.DecodeError as exc:
+            del self._jobs[key]
+            self._skip(self.run_dir / JOBS_FILE, self._lines.get(key, 0), f"result: {exc}")
+            return None
+        if type(result).__name__ != record["kind"]:
+            del self._jobs[key]
+            problem = f"result is a {type(result).__name__}, the record says {record['kind']}"
+            self._skip(self.run_dir / JOBS_FILE, self._lines.get(key, 0), problem)
+            return None
         if check is not None and not check(result):
             return None
         log.info("job_replayed", kind=record["kind"], name=record.get("name", ""), key=key[:12])
@@ -169,7 +196,66 @@ class Journal:
     # ------------------------------------------------------------------ disk
 
     def _append(self, name: str, record: dict[str, Any]) -> None:
-        with open(self.run_dir / name, "a") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        jsonl.append(self.run_dir / name, [record])
+
+    def _skip(self, path: Path, line: int, problem: str) -> None:
+        self.skipped += 1
+        log.warning(
+            "journal_record_skipped",
+            file=str(path),
+            line=line,
+            problem=problem,
+            fix="none needed: that call or job is done again",
+        )
+
+
+# ---------------------------------------------------------------------- record checks
+
+MAX_RESULT_BYTES = 1 << 31
+"""Largest recorded job result decoded: far above any real one (rollout results are
+trimmed, training results carry no policy bytes), only a guard against a corrupt line."""
+
+
+def _typed(record: dict[str, Any], types: dict[str, type | tuple[type, ...]]) -> str:
+    """The first key of ``types`` that ``record`` lacks or holds with another type."""
+    for key, kind in types.items():
+        if key not in record:
+            return f"no {key!r}"
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, kind):  # bool is an int
+            return f"{key!r} is {type(value).__name__}, not {getattr(kind, '__name__', kind)}"
+    return ""
+
+
+def call_problem(record: Any) -> str:
+    """Why ``record`` is not a well-formed line of calls.jsonl ('' when it is)."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not an object"
+    problem = _typed(
+        record,
+        {"key": str, "role": str, "purpose": str, "request": dict, "reply": dict},
+    )
+    problem = problem or _typed(
+        {k: record.get(k, 0) for k in ("tokens_in", "tokens_out", "latency_s")},
+        {"tokens_in": int, "tokens_out": int, "latency_s": (int, float)},
+    )
+    if not problem and not isinstance(record.get("prompt", ""), str):
+        problem = "'prompt' is not a string"
+    # The key is not re-hashed: a request whose dict keys were not strings hashes
+    # differently once read back from JSON, and its record is still the right one.
+    return problem
+
+
+def job_problem(record: Any) -> str:
+    """Why ``record`` is not a well-formed line of jobs.jsonl ('' when it is; whether its
+    result decodes is checked when it is replayed)."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not an object"
+    problem = _typed(record, {"key": str, "kind": str, "name": str, "result": str})
+    if problem:
+        return problem
+    try:
+        base64.b64decode(record["result"], validate=True)
+    except binascii.Error as exc:
+        return f"'result' is not base64 ({exc})"
+    return ""

@@ -15,17 +15,30 @@ the code and policy evaluations, the PPO training episodes and the final evaluat
   "achievement_episodes"}`` (achievement → training episodes that unlocked it; the
   steps include the job's held-out evaluation, whose episodes are not itemised).
 
-Lines are written when a job's result is first recorded, never when a resumed run
-replays it, so each episode is counted once.
+Every line has an ``id``, stable across attempts of a run: ``KIND:JOB:SEED`` for a
+rollout episode and ``train:JOB`` for a training job, ``JOB`` being the journal's key of
+the job's request (``method.journal.job_key``). Lines are booked when a job's result is
+first recorded, before the journal records it (a kill between the two redoes the job),
+never when a resumed run replays it; a job redone after a resume — its journal record
+lost to a kill, or its policy file gone — books the same ids, and :func:`append`
+replaces those lines instead of adding new ones. So each episode is counted once, and a
+resume of a finished run (which renders the video episode again) changes nothing.
+
+Lines are written whole (:mod:`method.jsonl`): a line torn by a kill is left out when
+read and cut off before the next append. A line that is not JSON or of the wrong shape
+was not left by a kill: :func:`read` raises ValueError naming the file, the line and the
+fix (an error, not a skip: the job that booked it is replayed from the journal, never
+booked again, so a skipped line would quietly change the score).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from method import jsonl
 
 LEDGER = "episodes.jsonl"
 
@@ -39,10 +52,12 @@ def crafter_score(rates: Mapping[str, float], achievements: Sequence[str]) -> fl
     return math.exp(sum(logs) / len(logs)) - 1.0
 
 
-def rollout_lines(kind: str, result: Any) -> list[dict[str, Any]]:
-    """One line per episode of a :class:`~messages.rollout.RolloutResult`."""
+def rollout_lines(kind: str, result: Any, job: str) -> list[dict[str, Any]]:
+    """One line per episode of a :class:`~messages.rollout.RolloutResult`; ``job`` is
+    the journal's key of its request (the lines' ids)."""
     return [
         {
+            "id": f"{kind}:{job}:{int(e.seed)}",
             "kind": kind,
             "seed": int(e.seed),
             "steps": int(e.steps),
@@ -52,9 +67,11 @@ def rollout_lines(kind: str, result: Any) -> list[dict[str, Any]]:
     ]
 
 
-def training_line(result: Any) -> dict[str, Any]:
-    """The aggregate line of a :class:`~messages.train.TrainResult`."""
+def training_line(result: Any, job: str) -> dict[str, Any]:
+    """The aggregate line of a :class:`~messages.train.TrainResult`; ``job`` is the
+    journal's key of its request (the line's id)."""
     return {
+        "id": f"train:{job}",
         "kind": "train",
         "job": result.name,
         "episodes": int(result.episodes),
@@ -64,29 +81,82 @@ def training_line(result: Any) -> dict[str, Any]:
 
 
 def append(run_dir: Path | None, lines: Iterable[Mapping[str, Any]]) -> None:
-    """Add ``lines`` to the run's ledger (nothing without a run directory)."""
+    """Book ``lines`` in the run's ledger (nothing without a run directory): a line whose
+    ``id`` is booked already replaces it, the others are appended."""
     if run_dir is None:
         return
-    with open(Path(run_dir) / LEDGER, "a") as f:
-        for line in lines:
-            f.write(json.dumps(line, sort_keys=True) + "\n")
+    new = {line["id"]: dict(line) for line in lines}
+    if not new:
+        return
+    path = Path(run_dir) / LEDGER
+    booked = [line for _, line in _checked(path)]
+    if not any(line.get("id") in new for line in booked):
+        jsonl.append(path, new.values())
+        return
+    kept = []
+    for line in booked:
+        kept.append(new.pop(line["id"]) if line.get("id") in new else line)
+    jsonl.rewrite(path, [*kept, *new.values()])
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's ledger lines (none without a ledger); a line that is not JSON raises
-    ValueError naming the file and line."""
-    path = Path(run_dir) / LEDGER
-    if not path.is_file():
-        return []
-    lines = []
-    for number, text in enumerate(path.read_text().splitlines(), 1):
-        if not text.strip():
-            continue
-        try:
-            lines.append(json.loads(text))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{number}: not JSON ({exc})") from None
-    return lines
+    """The run's ledger lines, each episode once (none without a ledger): a torn last
+    line is left out (logged); a line that is not JSON or of the wrong shape raises
+    ValueError naming the file and line; of lines with one ``id`` the last is kept
+    (``append`` writes none such)."""
+    by_id: dict[Any, dict[str, Any]] = {}
+    for number, line in _checked(Path(run_dir) / LEDGER):
+        by_id[line.get("id", ("line", number))] = line  # a line from before ids: its own
+    return list(by_id.values())
+
+
+FIX = (
+    "Runs write this file whole, so it was changed by hand or damaged: restore the line, "
+    "or delete it to leave its episodes out of the score"
+)
+
+
+def _checked(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    try:
+        records = jsonl.read(path, strict=True)
+    except ValueError as exc:  # names the file and line
+        raise ValueError(f"{exc}. {FIX}") from None
+    for number, line in records:
+        problem = line_problem(line)
+        if problem:
+            raise ValueError(f"{path}:{number}: {problem}. {FIX}")
+    return records
+
+
+def line_problem(line: Any) -> str:
+    """Why ``line`` is not a ledger line ('' when it is): an object with ``kind`` and
+    ``steps``, and either a training aggregate (``episodes``, ``achievement_episodes``)
+    or one episode (``seed``, ``achievements``); ``id`` a string where present."""
+
+    def count(value: Any) -> bool:
+        return type(value) is int and value >= 0
+
+    if not isinstance(line, dict):
+        return f"a {type(line).__name__}, not an object"
+    if not isinstance(line.get("kind"), str):
+        return "'kind' must be a string"
+    if "id" in line and not isinstance(line["id"], str):
+        return "'id' must be a string"
+    if not count(line.get("steps")):
+        return f"'steps' must be a count, not {line.get('steps')!r}"
+    if "achievement_episodes" in line:
+        counts = line["achievement_episodes"]
+        if not count(line.get("episodes")):
+            return f"'episodes' must be a count, not {line.get('episodes')!r}"
+        if not isinstance(counts, dict) or not all(count(v) for v in counts.values()):
+            return "'achievement_episodes' must map achievement names to counts"
+        return ""
+    if type(line.get("seed")) is not int:
+        return f"'seed' must be an integer, not {line.get('seed')!r}"
+    achieved = line.get("achievements")
+    if not isinstance(achieved, list) or not all(isinstance(a, str) for a in achieved):
+        return "'achievements' must be a list of names"
+    return ""
 
 
 def tally(lines: Iterable[Mapping[str, Any]], kinds: Iterable[str] | None = None) -> dict:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from helpers import ROOT
 
+from method import ledger
+
 RUN = [sys.executable, str(ROOT / "run.py")]
 
 # A short task with everything in it: three steps from the recipe data, one learned
@@ -148,6 +150,18 @@ def test_killed_head_resumes_without_repeating_calls_or_finished_training(
     assert not (started_again & finished), started_again & finished
     assert any(e.get("kind") == "TrainResult" for e in _named(after, "job_replayed"))
     assert (run_dir / "report.md").exists()
+
+    # A resume of the finished run replays it all and renders the video episode again:
+    # the ledger books it by the same id, so neither the ledger nor the score changes.
+    booked = ledger.read(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    finished = _start(tmp_path, "--resume", str(run_dir))
+    _, err = finished.communicate(timeout=300)
+    assert finished.returncode == 0, err[-3000:]
+    assert ledger.tally(ledger.read(run_dir)) == ledger.tally(booked)
+    again = json.loads((run_dir / "summary.json").read_text())
+    for key in ("env_steps", "episodes", "score_all_episodes", "score_final"):
+        assert again[key] == summary[key], key
 
 
 def _request_of(messages: list[dict]) -> tuple[str, dict]:
