@@ -3,6 +3,7 @@ of top-level skill calls (each a :class:`~messages.rollout.Segment`)."""
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 from envs.skills import Skills
@@ -12,6 +13,36 @@ from messages.rollout import Glimpse, Segment
 TRACED_SKILLS = ("path_to", "approach", "face", "explore", "attack", "collect", "place", "make")
 # Segments kept per episode: a critic needs the story, not every detail of a long one.
 MAX_SEGMENTS = 64
+
+
+# Skill-call arguments come from policy code, so formatting them must cost the host a
+# bounded amount whatever they are: `repr` of `[[123456] * 1500] * 1500` is 12 MB, of a
+# tuple nested 100k deep a crash. reprlib walks at most a few levels and items and cuts
+# long strings; a label stays a line a critic can read.
+class _BoundedRepr(reprlib.Repr):
+    """reprlib without its two unbounded paths: `repr_int` formats the whole int first
+    (a ValueError past 4300 digits) and types it does not know (bytes, Counter, ...) fall
+    back to their full `repr`."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > _MAX_SHOWN_INT_BITS:
+            return f"<int of {x.bit_length()} bits>"
+        return repr(x)
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        if type(x) in (float, complex, bool, type(None)):
+            return repr(x)
+        size = f" of {len(x)} items" if hasattr(x, "__len__") else ""
+        return f"<{type(x).__name__}{size}>"
+
+
+# 2**128 has 39 digits: as many as `maxlong` shows anyway.
+_MAX_SHOWN_INT_BITS = 128
+_ARGUMENTS = _BoundedRepr()
+_ARGUMENTS.maxlevel = 3  # nesting shown: a position (x, y) inside a list still reads
+_ARGUMENTS.maxlist = _ARGUMENTS.maxtuple = _ARGUMENTS.maxset = _ARGUMENTS.maxdict = 6
+_ARGUMENTS.maxstring = _ARGUMENTS.maxother = 40  # a material name or a short message
+_ARGUMENTS.maxlong = 40  # digits of an int before `...`
 
 
 def glimpse(skills: Skills) -> Glimpse:
@@ -74,7 +105,10 @@ def _traced_method(name: str) -> Any:
     base = getattr(Skills, name)
 
     def method(self: TracingSkills, *args: Any, **kwargs: Any) -> Any:
-        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        shown = ", ".join(
+            [_ARGUMENTS.repr(a) for a in args]
+            + [f"{k}={_ARGUMENTS.repr(v)}" for k, v in kwargs.items()]
+        )
         return self._traced(f"{name}({shown})", base(self, *args, **kwargs))
 
     method.__name__ = name

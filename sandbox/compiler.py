@@ -9,7 +9,11 @@ attribute/item/iteration/write access), our policy:
   f-string format specs that are computed or wider than the limit;
 - rewrites `*`, `**`, `<<`, `+`, `%` into size-checked guard calls;
 - plants `_tick_()` (the wall-clock/memory meter) at the top of every function body, loop
-  body and `except` handler, and as a condition of every comprehension.
+  body and `except` handler, as a condition of every comprehension and in every lambda
+  (C consumers such as `functools.reduce` or `map` call lambdas without a loop of ours);
+- passes every value about to be hashed (`in`, `d[k] = v`, set/dict displays and
+  comprehensions) through `_key_`, which refuses tuples nested deep enough to overflow
+  the C stack, and builds `{*xs}` through the guarded `set`.
 """
 
 from __future__ import annotations
@@ -127,6 +131,16 @@ def _tick_call(node: ast.AST) -> ast.Call:
     return call
 
 
+def _key_call(node: ast.expr) -> ast.expr:
+    """`_key_(node)`: the depth check before hashing; constants and names of nothing
+    but a constant cannot nest, so constants are left as they are."""
+    if isinstance(node, (ast.Constant, ast.Starred)):
+        return node
+    call = ast.Call(func=ast.Name("_key_", ast.Load()), args=[node], keywords=[])
+    copy_locations(call, node)
+    return call
+
+
 def _tick_stmt(node: ast.AST) -> ast.Expr:
     stmt = ast.Expr(_tick_call(node))
     copy_locations(stmt, node)
@@ -209,6 +223,55 @@ class _AgentPolicy(RestrictingNodeTransformer):
         copy_locations(call, node)
         return call
 
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        node = super().visit_Compare(node)
+        operands = [node.left, *node.comparators]
+        for index, op in enumerate(node.ops):
+            if isinstance(op, (ast.In, ast.NotIn)):
+                operands[index] = _key_call(operands[index])
+        node.left, node.comparators = operands[0], operands[1:]
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        node = super().visit_Subscript(node)
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
+            node.slice = _key_call(node.slice)  # a store or del: `_write_(d)[k] = v`
+        return node
+
+    def visit_Set(self, node: ast.Set) -> ast.AST:
+        node = super().visit_Set(node)
+        if any(isinstance(elt, ast.Starred) for elt in node.elts):
+            # `{*xs}` builds in C from any iterable: route it through the guarded set().
+            items = ast.List(elts=node.elts, ctx=ast.Load())
+            call = ast.Call(func=ast.Name("_set_", ast.Load()), args=[items], keywords=[])
+            copy_locations(items, node)
+            copy_locations(call, node)
+            return call
+        node.elts = [_key_call(elt) for elt in node.elts]
+        return node
+
+    def visit_Dict(self, node: ast.Dict) -> ast.AST:
+        node = super().visit_Dict(node)
+        node.keys = [None if key is None else _key_call(key) for key in node.keys]
+        return node
+
+    def visit_SetComp(self, node: ast.SetComp) -> ast.AST:
+        node = super().visit_SetComp(node)
+        node.elt = _key_call(node.elt)
+        return node
+
+    def visit_DictComp(self, node: ast.DictComp) -> ast.AST:
+        node = super().visit_DictComp(node)
+        node.key = _key_call(node.key)
+        return node
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        node = super().visit_Lambda(node)
+        # `_tick_()` returns True, so `_tick_() and body` is the body's value.
+        node.body = ast.BoolOp(op=ast.And(), values=[_tick_call(node), node.body])
+        copy_locations(node.body, node)
+        return node
+
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST | list[ast.stmt]:
         """Allow `counts[key] += 1` (RestrictedPython refuses item targets):
 
@@ -222,7 +285,7 @@ class _AgentPolicy(RestrictingNodeTransformer):
         if not isinstance(target, ast.Subscript) or isinstance(target.slice, ast.Slice):
             return super().visit_AugAssign(node)
         container = self.visit(target.value)
-        key = self.visit(target.slice)
+        key = _key_call(self.visit(target.slice))
         value = self.visit(node.value)
         obj_name, key_name = self.gen_tmp_name(), self.gen_tmp_name()
 

@@ -49,6 +49,22 @@ _MISSING = object()
 _MAX_CACHED_NAMES = 10_000
 # Containers agent code builds and may write items into.
 _WRITABLE_TYPES = (dict, list, set, collections.deque)
+# Hash floods: distinct values that share one hash (ints k·(2**61 - 1) + c, complex
+# numbers, crafted tuples) make every insert into a set or dict compare against all the
+# earlier ones, so one `set(values)` of 60k of them holds the GIL for ~30 s in C. A bulk
+# build of more than FLOOD_CHECK_ITEMS keys is scanned first (below that the worst case,
+# 4096²/2 compares, takes ~0.1 s), and refused when more than MAX_ALIKE_HASHES unequal
+# keys share one hash: legitimate data has at most a pair (-1 and -2 hash alike), while
+# 8 per hash caps the build's compares at 8 per key.
+FLOOD_CHECK_ITEMS = 4096
+MAX_ALIKE_HASHES = 8
+# Cost units of one step of a modular power beyond the digit products: call overhead of
+# CPython's long_pow loop, so a small modulus with a huge exponent is priced too
+# (measured: 1M exponent bits with a 61-bit modulus ~0.15 s).
+_POW_STEP_OVERHEAD = 256
+# Bits per character of `int(text, base)` for base 0 (the prefix decides: hex is the
+# densest that is not capped by Python's 4300-digit limit on decimal strings).
+_BITS_PER_CHAR_BASE_0 = 4
 # `%` conversion specs; their width/precision digits are checked against the limit.
 _PERCENT_SPEC = re.compile(rb"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 
@@ -86,6 +102,74 @@ class Runtime:
                 f"{what} would be a {bits}-bit integer, over the limit of "
                 f"{self.limits.max_int_bits} bits"
             )
+
+    def too_slow(self, detail: str) -> None:
+        # One C call cannot be interrupted by the meter: predicted overruns are refused
+        # up front and reported as the timeout they would have become.
+        self.meter.trip("timeout", detail)
+
+    # ---- hashing: nesting depth and floods --------------------------------------------
+
+    def key(self, value: Any) -> Any:
+        """`value`, after checking it can be hashed without overflowing the C stack."""
+        if type(value) is tuple and nested_deeper_than(value, self.limits.max_nesting):
+            self.meter.trip(
+                "recursion",
+                f"a tuple nested more than {self.limits.max_nesting} deep cannot be hashed "
+                "(hashing it recurses in C); keep nesting shallow or use a list",
+            )
+        return value
+
+    def hash(self, value: Any) -> int:
+        return hash(self.key(value))
+
+    def getitem(self, obj: Any, key: Any) -> Any:
+        if type(key) is tuple:
+            self.key(key)
+        return obj[key]
+
+    def keys(self, items: Any, what: str) -> Any:
+        """`items` (materialized if lazy) after checking a set or dict can be built from
+        them in one C call: no key nested too deep, no flood of unequal keys that hash
+        alike. Returns what the caller should build from."""
+        if isinstance(items, (set, frozenset, dict, str, bytes, range)):
+            return items  # already distinct hashed keys, or keys that cannot collide
+        if not isinstance(items, (list, tuple)):
+            items = list(items)  # what the build would hold anyway; lazy sources tick
+        if tuple in map(type, items):
+            for item in items:
+                if type(item) is tuple:
+                    self.key(item)
+        if len(items) > FLOOD_CHECK_ITEMS:
+            self._check_flood(items, what)
+        return items
+
+    def _check_flood(self, items: list[Any] | tuple[Any, ...], what: str) -> None:
+        hashes = list(map(hash, items))
+        counts = collections.Counter(hashes)
+        if max(counts.values()) <= MAX_ALIKE_HASHES:
+            return
+        heavy = {h for h, n in counts.items() if n > MAX_ALIKE_HASHES}
+        groups: dict[int, list[Any]] = collections.defaultdict(list)
+        for item, h in zip(items, hashes, strict=True):
+            if h in heavy:
+                groups[h].append(item)
+        for group in groups.values():
+            if group.count(group[0]) != len(group):  # unequal keys sharing one hash
+                self.too_slow(
+                    f"{what} from {len(items)} keys of which {len(group)} share one hash "
+                    "but are not all equal: building it would take quadratic time; use "
+                    "smaller numbers or strings as keys"
+                )
+
+    def bulk_pairs(self, pairs: Any, what: str) -> Any:
+        """Like `keys` for a dict built from (key, value) pairs; returns the pairs."""
+        if isinstance(pairs, dict) or hasattr(pairs, "keys"):
+            return pairs  # a mapping: its keys are already distinct
+        pairs = pairs if isinstance(pairs, (list, tuple)) else list(pairs)
+        keys = [p[0] for p in pairs if type(p) in (tuple, list) and len(p) == 2]
+        self.keys(keys, what)
+        return pairs
 
     # ---- operators (planted by our compiler) ----------------------------------------
 
@@ -139,9 +223,26 @@ class Runtime:
 
     def pow(self, a: Any, b: Any, mod: Any = None) -> Any:
         if mod is not None:
-            return pow(a, b, mod)  # modular: the result is smaller than mod
+            self.check_modular_pow(a, b, mod)  # the result is smaller than mod, not cheaper
+            return pow(a, b, mod)
         self.check_pow(a, b)
         return a**b
+
+    def check_modular_pow(self, a: Any, b: Any, mod: Any) -> None:
+        if not (isinstance(a, int) and isinstance(b, int) and isinstance(mod, int)):
+            return  # floats and others raise TypeError in pow itself
+        # CPython squares and reduces once per exponent bit; each reduction is a schoolbook
+        # division, quadratic in the modulus's 30-bit digits.
+        digits = abs(mod).bit_length() // 30 + 1
+        work = abs(b).bit_length() * (digits * digits + _POW_STEP_OVERHEAD)
+        work += abs(a).bit_length() // 30 * digits  # reducing the base once
+        if work > self.limits.max_int_work:
+            self.too_slow(
+                f"pow(a, b, m) with a {abs(b).bit_length()}-bit exponent and a "
+                f"{abs(mod).bit_length()}-bit modulus would run for a long time in one C call "
+                f"(cost ~{work:.1e}, over the limit of {self.limits.max_int_work:.1e}); "
+                "use smaller numbers"
+            )
 
     def lshift(self, a: Any, b: Any) -> Any:
         self.check_lshift(a, b)
@@ -200,11 +301,15 @@ class Runtime:
             guarded = sized[name]
             # Closures, not functools.partial: a partial's public `.args` would hand the
             # agent this Runtime (and through it the meter).
-            return lambda *args, **kwargs: guarded(self, obj, *args, **kwargs)
-        if type(obj) is type:  # unbound use: str.ljust("a", n), list.extend(l, l)
-            sized = _SIZE_GUARDED_METHODS.get(obj)
+            bound = type(obj) if name in _CLASS_METHODS else obj  # (0).from_bytes(...)
+            return lambda *args, **kwargs: guarded(self, bound, *args, **kwargs)
+        if type(obj) is type or type(obj) is _StandInType:  # unbound: str.ljust("a", n)
+            cls = getattr(obj, "_base_", obj)
+            sized = _SIZE_GUARDED_METHODS.get(cls)
             if sized is not None and name in sized:
                 unbound = sized[name]
+                if name in _CLASS_METHODS:  # int.from_bytes(...): bound to the class
+                    return lambda *args, **kwargs: unbound(self, cls, *args, **kwargs)
                 return lambda *args, **kwargs: unbound(self, *args, **kwargs)
         return None
 
@@ -268,6 +373,64 @@ class Runtime:
             # iter(callable, sentinel) over a C callable is an endless C-level iterator.
             raise TypeError("only iter(iterable) is available")
         return iter(args[0])
+
+    def round(self, number: Any, *ndigits: Any) -> Any:
+        if ndigits and isinstance(number, int) and isinstance(ndigits[0], int):
+            if ndigits[0] < 0:  # CPython computes 10 ** -ndigits first
+                self._bits(-ndigits[0] * 10 // 3, "round's power of ten")
+        return round(number, *ndigits)
+
+    def prepare_int(self, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        text = args[0] if args else kwargs.get("x")
+        base = args[1] if len(args) > 1 else kwargs.get("base")
+        if base is not None and isinstance(text, (str, bytes)) and isinstance(base, int):
+            # Power-of-two bases escape Python's 4300-digit cap on int(str).
+            bits_per_char = math.log2(base) if base >= 2 else _BITS_PER_CHAR_BASE_0
+            self._bits(int(len(text) * bits_per_char), f"int() of a {len(text)}-char string")
+        return args, kwargs
+
+    def prepare_set(self, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if args:
+            args = (self.keys(args[0], "a set"), *args[1:])
+        return args, kwargs
+
+    def prepare_dict(self, *args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if args:
+            args = (self.bulk_pairs(args[0], "a dict"), *args[1:])
+        return args, kwargs
+
+    def prepare_defaultdict(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > 1:
+            args = (args[0], self.bulk_pairs(args[1], "a defaultdict"), *args[2:])
+        return args, kwargs
+
+    def prepare_counter(self, *args: Any, **kwargs: Any) -> Any:
+        if args and not hasattr(args[0], "keys"):
+            args = (self.keys(args[0], "a Counter"), *args[1:])
+        return args, kwargs
+
+    def cached(self, decorate: Callable[..., Any]) -> Callable[..., Any]:
+        """functools.cache / lru_cache: the cache hashes the arguments of every call."""
+
+        def checked(wrapped: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                for arg in args:
+                    self.key(arg)
+                for arg in kwargs.values():
+                    self.key(arg)
+                return wrapped(*args, **kwargs)
+
+            call.cache_clear = wrapped.cache_clear
+            call.cache_info = wrapped.cache_info
+            return call
+
+        def decorator(*args: Any, **kwargs: Any) -> Any:
+            if len(args) == 1 and callable(args[0]) and not kwargs:
+                return checked(decorate(args[0]))  # @lru_cache / @cache
+            inner = decorate(*args, **kwargs)  # @lru_cache(maxsize=...)
+            return lambda func: checked(inner(func))
+
+        return decorator
 
     def guarded_import(
         self, name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level=0
@@ -375,6 +538,72 @@ def _elements(rt: Runtime, counter: collections.Counter) -> Iterator[Any]:
     return rt.ticking(counter.elements())  # Counter(a=10**12).elements() repeats in C
 
 
+def _from_bytes(rt: Runtime, cls: type, data: Any, *rest: Any, **kw: Any) -> int:
+    if not hasattr(data, "__len__"):
+        data = list(rt.ticking(data))
+    rt._bits(len(data) * 8, "int.from_bytes")
+    return cls.from_bytes(data, *rest, **kw)
+
+
+def _one_key(method: str) -> Callable[..., Any]:
+    """A set/dict method that hashes its first argument."""
+
+    def call(rt: Runtime, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and type(args[0]) is tuple:
+            rt.key(args[0])
+        return getattr(obj, method)(*args, **kwargs)
+
+    return call
+
+
+def _all_keys(method: str) -> Callable[..., Any]:
+    """A set method that builds a set from each of its arguments (union, update, …)."""
+
+    def call(rt: Runtime, obj: Any, *others: Any) -> Any:
+        return getattr(obj, method)(*(rt.keys(o, f"set.{method}") for o in others))
+
+    return call
+
+
+def _update_pairs(rt: Runtime, obj: Any, *args: Any, **kwargs: Any) -> Any:
+    if args:
+        args = (rt.bulk_pairs(args[0], f"{type(obj).__name__}.update"), *args[1:])
+    return obj.update(*args, **kwargs)
+
+
+def _counter_update(method: str) -> Callable[..., Any]:
+    def call(rt: Runtime, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and not hasattr(args[0], "keys"):
+            args = (rt.keys(args[0], f"Counter.{method}"), *args[1:])
+        return getattr(obj, method)(*args, **kwargs)
+
+    return call
+
+
+def _fromkeys(rt: Runtime, cls: type, keys: Any, *rest: Any) -> Any:
+    return cls.fromkeys(rt.keys(keys, "dict.fromkeys"), *rest)
+
+
+# Methods called on the class (`int.from_bytes`, `dict.fromkeys`) whose guards take it.
+_CLASS_METHODS = frozenset({"from_bytes", "fromkeys"})
+
+
+_SET_METHODS = {
+    name: _one_key(name) for name in ("add", "discard", "remove")
+} | {
+    name: _all_keys(name)
+    for name in (
+        "update", "union", "symmetric_difference", "symmetric_difference_update", "issubset",
+    )
+}  # fmt: skip
+_DICT_METHODS = {name: _one_key(name) for name in ("get", "setdefault", "pop")} | {
+    "update": _update_pairs,
+    "fromkeys": _fromkeys,
+}
+_COUNTER_METHODS = _DICT_METHODS | {
+    "update": _counter_update("update"),
+    "subtract": _counter_update("subtract"),
+}
 _STRING_METHODS = {
     "ljust": _pad("ljust"),
     "rjust": _pad("rjust"),
@@ -390,10 +619,63 @@ _SIZE_GUARDED_METHODS: dict[type, dict[str, Callable[..., Any]]] = {  # see _SIZ
     bytes: _STRING_METHODS,
     list: {"extend": _extend},
     collections.deque: {"extend": _extend, "extendleft": _extend},
-    int: {"to_bytes": _to_bytes},
-    collections.Counter: {"elements": _elements},
-    bool: {"to_bytes": _to_bytes},
+    int: {"to_bytes": _to_bytes, "from_bytes": _from_bytes},
+    bool: {"to_bytes": _to_bytes, "from_bytes": _from_bytes},
+    set: _SET_METHODS,
+    frozenset: {name: _SET_METHODS[name] for name in ("union", "symmetric_difference", "issubset")},
+    dict: _DICT_METHODS,
+    collections.OrderedDict: _DICT_METHODS,
+    collections.defaultdict: _DICT_METHODS,
+    collections.Counter: _COUNTER_METHODS | {"elements": _elements},
 }
+
+
+# ---- stand-in types ------------------------------------------------------------------
+
+
+class _StandInType(type):
+    """Metaclass of the stand-ins agent code gets for `int`, `set`, `dict`, `Counter`, …:
+    calling one checks the arguments (`_prepare_`) and builds the real type; isinstance,
+    issubclass and attributes answer as for the real type, so `isinstance(x, int)`,
+    `defaultdict(int)` and `int.bit_length` keep working."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._base_)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, cls._base_)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = cls._prepare_(*args, **kwargs)
+        return cls._base_(*args, **kwargs)
+
+    def __repr__(cls) -> str:
+        return repr(cls._base_)
+
+
+def _stand_in(base: type, prepare: Callable[..., Any]) -> type:
+    # `_`-names are out of agent code's reach, so `_base_`/`_prepare_` stay host-only.
+    namespace = {"_base_": base, "_prepare_": staticmethod(prepare), "__slots__": ()}
+    return _StandInType(base.__name__, (base,), namespace)
+
+
+def nested_deeper_than(value: tuple[Any, ...], limit: int) -> bool:
+    """Whether tuples nest more than `limit` levels deep in `value` (iteratively; each
+    tuple is walked once per depth it is first reached at). Only tuples matter: lists,
+    dicts and sets are unhashable and frozensets hash their items as they are built."""
+    stack = [(value, 1)]
+    reached: dict[int, int] = {}
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if tuple not in map(type, node):  # C-speed scan of flat tuples
+            continue
+        for item in node:
+            if type(item) is tuple and reached.get(id(item), 0) < depth + 1:
+                reached[id(item)] = depth + 1
+                stack.append((item, depth + 1))
+    return False
 
 
 # ---- builtins ------------------------------------------------------------------------
@@ -425,6 +707,12 @@ def make_globals(runtime: Runtime) -> dict[str, Any]:
 
     safe = {name: getattr(builtins, name) for name in _PLAIN_BUILTINS + _EXCEPTIONS}
     safe.update(
+        int=_stand_in(int, runtime.prepare_int),
+        set=_stand_in(set, runtime.prepare_set),
+        frozenset=_stand_in(frozenset, runtime.prepare_set),
+        dict=_stand_in(dict, runtime.prepare_dict),
+        hash=runtime.hash,
+        round=runtime.round,
         range=runtime.range,
         sum=runtime.sum,
         iter=runtime.iter,
@@ -437,7 +725,9 @@ def make_globals(runtime: Runtime) -> dict[str, Any]:
         "__builtins__": safe,
         "__name__": "agent",
         "_getattr_": runtime.getattr,
-        "_getitem_": operator.getitem,
+        "_getitem_": runtime.getitem,
+        "_key_": runtime.key,
+        "_set_": safe["set"],
         "_getiter_": iter,
         # RestrictedPython's unpack guards exist to run `_getiter_` on nested items; ours is
         # plain `iter`, so Python's own unpacking is equivalent and ~5× cheaper.
@@ -546,15 +836,15 @@ def _curated_modules(rt: Runtime) -> dict[str, types.SimpleNamespace]:
         "itertools": types.SimpleNamespace(**it),
         "collections": types.SimpleNamespace(
             deque=collections.deque,
-            Counter=collections.Counter,
-            defaultdict=collections.defaultdict,
-            OrderedDict=collections.OrderedDict,
+            Counter=_stand_in(collections.Counter, rt.prepare_counter),
+            defaultdict=_stand_in(collections.defaultdict, rt.prepare_defaultdict),
+            OrderedDict=_stand_in(collections.OrderedDict, rt.prepare_dict),
         ),
         "functools": types.SimpleNamespace(
             reduce=functools.reduce,
             partial=functools.partial,
-            lru_cache=functools.lru_cache,
-            cache=functools.cache,
+            lru_cache=rt.cached(functools.lru_cache),
+            cache=rt.cached(functools.cache),
             cmp_to_key=functools.cmp_to_key,
         ),
         "operator": types.SimpleNamespace(**op),

@@ -16,6 +16,16 @@ class Limits:
     max_int_bits: int = 1_000_000
     """Largest int `*`, `**`, `<<` may produce (~125 KiB; arithmetic on it takes ms, while
     `10 ** 10 ** 10` would take hours and gigabytes)."""
+    max_int_work: int = 300_000_000
+    """Largest estimated cost of one big-int C call that cannot be interrupted
+    (three-argument `pow`: exponent bits × (modulus digits² + per-step overhead), in
+    ~1 ns units): ~0.3 s on a slow core, the cost of the slowest `%` the bit limit allows,
+    while `pow(3, m - 1, m)` with `m = (1 << 200000) + 7` would hold the GIL for days."""
+    max_nesting: int = 10_000
+    """Deepest tuple nesting agent code may hash (`hash`, set/dict keys, `in`, `d[k]`):
+    CPython hashes a tuple by recursing in C without a depth check and overflows an 8 MiB
+    thread stack somewhere past 100k levels; 10k keeps a 10× margin and exceeds any path
+    kept as nested pairs on a 64×64 map (4096 tiles)."""
     max_format_width: int = 100_000
     """Largest width/precision in f-strings and `%`-formatting (`f"{x:>{10**10}}"`)."""
     max_math_n: int = 10_000

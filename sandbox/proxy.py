@@ -20,6 +20,9 @@ import types
 from collections.abc import Callable, Generator
 from typing import Any
 
+from sandbox.guards import nested_deeper_than
+from sandbox.limits import Limits
+
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, range)
 # Exception types a skill may raise that are re-raised as themselves; any other type is
 # re-raised as RuntimeError. Either way only the message crosses (not args or .obj, which
@@ -30,6 +33,9 @@ _PASSING_EXCEPTIONS = (
 )  # fmt: skip
 # Host data is shallow: deeper nesting is refused rather than walked without end.
 MAX_FREEZE_DEPTH = 32
+# Tuples agent code passes to host methods may be hashed there (`kind in TABLE`): the same
+# bound as hashing inside agent code (`Limits.max_nesting`).
+MAX_ARGUMENT_NESTING = Limits().max_nesting
 
 
 def freeze(value: Any, _depth: int = 0) -> Any:
@@ -103,6 +109,12 @@ def _wrap_callable(func: Callable[..., Any]) -> Callable[..., Any]:
     # A plain closure: the agent cannot read its cell (dunders are refused), unlike a bound
     # method's `__self__` or a partial's `.func`.
     def call(*args: Any, **kwargs: Any) -> Any:
+        for arg in (*args, *kwargs.values()):
+            if type(arg) is tuple and nested_deeper_than(arg, MAX_ARGUMENT_NESTING):
+                raise RecursionError(
+                    f"an argument nested more than {MAX_ARGUMENT_NESTING} deep cannot be "
+                    "passed to the host (hashing it would overflow the C stack)"
+                )
         try:
             result = func(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - re-raised, stripped of host objects

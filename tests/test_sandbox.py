@@ -6,6 +6,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -295,3 +296,94 @@ def test_policy_runs_against_the_real_skill_api_and_crafter():
     assert outcome.failure is None, outcome.failure
     assert outcome.output == "got True 1\n"
     assert skills.inventory()["wood"] == 1
+
+
+def test_guarded_builtins_still_behave_like_the_real_types():
+    outcome, actions = drive("""
+        import collections, functools
+        @functools.lru_cache(maxsize=None)
+        def double(pos):
+            return (pos[0] * 2, pos[1] * 2)
+        def run(skills):
+            counts = collections.defaultdict(int)
+            for key in ["a", "b", "a"]:
+                counts[key] += 1
+            positions = [(x, y) for x in range(64) for y in range(64)]
+            visited = set(positions) | {*positions[:3]}
+            assert isinstance(3, int) and isinstance(True, int) and not isinstance("3", int)
+            assert isinstance(visited, set) and issubclass(bool, int)
+            assert int("ff", 16) == 255 and int.from_bytes(b"\\x01\\x00", "big") == 256
+            assert (5).bit_length() == 3 and pow(3, 5, 7) == 5 and round(1234, -2) == 1200
+            assert len(set([0] * 1000000)) == 1  # a big dedupe of equal keys is no flood
+            assert dict.fromkeys("ab", 0) == {"a": 0, "b": 0} and dict([(1, 2)]) == {1: 2}
+            assert collections.Counter("abca")["a"] == 2 and (1, 2) in {(1, 2): 3}
+            assert double((1, 2)) == (2, 4) == double((1, 2))
+            assert double.cache_info().hits == 1
+            assert list(map(lambda p: p[0], positions[:2])) == [0, 0]
+            yield "noop" if counts == {"a": 2, "b": 1} and len(visited) == 4096 else "do"
+        """)
+    assert outcome.failure is None, outcome.failure
+    assert actions == ["noop"]
+    # The same builds, hostile: refused with their causes instead of running in C.
+    outcome, _ = drive("def run(skills):\n    int('1' * 2000000, 2)\n    yield 'noop'")
+    assert outcome.failure.cause == "memory"
+
+
+# A host method that hashes its argument, as a skill looking a name up in a table does.
+HASHING_HOST = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from sandbox import compile_code, run_policy
+from sandbox.testing import TINY_ACTIONS
+
+class Host:
+    def lookup(self, key):
+        return {1: 2}.get(key)
+
+source = '''
+def run(skills):
+    t = ()
+    for i in range(200000):
+        t = (t,)
+    skills.lookup(t)
+    yield 'noop'
+'''
+outcome = run_policy(compile_code(source), Host(), lambda a: False, max_steps=5, wall_s=5.0,
+                     allowed_actions=TINY_ACTIONS)
+print(outcome.failure.cause)
+"""
+
+
+def test_a_tuple_too_deep_to_hash_never_reaches_host_code(tmp_path):
+    import subprocess  # a segfault in the child fails this test, not pytest
+
+    repo = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", HASHING_HOST, repo],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-2000:]}"
+    assert done.stdout.split() == ["recursion"]
+
+
+def test_trace_labels_of_huge_skill_arguments_cost_the_host_little():
+    crafter_world = pytest.importorskip("envs.crafter_world")
+    from envs.trace import TracingSkills
+
+    world = crafter_world.CrafterWorld()
+    skills = TracingSkills(world.reset(0), world.action_names, seed=0)
+    huge = [[123456] * 1500] * 1500  # repr: 12 MB
+    deep: tuple = ()
+    for _ in range(200_000):
+        deep = (deep,)  # repr: RecursionError
+    started = time.monotonic()
+    for _ in range(70):
+        skills.attack(huge).close()
+    skills.attack(1 << 100_000).close()  # repr: ValueError past 4300 digits
+    assert time.monotonic() - started < 1.0
+    for argument in (huge, deep):
+        with pytest.raises(TypeError):  # range(argument): the segment is kept all the same
+            next(skills.attack(times=argument))
+    labels = [segment.action for segment in skills._segments]
+    assert labels[0].startswith("attack(times=[[123456, 123456") and len(labels[0]) < 400
+    assert labels[1].startswith("attack(times=((((") and len(labels[1]) < 100

@@ -3,9 +3,13 @@ the process able to run the next (benign) program correctly."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -311,6 +315,77 @@ HOSTILE = [
     ),
 ]
 
+# C calls that crash or stall the process on unguarded code: each runs in its own
+# subprocess (see `run_isolated`), so a segfault or a GIL-holding call fails the test
+# instead of taking pytest down.
+# A tuple nested 200k deep: hashing it overflows the C stack.
+DEEP = "    t = ()\n    for i in range(200000):\n        t = (t,)\n"
+# 60k unequal ints with one hash: a set of them takes ~30 s in one C call.
+FLOOD_INTS = "    P = (1 << 61) - 1\n    l = [k * P + 5 for k in range(1, 60001)]\n"
+C_CALLS = [
+    # ---- deep nesting: every way agent code hashes (cause recursion, as for a deep repr)
+    ("deep_tuple_hash", "def run(skills):\n" + DEEP + "    hash(t)\n    yield 'noop'", "recursion"),
+    ("deep_tuple_set_display", "def run(skills):\n" + DEEP + "    s = {t}\n    yield 'noop'",
+     "recursion"),
+    ("deep_tuple_dict_store", "def run(skills):\n" + DEEP + "    d = {}\n    d[t] = 1\n"
+     "    yield 'noop'", "recursion"),
+    ("deep_tuple_dict_read", "def run(skills):\n" + DEEP + "    d = {1: 2}\n    d[t]\n"
+     "    yield 'noop'", "recursion"),
+    ("deep_tuple_in_set", "def run(skills):\n" + DEEP + "    t in {1}\n    yield 'noop'",
+     "recursion"),
+    ("deep_tuple_set_add", "def run(skills):\n" + DEEP + "    set().add(t)\n    yield 'noop'",
+     "recursion"),
+    ("deep_tuple_dict_get", "def run(skills):\n" + DEEP + "    {}.get(t)\n    yield 'noop'",
+     "recursion"),
+    ("deep_tuple_in_set_of_list", "def run(skills):\n" + DEEP + "    set([t])\n"
+     "    yield 'noop'", "recursion"),
+    ("deep_tuple_built_by_zip", "def run(skills):\n    t = ()\n    for i in range(200000):\n"
+     "        t = next(zip([t]))\n    {t: 1}\n    yield 'noop'", "recursion"),
+    ("deep_tuple_cached_call", "import functools\n@functools.cache\ndef f(x):\n    return 1\n"
+     "def run(skills):\n" + DEEP + "    f(t)\n    yield 'noop'", "recursion"),
+    ("deep_tuple_counter", "import collections\ndef run(skills):\n" + DEEP
+     + "    collections.Counter([t, t])\n    yield 'noop'", "recursion"),
+    # ---- big-int C calls: sizes over the bit limit are `memory`, like 10 ** 10 ** 10;
+    # affordable sizes whose one C call would outlast the budget are `timeout`
+    ("modular_pow_huge", "def run(skills):\n    m = (1 << 200000) + 7\n    pow(3, m - 1, m)\n"
+     "    yield 'noop'", "timeout"),
+    ("modular_pow_wide_modulus", "def run(skills):\n    pow(2, 10 ** 300, (1 << 20000) + 1)\n"
+     "    yield 'noop'", "timeout"),
+    ("from_bytes_then_mod", "def run(skills):\n"
+     "    x = int.from_bytes(b'\\xff' * 2000000, 'big') % ((1 << 999999) + 3)\n    yield 'noop'",
+     "memory"),
+    ("from_bytes_on_instance", "def run(skills):\n"
+     "    x = (0).from_bytes(b'\\xff' * 2000000, 'big') % ((1 << 999999) + 3)\n    yield 'noop'",
+     "memory"),
+    ("int_of_hex_string", "def run(skills):\n"
+     "    x = int('f' * 2000000, 16) % ((1 << 999999) + 3)\n    yield 'noop'", "memory"),
+    ("int_of_base32_string", "def run(skills):\n"
+     "    x = int('v' * 2000000, 32) % ((1 << 999999) + 3)\n    yield 'noop'", "memory"),
+    ("round_to_huge_power_of_ten", "def run(skills):\n    round(1, -10 ** 8)\n    yield 'noop'",
+     "memory"),
+    # ---- hash floods: one bulk build of keys that hash alike (`timeout`: it would outlast
+    # the budget in one C call the meter cannot stop)
+    ("hash_flood_set", "def run(skills):\n" + FLOOD_INTS + "    set(l)\n    yield 'noop'",
+     "timeout"),
+    ("hash_flood_fromkeys", "def run(skills):\n" + FLOOD_INTS + "    dict.fromkeys(l)\n"
+     "    yield 'noop'", "timeout"),
+    ("hash_flood_starred_display", "def run(skills):\n" + FLOOD_INTS + "    {*l}\n"
+     "    yield 'noop'", "timeout"),
+    ("hash_flood_update", "def run(skills):\n" + FLOOD_INTS + "    s = set()\n    s.update(l)\n"
+     "    yield 'noop'", "timeout"),
+    ("hash_flood_dict_of_pairs", "def run(skills):\n" + FLOOD_INTS + "    dict(zip(l, l))\n"
+     "    yield 'noop'", "timeout"),
+    ("hash_flood_counter", "import collections\ndef run(skills):\n" + FLOOD_INTS
+     + "    collections.Counter(l)\n    yield 'noop'", "timeout"),
+    ("hash_flood_frozenset", "def run(skills):\n" + FLOOD_INTS + "    frozenset(l)\n"
+     "    yield 'noop'", "timeout"),
+    # ---- lambdas tick: C consumers call them without a loop of ours
+    ("lambda_in_map", "def run(skills):\n"
+     "    list(map(lambda x: sorted(range(1000)), range(10 ** 6)))\n    yield 'noop'", "timeout"),
+]  # fmt: skip
+ISOLATED = {name for name, _, _ in C_CALLS}
+HOSTILE += C_CALLS
+
 
 @pytest.fixture
 def jail(tmp_path, monkeypatch):
@@ -327,7 +402,7 @@ def jail(tmp_path, monkeypatch):
 
 
 def test_hostile_corpus_is_large_and_covers_every_runtime_cause():
-    assert len(HOSTILE) >= 30
+    assert len(HOSTILE) >= 90
     causes = {cause for _, _, cause in HOSTILE}
     assert causes == {
         "syntax", "forbidden", "exception", "timeout", "memory", "recursion",
@@ -335,9 +410,46 @@ def test_hostile_corpus_is_large_and_covers_every_runtime_cause():
     }  # fmt: skip
 
 
-@pytest.mark.parametrize(("source", "cause"), [(s, c) for _, s, c in HOSTILE],
-                         ids=[i for i, _, _ in HOSTILE])  # fmt: skip
-def test_hostile_program_fails_with_its_cause_and_the_sandbox_keeps_working(jail, source, cause):
+ISOLATED_SCRIPT = """
+import json, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/.."]  # this checkout, not an installed copy
+from test_sandbox_hostile import BENIGN, BENIGN_ACTIONS, run_source
+started = time.monotonic()
+failure, _, _ = run_source(sys.argv[2])
+took = time.monotonic() - started
+benign_failure, actions, _ = run_source(BENIGN)
+print(json.dumps({"cause": failure and failure.cause, "detail": failure and failure.detail,
+                  "took": took, "benign": benign_failure is None and actions == BENIGN_ACTIONS}))
+"""
+# A crash or stall in the child is the failure these programs were added for: 20 s is
+# far past the budget (0.3 s) yet far short of what the unguarded calls take.
+ISOLATED_TIMEOUT_S = 20
+
+
+def run_isolated(source: str) -> dict:
+    """Run `source` like `run_source`, in a fresh Python process."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", ISOLATED_SCRIPT, str(Path(__file__).parent), source],
+            capture_output=True, text=True, timeout=ISOLATED_TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the program stalled its process for over {ISOLATED_TIMEOUT_S} s")
+    assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(("name", "source", "cause"), HOSTILE, ids=[i for i, _, _ in HOSTILE])
+def test_hostile_program_fails_with_its_cause_and_the_sandbox_keeps_working(
+    jail, name, source, cause
+):
+    if name in ISOLATED:
+        result = run_isolated(source)
+        assert result["cause"] == cause, result
+        assert len(result["detail"]) <= 600
+        assert result["took"] < HOSTILE_WALL_S + 1.5
+        assert result["benign"]
+        return
     started = time.monotonic()
     failure, _, _ = run_source(source.replace("{canary!r}", repr(str(jail))))
     assert failure is not None
