@@ -30,7 +30,7 @@ import numpy as np
 import trio
 
 import sandbox
-from envs.artifacts import PolicyUnusable, load_policy
+from envs.artifacts import PolicyUnusable, inside, load_policy
 from envs.composite import prepare_stages, run_composed
 from envs.crafter_world import CrafterWorld
 from envs.held_out import held_out
@@ -117,6 +117,9 @@ class EnvironmentActor(Actor):
             )
         if req.needs and not req.stages:
             raise ValueError("needs are served only in a composed policy: give stages too")
+        refused = self._foreign_policy(req)
+        if refused is not None:
+            return refused
         if req.policy_path:
             if req.config is None:
                 raise ValueError("a trained-policy rollout needs the RL config it was trained on")
@@ -155,6 +158,31 @@ class EnvironmentActor(Actor):
         # job to our replacement, which gets stuck the same way (seen under load).
         await trio.sleep(EXIT_DRAIN_S)
         os._exit(70)  # EX_SOFTWARE; the supervisor restarts us
+
+    def _foreign_policy(self, req: RolloutRequest) -> RolloutResult | None:
+        """A request naming a policy file outside this run's directory, or without its
+        sha256, fails every episode with ``policy_unusable`` before anything is read:
+        the path came from a peer, and loading an SB3 zip unpickles parts of it."""
+        named = [(req.policy_path, req.policy_sha256)]
+        named += [(s.policy_path, s.policy_sha256) for s in req.stages]
+        named += [(n.stage.policy_path, n.stage.policy_sha256) for n in req.needs]
+        for path, sha256 in named:
+            if not path:
+                continue
+            try:
+                if self.run_dir is None:
+                    raise PolicyUnusable(f"{path[:200]!r}: this actor has no run directory")
+                inside(self.run_dir, path)
+                if not sha256:
+                    raise PolicyUnusable(f"{path[:200]!r} comes without its sha256")
+            except PolicyUnusable as exc:
+                log.warning("policy_refused", subtask=req.subtask.name, detail=str(exc))
+                episodes = [
+                    EpisodeReport(s, False, 0, 0.0, [], POLICY_UNUSABLE, str(exc))
+                    for s in req.seeds
+                ]
+                return RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id)
+        return None
 
     def rollout(self, req: RolloutRequest) -> RolloutResult:
         """Run every episode of ``req`` (blocking; called in a worker thread)."""
@@ -227,7 +255,7 @@ class EnvironmentActor(Actor):
         The policy acts through the RL interface it was trained with, coded actions
         included; each episode's detail lists the actions it chose."""
         try:
-            model = load_policy(req.policy_path, req.policy_sha256)
+            model = load_policy(req.policy_path, req.policy_sha256, root=self.run_dir)
         except PolicyUnusable as exc:
             episodes = [
                 EpisodeReport(s, False, 0, 0.0, [], POLICY_UNUSABLE, str(exc)) for s in req.seeds

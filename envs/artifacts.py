@@ -15,7 +15,47 @@ from messages.train import TrainResult
 
 
 class PolicyUnusable(Exception):
-    """A policy file is missing or is not the one its hash names."""
+    """A policy file is missing, outside the run's store, or not the one its hash names."""
+
+
+class ArtifactRefused(ValueError):
+    """A training result names a file outside the run directory (or no file at all)."""
+
+
+NAME_MAX = 100
+"""Longest artifact name: a job name plus a version fits with room to spare, and
+``policies/<name>.zip`` stays far below the 255-byte file-name limit."""
+
+
+def inside(root: Path, path: str | Path) -> Path:
+    """``path`` resolved (links followed), when it lies inside ``root``; raises
+    :class:`PolicyUnusable` otherwise. Paths in messages come from peers: none becomes
+    a file to read or write without this check."""
+    resolved = Path(path).resolve()  # a relative path is relative to the cwd, as before
+    if not resolved.is_relative_to(Path(root).resolve()):
+        raise PolicyUnusable(
+            f"{str(path)[:200]!r} is outside the run directory {root}: policies are"
+            " stored and loaded only inside it"
+        )
+    return resolved
+
+
+def artifact_name(name: str) -> str:
+    """``name`` when it can be one file name in ``policies/``; raises
+    :class:`ArtifactRefused` naming the field and the fix otherwise."""
+    if (
+        not name
+        or len(name) > NAME_MAX
+        or name in (".", "..")
+        or any(c in name for c in "/\\\0")
+        or name.startswith(".")
+    ):
+        raise ArtifactRefused(
+            f"TrainResult.name {name[:120]!r} is not a plain file name (no '/', '\\',"
+            f" NUL or leading '.', at most {NAME_MAX} characters): the learner that sent"
+            " it is misbehaving; train requests name their jobs with plain names"
+        )
+    return name
 
 
 def sha256_of(path: Path) -> str:
@@ -28,14 +68,20 @@ def sha256_of(path: Path) -> str:
 
 
 def store_artifact(run_dir: Path, result: TrainResult) -> Path:
-    """Where a result's policy lives in ``run_dir``: a local learner's path as it is, a
-    remote learner's bytes written to ``policies/<job>.zip`` after checking the hash."""
+    """Where a result's policy lives in ``run_dir``: a local learner's path as it is
+    (it must lie inside ``run_dir``), a remote learner's bytes written to
+    ``policies/<job>.zip`` after checking the hash. Raises :class:`ArtifactRefused`
+    for a name or path that would leave ``run_dir``."""
+    name = artifact_name(result.name)
     if not result.policy_bytes:
-        return Path(result.policy_path)
+        try:
+            return inside(run_dir, result.policy_path)
+        except PolicyUnusable as exc:
+            raise ArtifactRefused(f"TrainResult.policy_path of {name}: {exc}") from None
     digest = hashlib.sha256(result.policy_bytes).hexdigest()
     if digest != result.sha256:
-        raise ValueError(f"policy of {result.name} arrived corrupted: sha256 {digest}")
-    path = run_dir / "policies" / f"{result.name}.zip"
+        raise ValueError(f"policy of {name} arrived corrupted: sha256 {digest}")
+    path = run_dir / "policies" / f"{name}.zip"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")
     tmp.write_bytes(result.policy_bytes)
@@ -43,10 +89,12 @@ def store_artifact(run_dir: Path, result: TrainResult) -> Path:
     return path
 
 
-def load_policy(path: str | Path, sha256: str = "") -> Any:
-    """The SB3 PPO model in ``path``, on the CPU, after checking its hash (when given);
-    raises :class:`PolicyUnusable` naming what is wrong."""
-    path = Path(path)
+def load_policy(path: str | Path, sha256: str = "", root: Path | None = None) -> Any:
+    """The SB3 PPO model in ``path``, on the CPU, after checking its hash (when given)
+    and, with ``root``, that it lies inside ``root``; raises :class:`PolicyUnusable`
+    naming what is wrong. SB3 zips still unpickle parts of themselves when loaded: the
+    checks are what keeps a file a peer named from being loaded."""
+    path = inside(root, path) if root is not None else Path(path)
     if not path.is_file():
         raise PolicyUnusable(f"no policy at {path}")
     if sha256 and sha256_of(path) != sha256:

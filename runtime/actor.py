@@ -200,6 +200,11 @@ class Actor:
         except DecodeError as exc:
             log.warning("message_rejected", reason=exc.reason, detail=exc.detail, re=msg_id)
             raise RemoteFailure(Failure("bad_reply", str(exc))) from None
+        said = pending.env.kind
+        if type(reply).__message_kind__ != said:
+            # The broker checked the envelope's kind; the body must be what it said.
+            log.warning("message_rejected", reason="kind_mismatch", kind=said, re=msg_id)
+            raise RemoteFailure(Failure("bad_reply", f"{said} envelope, other body"))
         if isinstance(reply, Failure):
             raise RemoteFailure(reply)
         return reply
@@ -224,9 +229,12 @@ class Actor:
         *,
         context: zmq.Context | None = None,
         curve: CurveClient | None = None,
+        routing_id: bytes = b"",
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Connect, register, serve until stopped or cancelled, then tear down."""
+        """Connect, register, serve until stopped or cancelled, then tear down.
+        ``routing_id``: the head-side id the broker minted for this connection
+        (:meth:`runtime.broker.Broker.local_identity`); empty for every other actor."""
         ctx = context or zmq.Context.instance()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -234,6 +242,8 @@ class Actor:
         sock.setsockopt(zmq.SNDHWM, 100_000)
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(self.max_frame_bytes))
+        if routing_id:
+            sock.setsockopt(zmq.ROUTING_ID, routing_id)
         monitor = None
         if curve is not None:
             curve.apply(sock)
@@ -393,6 +403,13 @@ class Actor:
             if env.mode == ASK:
                 self._reply(env, Failure("bad_message", str(exc)))
             return
+        if type(msg).__message_kind__ != env.kind:
+            # The broker decides who may send what by the envelope's kind: a body of
+            # another kind would slip past that check.
+            log.warning("message_rejected", reason="kind_mismatch", kind=env.kind, frm=env.frm)
+            if env.mode == ASK:
+                self._reply(env, Failure("bad_message", f"{env.kind} envelope, other body"))
+            return
         if isinstance(msg, Shutdown):
             self.stop(msg.reason or "shutdown")
             return
@@ -401,7 +418,7 @@ class Actor:
             if scope is not None:
                 scope.cancel()
             return
-        if isinstance(msg, Failure) and msg.reason == "not_registered":
+        if isinstance(msg, Failure) and msg.reason == "not_registered" and env.frm == BROKER:
             self._nursery.start_soon(self._reregister)
             return
         name = self._handlers.get(type(msg))

@@ -9,12 +9,16 @@ reply to its requester. Only the first reply to a job is forwarded, so a request
 never sees a job answered twice.
 
 The broker reads envelopes only; bodies pass through untouched (their addressee
-validates them), except for messages addressed to the broker itself.
+validates them), except for messages addressed to the broker itself. It does check
+who may send what (:data:`SENDER_ROLES`, :data:`HEAD_ONLY`): a peer's role is the one it
+registered, its name is bound to its connection until that connection is declared dead,
+and a message its role may not send is refused (``message_refused``), never delivered.
 """
 
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +53,29 @@ from messages.control import (
 )
 from runtime.events import log
 from runtime.zmqtrio import TrioSocket
+
+HEAD_ROLE = "head"
+"""The head's own client; only a connection the head made itself may register it."""
+RESERVED_NAMES = frozenset({BROKER, ""})
+"""Names no actor may take: the broker's own address would let it forge ``frm``."""
+SENDER_ROLES: dict[str, frozenset[str]] = {
+    "train.result": frozenset({"learner"}),
+    "train.progress": frozenset({"learner"}),
+    "rollout.result": frozenset({"environment"}),
+}
+"""Kinds only some roles may send (in any mode, replies included): a result is believed
+by whoever receives it, so it must come from the role that makes it."""
+OPEN_CONTROL = frozenset({"control.probe"})
+"""The one control kind any peer may send to another actor unasked: a liveness probe.
+Replies (a probe's echo, a failure) pass too, as answers to jobs the peer holds."""
+HEAD_ONLY_PREFIX = "control."
+"""Every other control kind (``control.shutdown``, a ``control.failure`` that makes an
+actor register again, ``control.cancel`` sent directly...) reaches an actor only from
+the head's side: the broker itself or a connection the head made
+(:meth:`Broker.local_identity`)."""
+LOCAL_IDENTITY_BYTES = 16
+"""Random bytes in a head-side routing id: unguessable by another process (ZeroMQ keeps
+the first connection that claims an id, and these are claimed before any actor starts)."""
 
 
 @dataclass
@@ -106,6 +133,9 @@ class Broker:
         self.failed = 0
         self.requeued = 0
         self.rejected = 0
+        self.refused = 0
+        self.trusted: set[bytes] = set()
+        """Routing ids of the head's own connections (:meth:`local_identity`)."""
         self._names = itertools.count()
         self._watchers: list[tuple[str, int, trio.Event]] = []
         self._now = trio.current_time
@@ -170,6 +200,9 @@ class Broker:
         env.frm = peer.actor_id
         if env.to == BROKER:
             return self._to_broker(peer, env, body)
+        refusal = self._refusal(peer, env)
+        if refusal:
+            return self._refuse(peer, env, refusal)
         if env.mode == REPLY:
             return self._reply(peer, env, body)
         if env.mode == ASK:
@@ -208,20 +241,83 @@ class Broker:
             return self._cancel(peer, msg.job)
         self._reject(peer.identity, "not_for_broker", env.kind)
 
+    # -- who may do what --------------------------------------------------------------
+
+    def local_identity(self) -> bytes:
+        """A routing id for a connection the head makes itself (its client, its
+        in-process agents): set it as the DEALER's ``ROUTING_ID`` before connecting.
+        Only such a connection may register the ``head`` role or send control messages
+        to actors."""
+        identity = b"head-side-" + secrets.token_bytes(LOCAL_IDENTITY_BYTES)
+        self.trusted.add(identity)
+        return identity
+
+    def trust(self, identity: bytes) -> None:
+        """Treat an existing routing id as head-side (tests that script raw frames)."""
+        self.trusted.add(identity)
+
+    def _refusal(self, peer: Peer, env: Envelope) -> str:
+        """Why ``peer`` may not send ``env`` to another actor; empty when it may."""
+        allowed = SENDER_ROLES.get(env.kind)
+        if allowed is not None and peer.role not in allowed:
+            return f"only {'/'.join(sorted(allowed))} actors send {env.kind}"
+        if (
+            env.kind.startswith(HEAD_ONLY_PREFIX)
+            and env.kind not in OPEN_CONTROL
+            and env.mode != REPLY
+            and peer.identity not in self.trusted
+        ):
+            return f"only the head sends {env.kind} to actors"
+        return ""
+
+    def _refuse(self, peer: Peer, env: Envelope, detail: str) -> None:
+        """Log a refused message and answer where someone waits: an ask gets the
+        failure back, a reply completes its job with the failure (never delivered)."""
+        self.refused += 1
+        log.warning(
+            "message_refused",
+            sender=peer.actor_id,
+            role=peer.role,
+            kind=env.kind,
+            to=env.to,
+            detail=detail,
+        )
+        failure = Failure("refused", detail)
+        if env.mode == ASK:
+            back = Envelope(REPLY, "", peer.actor_id, BROKER, env.id)
+            self._send(peer.identity, back, failure)
+        elif env.mode == REPLY:
+            env.kind = type(failure).__message_kind__
+            self._reply(peer, env, encode(failure))
+
+    def _name_refusal(self, identity: bytes, name: str, role: str) -> Failure | None:
+        """Why ``identity`` may not register ``name`` as ``role``; None when it may. A
+        name stays bound to the connection that registered it until that one exits or
+        is declared dead by the heartbeat timeout: a quiet actor is not a dead one."""
+        if name in RESERVED_NAMES or name.startswith(ROLE_PREFIX):
+            return Failure("name_reserved", f"{name!r} is not an actor name; pick another --name")
+        if role == HEAD_ROLE and identity not in self.trusted:
+            return Failure("role_reserved", "the head role is the head's own; pick another role")
+        old = self.peers.get(name)
+        if old is not None and old.identity != identity:
+            detail = (
+                f"an actor named {name!r} is attached (its connection holds the name until"
+                f" it exits or misses heartbeats for {self.settings.heartbeat_timeout:g} s);"
+                " pick another --name"
+            )
+            return Failure("name_taken", detail)
+        return None
+
     # -- registration and death ----------------------------------------------------
 
     def _register(self, identity: bytes, env: Envelope, msg: Register) -> None:
         name = msg.name or f"{msg.role}-{next(self._names)}"
-        old = self.peers.get(name)
-        if old is not None and old.identity != identity:
-            if old.last_seen > self._now() - 2 * self.settings.heartbeat_interval:
-                # A live actor holds the name: refuse rather than have the two evict
-                # each other (and their jobs) forever.
-                log.warning("registration_refused", actor_id=name, reason="name_taken")
-                back = Envelope(REPLY, "", name, BROKER, env.id)
-                detail = f"an actor named {name!r} is attached and alive; pick another --name"
-                return self._send(identity, back, Failure("name_taken", detail))
-            self.remove(old, "replaced")
+        refused = self._name_refusal(identity, name, msg.role)
+        if refused is not None:
+            # Refuse rather than have two connections evict each other (and their jobs).
+            log.warning("registration_refused", actor_id=name, role=msg.role, reason=refused.reason)
+            back = Envelope(REPLY, "", name, BROKER, env.id)
+            return self._send(identity, back, refused)
         if identity in self.by_identity:
             self.remove(self.by_identity[identity], "reregistered")
         peer = Peer(

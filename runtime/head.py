@@ -229,7 +229,11 @@ async def run_head(
             nursery.start_soon(auth.run)
             await nursery.start(broker.serve)
             client = Client(max_frame_bytes=rt.max_frame_bytes, name="head")
-            await nursery.start(functools.partial(client.run, inproc, context=ctx))
+            await nursery.start(
+                functools.partial(
+                    client.run, inproc, context=ctx, routing_id=broker.local_identity()
+                )
+            )
             children_done = trio.Event()
 
             async def supervise_all() -> None:
@@ -250,7 +254,10 @@ async def run_head(
             nursery.start_soon(supervise_all)
 
             async def start_local(actor: Actor) -> None:
-                await nursery.start(functools.partial(actor.run, inproc, context=ctx))
+                run = functools.partial(
+                    actor.run, inproc, context=ctx, routing_id=broker.local_identity()
+                )
+                await nursery.start(run)
 
             head = Head(client, broker, settings, run_dir, run_id, endpoint, listen, start_local)
             started = time.monotonic()

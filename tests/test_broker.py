@@ -35,6 +35,7 @@ def _broker() -> Broker:
     sock.bind(f"inproc://fuzz-{next(_names)}")
     broker = Broker(BrokerSettings(max_frame_bytes=4096), sock)
     broker._now = time.monotonic  # these tests drive it without a trio loop
+    broker.trust(b"B")  # VALID's head: a connection the head made itself
     return broker
 
 

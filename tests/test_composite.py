@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -295,12 +296,17 @@ def test_episode_frames_make_a_gif(world, tmp_path: Path) -> None:
 
 
 def test_a_composed_rollout_through_an_environment_actor(tmp_path: Path, wood_policy) -> None:
-    stages = [TABLE, learned_wood(wood_policy), PICKAXE]
-    needs = [Need("drink", below=9, stage=DRINK, until=9)]
-    req = RolloutRequest(GOAL, stages=stages, needs=needs, seeds=[0, 1], wall_s=30, frames=True)
     seen: dict = {}
 
     async def driver(head: Head) -> dict:
+        # Environment actors load policies only from the run's own directory.
+        path, digest = wood_policy
+        stored = head.run_dir / "policies" / path.name
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, stored)
+        stages = [TABLE, learned_wood((stored, digest)), PICKAXE]
+        needs = [Need("drink", below=9, stage=DRINK, until=9)]
+        req = RolloutRequest(GOAL, stages=stages, needs=needs, seeds=[0, 1], wall_s=30, frames=True)
         await head.wait_for("environment", 1)
         seen["result"] = await head.client.ask("@environment", req, timeout=120)
         try:

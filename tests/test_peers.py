@@ -1,0 +1,319 @@
+"""Peers get only what their role may do: a rogue local process that reaches the head's
+socket may register, but it cannot stop actors, impersonate the head or another actor,
+send results its role does not make, write outside the run directory, or make an
+environment actor load a policy file from elsewhere."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import pathlib
+import pickle
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import structlog
+import trio
+import zmq
+from helpers import make_settings, run_head_with
+
+from envs.artifacts import ArtifactRefused, PolicyUnusable, inside, store_artifact
+from envs.configs import collect_wood_with_coded
+from messages import (
+    ASK,
+    BROKER,
+    REPLY,
+    TELL,
+    Envelope,
+    decode,
+    decode_envelope,
+    encode,
+    encode_envelope,
+)
+from messages.control import Failure, Probe, ProbeReply, Register, Registered, Shutdown
+from messages.rollout import RolloutRequest, RolloutResult
+from messages.train import TrainRequest, TrainResult
+from runtime.actor import RemoteFailure
+from runtime.broker import Broker, BrokerSettings
+from runtime.config import ActorSettings
+from runtime.head import Head
+
+_ctx = zmq.Context.instance()
+_ids = itertools.count()
+ENV_ACTOR = {"environment": ActorSettings(count=1)}
+
+
+class Rogue:
+    """A raw DEALER on the head's ipc socket: it speaks the protocol by hand, so it can
+    lie about its role, its kinds and its results."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.sock = _ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+
+    def send(self, mode: int, to: str, msg: object, *, kind: str = "", msg_id: str = "", re=""):
+        msg_id = msg_id or f"rogue.{next(_ids)}"
+        env = Envelope(mode, msg_id, to, "", re, kind or type(msg).__message_kind__)
+        self.sock.send_multipart([encode_envelope(env), encode(msg)])
+        return msg_id
+
+    async def recv(self, timeout: float = 60) -> tuple[Envelope, object]:
+        with trio.fail_after(timeout):
+            while not self.sock.poll(0):
+                await trio.sleep(0.01)
+        header, body = self.sock.recv_multipart()
+        return decode_envelope(header), decode(body)
+
+    async def ask(self, to: str, msg: object, **kw) -> object:
+        msg_id = self.send(ASK, to, msg, **kw)
+        while True:
+            env, reply = await self.recv()
+            if env.mode == REPLY and env.re == msg_id:
+                return reply
+
+    async def register(self, role: str, name: str) -> object:
+        return await self.ask(BROKER, Register(role=role, name=name))
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+def _named(events: list[dict], name: str) -> list[dict]:
+    return [e for e in events if e.get("event") == name]
+
+
+def test_a_rogue_peer_cannot_stop_an_environment_actor_or_pose_as_the_head(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path, ENV_ACTOR, heartbeat_timeout=10)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("environment", 1)
+        rogue = Rogue(head.endpoint)
+        try:
+            seen["as_head"] = await rogue.register("head", "impostor")
+            seen["as_broker"] = await rogue.register("probe", "broker")
+            assert isinstance(await rogue.register("probe", "rogue"), Registered)
+            rogue.send(TELL, "environment-0", Shutdown("rogue"))
+            # The envelope says probe, the body is a shutdown: the actor checks the body.
+            rogue.send(TELL, "environment-0", Shutdown("rogue-in-disguise"), kind="control.probe")
+            seen["asked"] = await rogue.ask("environment-0", Shutdown("rogue-ask"))
+            # Frames from one connection arrive in order: once this probe is answered the
+            # shutdowns before it have been dealt with.
+            seen["echo"] = await rogue.ask("environment-0", Probe(seq=5))
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert isinstance(seen["as_head"], Failure) and seen["as_head"].reason == "role_reserved"
+    assert isinstance(seen["as_broker"], Failure) and seen["as_broker"].reason == "name_reserved"
+    assert isinstance(seen["asked"], Failure) and seen["asked"].reason == "refused"
+    assert isinstance(seen["echo"], ProbeReply) and seen["echo"].actor_id == "environment-0"
+    events = run.events
+    refused = _named(events, "message_refused")
+    assert [(e["sender"], e["role"], e["kind"]) for e in refused] == [
+        ("rogue", "probe", "control.shutdown")
+    ] * 2
+    mismatch = [e for e in _named(events, "message_rejected") if e["reason"] == "kind_mismatch"]
+    assert len(mismatch) == 1 and mismatch[0]["frm"] == "rogue"
+    # The actor kept running: never stopped by the rogue, never restarted.
+    stops = [e for e in _named(events, "actor_stopped") if e.get("reason", "").startswith("rogue")]
+    assert not stops
+    assert run.report["restarts"] == 0
+    assert [e["reason"] for e in _named(events, "registration_refused")] == [
+        "role_reserved",
+        "name_reserved",
+    ]
+
+
+def _rogue_result(name: str, payload: bytes = b"PK not a policy", path: str = "") -> TrainResult:
+    digest = hashlib.sha256(payload).hexdigest()
+    return TrainResult(
+        name, path, digest, 64, 64, 1.0, 1, 1, 0, 0, "", 0.1, 0.1, "cpu", "rogue",
+        policy_bytes=b"" if path else payload,
+    )  # fmt: skip
+
+
+def test_a_false_training_result_writes_nothing_outside_the_run_dir(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.zip"
+    outside.write_bytes(b"PK a file the run does not own")
+    lies = {
+        "climb": _rogue_result("../../escaped"),
+        "absolute": _rogue_result(str(tmp_path / "absolute")),
+        "local_path": _rogue_result("plain", path=str(outside)),
+    }
+    settings = make_settings(tmp_path)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        learner, environment = Rogue(head.endpoint), Rogue(head.endpoint)
+        try:
+            assert isinstance(await learner.register("learner", "rogue-learner"), Registered)
+            assert isinstance(await environment.register("environment", "rogue-env"), Registered)
+            config = collect_wood_with_coded()
+            for case, lie in lies.items():
+                async with trio.open_nursery() as nursery:
+
+                    async def serve(lie: TrainResult = lie) -> None:
+                        env, _ = await learner.recv()
+                        learner.send(REPLY, env.frm, lie, re=env.id)
+
+                    nursery.start_soon(serve)
+                    result = await head.client.ask("@learner", TrainRequest(case, config, 64))
+                try:
+                    seen[case] = store_artifact(head.run_dir, result)
+                except ArtifactRefused as exc:
+                    seen[case] = exc
+            # Only learners send training results: an environment's is refused on the way.
+            async with trio.open_nursery() as nursery:
+
+                async def serve_env() -> None:
+                    env, _ = await environment.recv()
+                    environment.send(REPLY, env.frm, _rogue_result("fine"), re=env.id)
+
+                nursery.start_soon(serve_env)
+                req = RolloutRequest(config.subtask, code="pass", seeds=[0])
+                try:
+                    await head.client.ask("@environment", req, timeout=30)
+                except RemoteFailure as exc:
+                    seen["from_env"] = exc.failure
+        finally:
+            learner.close()
+            environment.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    for case in lies:
+        assert isinstance(seen[case], ArtifactRefused), (case, seen[case])
+    assert "TrainResult.name" in str(seen["climb"]) and "TrainResult.name" in str(seen["absolute"])
+    assert "outside the run directory" in str(seen["local_path"])
+    assert seen["from_env"].reason == "refused"
+    written = {p for p in tmp_path.rglob("*") if p.is_file()} - {outside}
+    assert all(p.is_relative_to(run.run_dir) for p in written), written
+    assert not list(tmp_path.rglob("*escaped*")) and not list(tmp_path.rglob("absolute*"))
+    refused = _named(run.events, "message_refused")
+    assert [(e["sender"], e["role"], e["kind"]) for e in refused] == [
+        ("rogue-env", "environment", "train.result")
+    ]
+
+
+class _Touch:
+    """Unpickling this creates ``marker``: the stand-in for a command a crafted SB3 zip
+    would run when loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def crafted_policy(path: Path, marker: Path) -> str:
+    """An SB3-shaped zip whose ``data`` holds a pickle that ``PPO.load`` would run."""
+    blob = base64.b64encode(pickle.dumps(_Touch(marker))).decode()
+    data = {"policy_class": {":type:": "<class 'type'>", ":serialized:": blob}}
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("data", json.dumps(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_policy_path_outside_the_run_dir_is_refused_before_it_is_loaded(
+    tmp_path: Path,
+) -> None:
+    evil, marker = tmp_path / "evil.zip", tmp_path / "pwned"
+    digest = crafted_policy(evil, marker)
+    settings = make_settings(tmp_path, ENV_ACTOR, heartbeat_timeout=10)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("environment", 1)
+        rogue = Rogue(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("probe", "rogue"), Registered)
+            config = collect_wood_with_coded()
+            req = RolloutRequest(
+                config.subtask, policy_path=str(evil), policy_sha256=digest, config=config,
+                seeds=[0, 1],
+            )  # fmt: skip
+            seen["direct"] = await rogue.ask("@environment", req)
+            # The same file reached through a link inside the run directory.
+            link = head.run_dir / "policies" / "link.zip"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(evil)
+            linked = RolloutRequest(
+                config.subtask, policy_path=str(link), policy_sha256=digest, config=config,
+                seeds=[0],
+            )  # fmt: skip
+            seen["linked"] = await rogue.ask("@environment", linked)
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    for case in ("direct", "linked"):
+        result = seen[case]
+        assert isinstance(result, RolloutResult), (case, result)
+        assert {e.cause for e in result.episodes} == {"policy_unusable"}, case
+        assert all("outside the run directory" in e.detail for e in result.episodes), case
+    assert not marker.exists(), "the crafted policy was unpickled"
+
+
+def test_a_live_actors_name_stays_bound_to_its_connection_until_it_is_declared_dead() -> None:
+    sock = _ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(f"inproc://peers-{next(_ids)}")
+    broker = Broker(BrokerSettings(heartbeat_interval=1.0, heartbeat_timeout=5.0), sock)
+    clock = [time.monotonic()]
+    broker._now = lambda: clock[0]
+    sent: list[tuple[bytes, object]] = []
+    broker.sock.send = lambda frames: sent.append((frames[0], decode(frames[2])))
+
+    def register(identity: bytes, name: str) -> object:
+        env = Envelope(ASK, f"r{next(_ids)}", BROKER, "", "", Register.__message_kind__)
+        broker._on_frames([identity, encode_envelope(env), encode(Register("probe", name))])
+        return sent[-1][1]
+
+    assert isinstance(register(b"owner", "w"), Registered)
+    clock[0] += 3.0  # quiet for 3 s: past two heartbeats, short of the 5 s timeout
+    with structlog.testing.capture_logs() as logs:
+        answer = register(b"thief", "w")
+    assert isinstance(answer, Failure) and answer.reason == "name_taken"
+    assert broker.peers["w"].identity == b"owner"
+    assert [e["reason"] for e in logs if e["event"] == "registration_refused"] == ["name_taken"]
+    # Once the heartbeat timeout declares the owner dead, the name is free again.
+    clock[0] += 3.0
+    for peer in [p for p in broker.peers.values() if p.last_seen < clock[0] - 5.0]:
+        broker.remove(peer, "heartbeat_missed")
+    assert isinstance(register(b"heir", "w"), Registered)
+    assert broker.peers["w"].identity == b"heir"
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs/path", "a/b", "..", ".hidden", "x\0y", "n" * 101])
+def test_an_artifact_name_that_is_not_a_plain_file_name_is_refused(tmp_path, name) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(ArtifactRefused, match="TrainResult.name"):
+        store_artifact(run_dir, _rogue_result(name))
+    assert [p for p in tmp_path.rglob("*") if p != run_dir] == []
+
+
+def test_inside_follows_links_and_climbs(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "policies").mkdir(parents=True)
+    (run_dir / "policies" / "ok.zip").write_bytes(b"x")
+    ok = run_dir / "policies" / "ok.zip"
+    assert inside(run_dir, ok) == ok.resolve()
+    (run_dir / "policies" / "out.zip").symlink_to(tmp_path / "elsewhere.zip")
+    for bad in (run_dir / "policies" / "out.zip", run_dir / ".." / "x.zip", Path("/etc/passwd")):
+        with pytest.raises(PolicyUnusable, match="outside the run directory"):
+            inside(run_dir, bad)
