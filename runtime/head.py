@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -112,8 +113,30 @@ refuses a longer one with a bare 'File name too long')."""
 
 
 def ipc_path(run_id: str) -> Path:
-    """The socket file local actors reach the head's broker by."""
-    return Path(tempfile.gettempdir()) / f"rlgpt-{run_id}.ipc"
+    """The socket file local actors reach the head's broker by, in a folder of this
+    user's that no one else may enter (:func:`private_ipc_dir`): the loopback socket has
+    no authentication, so who can reach it is who can list and open that folder."""
+    return Path(tempfile.gettempdir()) / f"rlgpt-{os.getuid()}" / f"{run_id}.ipc"
+
+
+IPC_DIR_MODE = 0o700
+"""Owner only: another local user cannot connect to a socket in a folder it cannot enter."""
+
+
+def private_ipc_dir(path: Path) -> None:
+    """Make the folder of ipc socket ``path`` (mode 0700), or check one already there is
+    this user's own and closed to others; raises :class:`ConfigError` naming TMPDIR."""
+    folder = path.parent
+    folder.mkdir(mode=IPC_DIR_MODE, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise ConfigError(
+            str(folder), "", "a socket folder owned by this user",
+            f"{str(folder)!r} is a link or belongs to uid {st.st_uid}",
+            "remove it, or set TMPDIR to a folder of your own",
+        )  # fmt: skip
+    if stat.S_IMODE(st.st_mode) != IPC_DIR_MODE:
+        os.chmod(folder, IPC_DIR_MODE)
 
 
 def new_run_dir(settings: Settings) -> tuple[str, Path]:
@@ -192,6 +215,7 @@ async def run_head(
         curve = CurveServer.load(Path(rt.keys_dir)) if rt.keys_dir else None
         auth = Authenticator(ctx, curve)
         sock.bind(inproc)
+        private_ipc_dir(ipc_file)
         sock.bind(endpoint)
         listen = ""
         if rt.listen:

@@ -9,8 +9,10 @@ import base64
 import hashlib
 import itertools
 import json
+import os
 import pathlib
 import pickle
+import stat
 import time
 import zipfile
 from pathlib import Path
@@ -317,3 +319,18 @@ def test_inside_follows_links_and_climbs(tmp_path: Path) -> None:
     for bad in (run_dir / "policies" / "out.zip", run_dir / ".." / "x.zip", Path("/etc/passwd")):
         with pytest.raises(PolicyUnusable, match="outside the run directory"):
             inside(run_dir, bad)
+
+
+def test_the_ipc_socket_lives_in_a_folder_only_its_user_can_enter(tmp_path: Path) -> None:
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        socket_file = Path(head.endpoint.removeprefix("ipc://"))
+        seen["exists"] = socket_file.exists()
+        seen["folder"] = os.stat(socket_file.parent)
+        return {}
+
+    assert run_head_with(make_settings(tmp_path), driver).code == 0
+    assert seen["exists"]
+    assert stat.S_IMODE(seen["folder"].st_mode) == 0o700
+    assert seen["folder"].st_uid == os.getuid()
