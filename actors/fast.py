@@ -16,7 +16,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from envs.artifacts import store_artifact
+from envs.artifacts import ArtifactRefused, store_artifact
 from envs.setup_code import compose_setup
 from messages import Envelope
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
@@ -325,9 +325,10 @@ class FastAgent(Actor):
             )
             try:
                 train = await self._train(work, config, version)
-            except RemoteFailure as exc:
-                # The config itself was unusable (its setup or reward code, say): that is
-                # this version's failure, with its cause, not the run's.
+            except (RemoteFailure, ArtifactRefused) as exc:
+                # The config itself was unusable (its setup or reward code, say), or the
+                # learner's answer named a policy outside the run: that is this version's
+                # failure, with its cause, not the run's.
                 log.error(
                     "training_failed", subaction=sub.name, version=version, detail=str(exc)[-500:]
                 )
