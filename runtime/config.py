@@ -150,8 +150,9 @@ SECONDS = check(positive=True, expected="a positive number of seconds")
 NAME_MAX = 40
 """Longest ``[run] name``. The run id (``NAME-YYYYmmdd-HHMMSS-xxxx``, 21 characters more)
 names the head's ipc socket file, and a socket path holds at most 107 bytes (Linux's
-``sun_path`` is 108 with its NUL; macOS's 104). ``/tmp/rlgpt-`` + id + ``.ipc`` is 36
-characters plus the name: 40 leaves room for a temporary folder of 30 characters."""
+``sun_path`` is 108 with its NUL; macOS's 104). ``/tmp/rlgpt-<uid>/`` + id + ``.ipc`` is
+36 characters plus the uid and the name: 40 leaves room for a temporary folder of about 25
+characters (the head checks the real path at start)."""
 NAME = check(
     pattern=rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{NAME_MAX - 1}}}",
     expected=f"letters, digits, '_', '.' or '-' (1 to {NAME_MAX}, not starting with '.' or '-')",
