@@ -230,6 +230,7 @@ async def run_head(
             await nursery.start(broker.serve)
             client = Client(max_frame_bytes=rt.max_frame_bytes, name="head")
             await nursery.start(functools.partial(client.run, inproc, context=ctx))
+            broker.pin_local(client.actor_id)
             children_done = trio.Event()
 
             async def supervise_all() -> None:
@@ -251,6 +252,7 @@ async def run_head(
 
             async def start_local(actor: Actor) -> None:
                 await nursery.start(functools.partial(actor.run, inproc, context=ctx))
+                broker.pin_local(actor.actor_id)
 
             head = Head(client, broker, settings, run_dir, run_id, endpoint, listen, start_local)
             started = time.monotonic()
