@@ -17,6 +17,10 @@ loop (it must not block), and may return an awaitable to finish in a task — th
 a task switch for the many messages that need no waiting. Blocking work goes
 through :meth:`Actor.run_blocking` (a worker thread) so heartbeats and other messages
 keep flowing while it runs. Lifecycle: :meth:`setup` → register → serve → :meth:`teardown`.
+
+A job the broker hands out again (it presumed this actor dead, then the actor registered
+anew) never runs twice here: while its handler runs, that handler's reply answers both;
+once answered, the recorded reply is sent again (event ``job_redelivered``).
 """
 
 from __future__ import annotations

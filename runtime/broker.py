@@ -8,6 +8,10 @@ handed out ``max_job_tries`` times without an answer fails with a ``control.fail
 reply to its requester. Only the first reply to a job is forwarded, so a requester
 never sees a job answered twice.
 
+Silence counts only while the broker itself listens: after a pause of the head (a clock
+jump between its own ticks: SIGSTOP, a VM pause) every actor gets a fresh heartbeat
+window, and the head's in-process actors are never reaped for silence.
+
 The broker reads envelopes only; bodies pass through untouched (their addressee
 validates them), except for messages addressed to the broker itself.
 """
@@ -138,6 +142,11 @@ class Broker:
                 for peer in self.peers.values():
                     peer.last_seen = now
                 continue
+            if late > interval:
+                # A shorter stall (a tick or more missed): the broker could not listen
+                # meanwhile either, so that time counts against no one.
+                for peer in self.peers.values():
+                    peer.last_seen = min(now, peer.last_seen + late)
             deadline = now - timeout
             for peer in [p for p in self.peers.values() if p.last_seen < deadline]:
                 if not peer.local:

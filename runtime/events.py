@@ -17,6 +17,7 @@ Use it like structlog anywhere::
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -172,6 +173,14 @@ class _Sink:
 
 
 _sink = _Sink()
+
+
+@atexit.register
+def _drain_console_at_exit() -> None:
+    # The writer is a daemon thread: without this, lines still queued when a process
+    # exits without close() (an actor, a config error) would never be shown.
+    if _sink.console is not None:
+        _sink.console.close()
 
 
 def _now() -> str:
