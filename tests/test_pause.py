@@ -12,6 +12,7 @@ from pathlib import Path
 
 import trio
 from helpers import ROOT, make_settings, read_events, run_head_with, wait_until, wait_until_blocking
+from test_method import SMALL
 
 from messages import BROKER, Envelope
 from messages.control import Heartbeat, Probe, ProbeReply
@@ -21,6 +22,9 @@ from runtime.head import Head
 SCRIPT = ROOT / "tests" / "head_until_signal.py"
 HEARTBEAT_TIMEOUT_S = 1.0
 """Small, so a pause of a few seconds is several heartbeat timeouts long."""
+RUN_HEARTBEAT_TIMEOUT_S = 3.0
+"""A whole run's heartbeat timeout: small, so pausing for two of them stays quick, yet
+above the second or so a learner's GIL-holding thread can delay a heartbeat."""
 PAUSE_S = 3.0
 """How long the head stays stopped: three heartbeat timeouts, and well inside the
 jobs' hold (``JOB_HOLD_S`` = 6 s) so they still run when it goes on."""
@@ -75,6 +79,47 @@ def test_a_head_paused_past_the_heartbeat_timeout_declares_no_one_dead_and_runs_
     answers = json.loads((run_dir / "report.json").read_text())["answers"]
     assert answers["0"] == "holder" and sorted(answers) == ["0", "1", "2"]
     assert len(named("actor_registered")) == 4  # head, holder, two probes: each once
+
+
+def test_a_paused_run_makes_one_plan_trains_each_job_once_and_keeps_its_budget(
+    tmp_path: Path,
+) -> None:
+    # The method end to end (offline backend, real environment and learner processes):
+    # the head stopped mid-training for two heartbeat timeouts, then continued.
+    config = tmp_path / "small.toml"
+    timeout = "heartbeat_timeout = 10.0"
+    assert timeout in SMALL
+    config.write_text(
+        SMALL.replace("iterations = 2", "iterations = 1").replace(
+            timeout, f"heartbeat_timeout = {RUN_HEARTBEAT_TIMEOUT_S}"
+        )
+    )
+    run = subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        run_dir = _run_dir_with(tmp_path / "runs", "training_started", timeout=400)
+        run.send_signal(signal.SIGSTOP)
+        time.sleep(2 * RUN_HEARTBEAT_TIMEOUT_S)  # the pause under test
+        run.send_signal(signal.SIGCONT)
+        assert run.wait(timeout=500) == 0
+    finally:
+        run.kill()
+    events = read_events(run_dir)
+    named = lambda name: [e for e in events if e["event"] == name]  # noqa: E731
+    # Before the fix this run made 2 plans, trained its one job 4 times and booked 13,409
+    # env steps against the 8,000 budget.
+    assert len(named("plan_made")) == 1
+    trained = [e["job"] for e in named("training_started")]
+    assert trained and len(trained) == len(set(trained))  # each training job once
+    assert len(named("training_result")) == len(set(trained))
+    ledger = [json.loads(line) for line in (run_dir / "episodes.jsonl").read_text().splitlines()]
+    assert sum(line["steps"] for line in ledger) <= 8000  # SMALL's env_steps budget
+    assert not [e for e in named("actor_lost") if e["reason"] == "heartbeat_missed"]
+    assert named("head_paused")
 
 
 class Counter(Actor):
