@@ -17,6 +17,10 @@ loop (it must not block), and may return an awaitable to finish in a task — th
 a task switch for the many messages that need no waiting. Blocking work goes
 through :meth:`Actor.run_blocking` (a worker thread) so heartbeats and other messages
 keep flowing while it runs. Lifecycle: :meth:`setup` → register → serve → :meth:`teardown`.
+
+A job the broker hands out again (it presumed this actor dead, then the actor registered
+anew) never runs twice here: while its handler runs, that handler's reply answers both;
+once answered, the recorded reply is sent again (event ``job_redelivered``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import signal
 import socket
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -80,6 +85,12 @@ TEST_HOOKS_ENV = "RLGPT_TEST_HOOKS"
 # Messages that arrive before setup() finishes wait in memory; past this many the actor
 # refuses further asks (the broker's capacity accounting normally keeps it far lower).
 EARLY_MAIL_LIMIT = 10_000
+# Replies kept to answer a job the broker hands out again after it finished here (its
+# first reply was lost while the broker had presumed this actor dead). A redelivery
+# comes within a heartbeat timeout or two, so a few dozen replies cover any capacity in
+# use; the byte cap keeps big rollout results from holding memory (>= 2 largest frames).
+ANSWERED_KEEP = 64
+ANSWERED_KEEP_BYTES = 128 * 2**20
 
 
 class RemoteFailure(Exception):
@@ -157,6 +168,12 @@ class Actor:
         self._ready = False
         self._early: list[tuple[Envelope, bytes]] = []
         self._running: dict[tuple[str, str], trio.CancelScope] = {}
+        """Asks whose handler runs now, by (requester, job id): a redelivery of one of
+        these starts no second handler."""
+        self._answered: OrderedDict[tuple[str, str], tuple[str, bytes]] = OrderedDict()
+        """Recent replies (kind, body) by (requester, job id), to answer a redelivery of
+        a job already finished here without running it again."""
+        self._answered_bytes = 0
         self._refused: ActorRefused | None = None
         self._scope: trio.CancelScope | None = None
         self._registered = trio.Event()
@@ -349,7 +366,9 @@ class Actor:
             return
         key = (env.frm, env.id)
         self.inflight += 1
-        self._running[key] = scope = trio.CancelScope()
+        # Registered by _dispatch before this task started, so a redelivery that came
+        # in between already saw it.
+        scope = self._running.setdefault(key, trio.CancelScope())
         try:
             with scope:
                 result = await work
@@ -421,6 +440,8 @@ class Actor:
         if isinstance(msg, Failure) and msg.reason == "not_registered" and env.frm == BROKER:
             self._nursery.start_soon(self._reregister)
             return
+        if env.mode == ASK and self._redelivered(env):
+            return
         name = self._handlers.get(type(msg))
         if name is None:
             log.warning("message_unhandled", kind=env.kind, frm=env.frm)
@@ -433,14 +454,39 @@ class Actor:
             self._failed(env, exc)
             return
         if inspect.isawaitable(result):
+            if env.mode == ASK:
+                self._running[(env.frm, env.id)] = trio.CancelScope()
             self._nursery.start_soon(self._handle, result, env)
         elif env.mode == ASK:
             self._reply(env, result if result is not None else Failure("no_reply"))
 
-    def _reply(self, env: Envelope, msg: Any) -> None:
-        self._send(Envelope(REPLY, self._next_id(), env.frm, "", env.id), msg)
+    def _redelivered(self, env: Envelope) -> bool:
+        """True when this ask is a job the broker already gave us (it presumed us dead
+        and handed the job out again): a running one is answered by its handler when it
+        ends, a finished one gets its recorded reply again; neither runs twice."""
+        key = (env.frm, env.id)
+        running = key in self._running
+        answered = self._answered.get(key)
+        if not running and answered is None:
+            return False
+        log.info("job_redelivered", job=env.id, kind=env.kind, frm=env.frm, running=running)
+        if answered is not None and not running:
+            kind, body = answered
+            back = Envelope(REPLY, self._next_id(), env.frm, "", env.id, kind=kind)
+            self._sock.send([encode_envelope(back), body])
+        return True
 
-    def _send(self, env: Envelope, msg: Any) -> None:
+    def _reply(self, env: Envelope, msg: Any) -> None:
+        back = Envelope(REPLY, self._next_id(), env.frm, "", env.id)
+        body = self._send(back, msg)
+        key = (env.frm, env.id)
+        self._answered[key] = (back.kind, body)
+        self._answered_bytes += len(body)
+        while len(self._answered) > ANSWERED_KEEP or self._answered_bytes > ANSWERED_KEEP_BYTES:
+            _, (_, old) = self._answered.popitem(last=False)
+            self._answered_bytes -= len(old)
+
+    def _send(self, env: Envelope, msg: Any) -> bytes:
         assert self._sock is not None, "the actor is not running: call run() first"
         body = encode(msg)
         if len(body) > self.max_frame_bytes:
@@ -452,6 +498,7 @@ class Actor:
             body = encode(msg)
         env.kind = type(msg).__message_kind__
         self._sock.send([encode_envelope(env), body])
+        return body
 
     def _bind(self) -> None:
         """Name this actor (and its run, once known) in every event of this task."""

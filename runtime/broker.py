@@ -8,6 +8,10 @@ handed out ``max_job_tries`` times without an answer fails with a ``control.fail
 reply to its requester. Only the first reply to a job is forwarded, so a requester
 never sees a job answered twice.
 
+Silence counts only while the broker itself listens: after a pause of the head (a clock
+jump between its own ticks: SIGSTOP, a VM pause) every actor gets a fresh heartbeat
+window, and the head's in-process actors are never reaped for silence.
+
 The broker reads envelopes only; bodies pass through untouched (their addressee
 validates them), except for messages addressed to the broker itself. It does check
 who may send what (:data:`SENDER_ROLES`, :data:`HEAD_ONLY`): a peer's role is the one it
@@ -18,6 +22,7 @@ and a message its role may not send is refused (``message_refused``), never deli
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
 from collections import deque
 from collections.abc import Callable
@@ -100,6 +105,9 @@ class Peer:
     pid: int
     last_seen: float
     inflight: dict[tuple[str, str], Job] = field(default_factory=dict)
+    local: bool = False
+    """Runs inside the head process (as trio tasks): it cannot stall while the broker
+    runs, so it is never reaped for silence."""
 
     @property
     def free(self) -> int:
@@ -139,6 +147,7 @@ class Broker:
         self._names = itertools.count()
         self._watchers: list[tuple[str, int, trio.Event]] = []
         self._now = trio.current_time
+        self._local: set[str] = set()
 
     # -- running -------------------------------------------------------------------
 
@@ -149,11 +158,37 @@ class Broker:
             task_status.started()
 
     async def _reap_silent_peers(self) -> None:
+        interval, timeout = self.settings.heartbeat_interval, self.settings.heartbeat_timeout
+        last_tick = self._now()
         while True:
-            await trio.sleep(self.settings.heartbeat_interval)
-            deadline = self._now() - self.settings.heartbeat_timeout
+            await trio.sleep(interval)
+            now = self._now()
+            late, last_tick = now - last_tick - interval, now
+            if late > timeout:
+                # The head itself was stopped (SIGSTOP, a VM pause, a blocked write): no
+                # peer could be heard meanwhile, and their heartbeats still wait unread in
+                # the socket. Give every peer a fresh window instead of declaring deaths.
+                log.warning("head_paused", paused_s=round(late, 3), actors=len(self.peers))
+                for peer in self.peers.values():
+                    peer.last_seen = now
+                continue
+            if late > interval:
+                # A shorter stall (a tick or more missed): the broker could not listen
+                # meanwhile either, so that time counts against no one.
+                for peer in self.peers.values():
+                    peer.last_seen = min(now, peer.last_seen + late)
+            deadline = now - timeout
             for peer in [p for p in self.peers.values() if p.last_seen < deadline]:
-                self.remove(peer, "heartbeat_missed")
+                if not peer.local:
+                    self.remove(peer, "heartbeat_missed")
+
+    def pin_local(self, actor_id: str) -> None:
+        """Mark ``actor_id`` as running inside the head process: it is never reaped for
+        silence (a pause of the head silences it and the broker alike)."""
+        self._local.add(actor_id)
+        peer = self.peers.get(actor_id)
+        if peer is not None and peer.pid == os.getpid():
+            peer.local = True
 
     async def wait_for_actors(self, role: str, count: int) -> None:
         """Return once ``count`` actors of ``role`` are registered."""
@@ -323,6 +358,8 @@ class Broker:
         peer = Peer(
             identity, name, msg.role, max(1, msg.capacity), msg.device, msg.pid, self._now()
         )
+        # Pinned names stay pinned when re-registered, but only from the head's process.
+        peer.local = name in self._local and msg.pid == os.getpid()
         self.peers[name] = peer
         self.by_identity[identity] = peer
         self.roles.setdefault(msg.role, []).append(peer)

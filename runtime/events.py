@@ -3,7 +3,11 @@
 Every process of a run (the head and each local actor) appends to the same file. Each
 event is written with a single ``write`` on a file opened with ``O_APPEND``, so lines
 from different processes never interleave. The same events are shown on the console in
-a readable one-line form (:func:`render`), which ``run.py tail`` reuses.
+a readable one-line form (:func:`render`), which ``run.py tail`` reuses. The console
+never blocks the process: its lines go out from a thread of their own, and when the
+console is not read (``run.py ... | less`` left paused, a full stderr pipe) lines past a
+bounded backlog are dropped and counted in a ``console_dropped`` event in the file — the
+file always gets every event.
 
 Use it like structlog anywhere::
 
@@ -13,10 +17,13 @@ Use it like structlog anywhere::
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +33,14 @@ import structlog
 log = structlog.get_logger()
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+
+# Console lines waiting for a slow console before new ones are dropped: a few seconds of
+# a busy run's output, so a terminal scrolled back or briefly paused loses nothing, while
+# a console nobody reads holds at most ~1 MB (lines are ~100-200 bytes).
+CONSOLE_BACKLOG = 5000
+# How long close() waits for the console backlog to drain before it counts the rest as
+# dropped: long enough for a live terminal, short enough not to hold up the exit.
+CONSOLE_CLOSE_S = 1.0
 
 # Keys every event carries, printed first and not repeated among the fields.
 _HEAD_KEYS = ("ts", "level", "run", "actor", "role", "event")
@@ -39,6 +54,84 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
+class _Console:
+    """Writes console lines from a daemon thread through a bounded queue, so a console
+    that stops reading never blocks the caller (the head's trio loop above all): past
+    :data:`CONSOLE_BACKLOG` waiting lines, new ones are dropped and counted, and once the
+    console catches up a ``console_dropped`` line says how many, on the console and in
+    the events file. Streams without a file descriptor (tests' StringIO) are written
+    directly."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        try:
+            self.fd: int | None = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            self.fd = None
+        self.dropped = 0
+        self.lock = threading.Lock()
+        self.pid = -1
+        self.lines: queue.Queue[str | None] = queue.Queue()
+
+    def write(self, line: str) -> None:
+        if self.fd is None:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            return
+        if self.pid != os.getpid():
+            self._start()  # first use, or a forked child (which has no writer thread)
+        try:
+            self.lines.put_nowait(line)
+        except queue.Full:
+            with self.lock:
+                self.dropped += 1
+
+    def _start(self) -> None:
+        self.pid = os.getpid()
+        self.lines = queue.Queue(maxsize=CONSOLE_BACKLOG)
+        self.dropped = 0
+        threading.Thread(target=self._drain, args=(self.lines,), daemon=True).start()
+
+    def _drain(self, lines: queue.Queue[str | None]) -> None:
+        while (line := lines.get()) is not None:
+            self._write_fd(line + "\n")
+            if lines.empty():
+                with self.lock:
+                    dropped, self.dropped = self.dropped, 0
+                if dropped:
+                    record = _sink.record("warning", {"event": "console_dropped", "lines": dropped})
+                    _sink.write_file(record)
+                    self._write_fd(render(record) + "\n")
+
+    def _write_fd(self, text: str) -> None:
+        data = text.encode(errors="replace")
+        try:
+            while data:
+                data = data[os.write(self.fd, data) :]
+        except OSError:
+            pass  # the console is gone (closed pipe): the file still has every event
+
+    def stop(self) -> None:
+        """Let the writer thread end once its backlog is out (this console is replaced)."""
+        try:
+            self.lines.put_nowait(None)
+        except queue.Full:
+            pass  # a console nobody reads: its thread stays blocked, as it would anyway
+
+    def close(self) -> None:
+        """Let the backlog drain for up to :data:`CONSOLE_CLOSE_S`; book what is left."""
+        if self.fd is None or self.pid != os.getpid():
+            return
+        deadline = time.monotonic() + CONSOLE_CLOSE_S
+        while not self.lines.empty() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with self.lock:
+            dropped, self.dropped = self.dropped + self.lines.qsize(), 0
+        if dropped:
+            event = {"event": "console_dropped", "lines": dropped, "at": "close"}
+            _sink.write_file(_sink.record("warning", event))
+
+
 class _Sink:
     """structlog's last processor: writes the JSON line, returns the console line."""
 
@@ -49,24 +142,45 @@ class _Sink:
         self.console_level = LEVELS["info"]
         self.file_level = LEVELS["info"]
         self.color = False
+        self.console: _Console | None = None
+        self.fd_lock = threading.Lock()
+        """Held while the file descriptor is written or closed: the console's thread
+        writes ``console_dropped`` too, and must never write to a reused descriptor."""
 
     def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> str:
         level = LEVELS.get(method, 20)
         if method == "exception":
             level = LEVELS["error"]
-        record = {"ts": _now(), "level": method if method != "exception" else "error"}
+        record = self.record(method if method != "exception" else "error", event)
+        if level >= self.file_level:
+            self.write_file(record)
+        if self.console is not None and level >= self.console_level:
+            self.console.write(render(record, color=self.color))
+        raise structlog.DropEvent  # written above; structlog's own printer never blocks us
+
+    def record(self, level: str, event: dict[str, Any]) -> dict[str, Any]:
+        record = {"ts": _now(), "level": level}
         for key, value in self.static.items():
             record.setdefault(key, value)
         record.update(event)
-        if self.fd is not None and level >= self.file_level:
-            line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
-            os.write(self.fd, line.encode())
-        if level < self.console_level:
-            raise structlog.DropEvent
-        return render(record, color=self.color)
+        return record
+
+    def write_file(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
+        with self.fd_lock:
+            if self.fd is not None:
+                os.write(self.fd, line.encode())
 
 
 _sink = _Sink()
+
+
+@atexit.register
+def _drain_console_at_exit() -> None:
+    # The writer is a daemon thread: without this, lines still queued when a process
+    # exits without close() (an actor, a config error) would never be shown.
+    if _sink.console is not None:
+        _sink.console.close()
 
 
 def _now() -> str:
@@ -84,15 +198,18 @@ def configure(
 ) -> None:
     """Set where events go for this process. ``static`` fields (run, actor, role) are
     added to every event that does not set them itself."""
-    if _sink.fd is not None:
-        os.close(_sink.fd)
-        _sink.fd = None
+    _close_file()
     if events_file is not None:
         events_file.parent.mkdir(parents=True, exist_ok=True)
         _sink.fd = os.open(events_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         _sink.path = events_file
     _sink.static = {k: v for k, v in static.items() if v is not None}
     _sink.console_level = LEVELS[console_level] if console is not None else 1000
+    if _sink.console is not None and _sink.console.stream is not console:
+        _sink.console.stop()
+        _sink.console = None
+    if console is not None and _sink.console is None:
+        _sink.console = _Console(console)
     _sink.file_level = LEVELS[file_level]
     _sink.color = bool(console is not None and console.isatty() and "NO_COLOR" not in os.environ)
     structlog.configure(
@@ -113,9 +230,16 @@ def bind(**fields: Any) -> None:
 
 
 def close() -> None:
-    if _sink.fd is not None:
-        os.close(_sink.fd)
-        _sink.fd = None
+    if _sink.console is not None:
+        _sink.console.close()
+    _close_file()
+
+
+def _close_file() -> None:
+    with _sink.fd_lock:
+        if _sink.fd is not None:
+            os.close(_sink.fd)
+            _sink.fd = None
 
 
 _COLORS = {"debug": "\033[2m", "info": "", "warning": "\033[33m", "error": "\033[31m"}
