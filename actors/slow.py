@@ -30,7 +30,7 @@ from method.split import rollout_split
 from runtime.actor import Actor, handles
 from runtime.events import log
 
-VITALS: tuple[str, ...] = get_args(NeedStat)
+NEED_STATS: tuple[str, ...] = get_args(NeedStat)
 """What a survival need may watch: the vital statistics the world reports, and the
 daylight the player sees (sheltering at dusk)."""
 
@@ -549,7 +549,7 @@ def needs_table() -> list[dict[str, Any]]:
             "code": st.source,
         }
         for st in survival.survival_stages()
-        if st.stat in VITALS
+        if st.stat in NEED_STATS
     ]
 
 
