@@ -89,14 +89,33 @@ def append(run_dir: Path | None, lines: Iterable[Mapping[str, Any]]) -> None:
     if not new:
         return
     path = Path(run_dir) / LEDGER
-    booked = [line for _, line in _checked(path)]
-    if not any(line.get("id") in new for line in booked):
+    booked = _booked_ids(path)
+    if not booked.intersection(new):
         jsonl.append(path, new.values())
+        _ids[path] = (path.stat().st_size, booked | set(new))
         return
     kept = []
-    for line in booked:
+    for _, line in _checked(path):
         kept.append(new.pop(line["id"]) if line.get("id") in new else line)
     jsonl.rewrite(path, [*kept, *new.values()])
+    _ids.pop(path, None)
+
+
+_ids: dict[Path, tuple[int, set[Any]]] = {}
+"""Ledger file → (its size when last read or written here, the ids booked in it). An
+append needs to know only whether an id is booked already; re-reading the whole file
+for that made every append cost the length of the run (thousands of episodes)."""
+
+
+def _booked_ids(path: Path) -> set[Any]:
+    """The ids booked in ``path``, re-read only when the file changed size since this
+    process last read or wrote it (another writer, a torn tail cut)."""
+    size = path.stat().st_size if path.exists() else 0
+    cached = _ids.get(path)
+    if cached is None or cached[0] != size:
+        cached = (size, {line.get("id") for _, line in _checked(path)})
+        _ids[path] = cached
+    return cached[1]
 
 
 def read(run_dir: Path) -> list[dict[str, Any]]:

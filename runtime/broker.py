@@ -22,7 +22,6 @@ and a message its role may not send is refused (``message_refused``), never deli
 from __future__ import annotations
 
 import itertools
-import os
 import secrets
 from collections import deque
 from collections.abc import Callable
@@ -147,7 +146,6 @@ class Broker:
         self._names = itertools.count()
         self._watchers: list[tuple[str, int, trio.Event]] = []
         self._now = trio.current_time
-        self._local: set[str] = set()
 
     # -- running -------------------------------------------------------------------
 
@@ -181,14 +179,6 @@ class Broker:
             for peer in [p for p in self.peers.values() if p.last_seen < deadline]:
                 if not peer.local:
                     self.remove(peer, "heartbeat_missed")
-
-    def pin_local(self, actor_id: str) -> None:
-        """Mark ``actor_id`` as running inside the head process: it is never reaped for
-        silence (a pause of the head silences it and the broker alike)."""
-        self._local.add(actor_id)
-        peer = self.peers.get(actor_id)
-        if peer is not None and peer.pid == os.getpid():
-            peer.local = True
 
     async def wait_for_actors(self, role: str, count: int) -> None:
         """Return once ``count`` actors of ``role`` are registered."""
@@ -358,8 +348,10 @@ class Broker:
         peer = Peer(
             identity, name, msg.role, max(1, msg.capacity), msg.device, msg.pid, self._now()
         )
-        # Pinned names stay pinned when re-registered, but only from the head's process.
-        peer.local = name in self._local and msg.pid == os.getpid()
+        # A connection the head made itself (its routing id minted here) runs inside the
+        # head: it is never reaped for silence, since a pause of the head silences it and
+        # the broker alike.
+        peer.local = identity in self.trusted
         self.peers[name] = peer
         self.by_identity[identity] = peer
         self.roles.setdefault(msg.role, []).append(peer)

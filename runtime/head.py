@@ -258,7 +258,6 @@ async def run_head(
                     client.run, inproc, context=ctx, routing_id=broker.local_identity()
                 )
             )
-            broker.pin_local(client.actor_id)
             children_done = trio.Event()
 
             async def supervise_all() -> None:
@@ -283,7 +282,6 @@ async def run_head(
                     actor.run, inproc, context=ctx, routing_id=broker.local_identity()
                 )
                 await nursery.start(run)
-                broker.pin_local(actor.actor_id)
 
             head = Head(client, broker, settings, run_dir, run_id, endpoint, listen, start_local)
             started = time.monotonic()

@@ -202,6 +202,19 @@ def test_episodes_booked_twice_count_once(run_dir: Path) -> None:
     assert ledger.tally(ledger.read(run_dir))["episodes"] == 3 + 2 + 2
 
 
+def test_a_line_booked_by_another_writer_is_still_replaced_by_its_id(run_dir: Path) -> None:
+    # append() remembers the ids it booked instead of re-reading the ledger each time;
+    # a line written behind its back (another process, a hand edit) must not be missed.
+    key, other = job_key(_request(0)), job_key(_request(5))
+    ledger.append(run_dir, ledger.rollout_lines("code", _result(0), key))
+    behind = ledger.rollout_lines("code", _result(0), other)
+    with (run_dir / ledger.LEDGER).open("a") as f:
+        f.writelines(json.dumps(line) + "\n" for line in behind)
+    ledger.append(run_dir, ledger.rollout_lines("code", _result(0), other))
+    assert len((run_dir / ledger.LEDGER).read_text().splitlines()) == 4
+    assert ledger.tally(ledger.read(run_dir))["episodes"] == 4
+
+
 def test_a_ledger_line_of_the_wrong_shape_names_the_file_line_and_fix(run_dir: Path) -> None:
     good = {"id": "final:k:1", "kind": "final", "seed": 1, "steps": 7, "achievements": []}
     bad = {**good, "id": "final:k:2", "steps": "many"}
