@@ -18,6 +18,7 @@ from typing import Any
 
 from envs.artifacts import ArtifactRefused, store_artifact
 from envs.setup_code import compose_setup
+from llm.contracts import subtask_achievement
 from messages import Envelope
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
@@ -66,6 +67,37 @@ def critique_dict(c: Critique | None) -> dict[str, Any] | None:
         "line": c.line,
         "action": c.action,
         "advice": c.advice,
+    }
+
+
+def code_request(
+    sub: SubAction, version: int, previous: dict[str, Any] | None, critique: Critique | None
+) -> dict[str, Any]:
+    """What the fast agent tells its backend to write (or revise) a sub-action's code."""
+    return {
+        "subaction": subaction_dict(sub),
+        "version": version,
+        "previous": previous,
+        "critique": critique_dict(critique),
+    }
+
+
+def rl_request(
+    sub: SubAction,
+    version: int,
+    offered: list[tuple[str, str, str]],
+    primitives: tuple[str, ...],
+    previous: dict[str, Any] | None,
+    critique: Critique | None,
+) -> dict[str, Any]:
+    """What the fast agent tells its backend to write a sub-action's RL config."""
+    return {
+        "subaction": subaction_dict(sub),
+        "version": version,
+        "options": [{"name": n, "description": d} for n, d, _ in offered],
+        "primitives": list(primitives),
+        "previous": previous,
+        "critique": critique_dict(critique),
     }
 
 
@@ -237,14 +269,11 @@ class FastAgent(Actor):
             previous, critique, start = memo.previous, memo.critique, memo.version + 1
         for i in range(work.revisions + 1):
             version = start + i
-            request = {
-                "subaction": subaction_dict(sub),
-                "version": version,
-                "previous": previous,
-                "critique": critique_dict(critique),
-            }
+            request = code_request(sub, version, previous, critique)
             reply = await self.agents.call("fast", "code", request)
-            if previous is not None and reply.get("unchanged"):
+            if reply.get("unchanged") or not reply.get("code"):
+                # The backend has no (better) code for it: the slow agent may move it to
+                # RL (the revise request says ``exhausted``).
                 log.info("code_unchanged", subaction=sub.name, reason=reply.get("note", ""))
                 loop.exhausted = True
                 break
@@ -271,12 +300,21 @@ class FastAgent(Actor):
     # ------------------------------------------------------------------ RL
 
     async def _rl_loop(self, work: WorkOn, loop: _InnerLoop) -> None:
+        from knowledge import recipes
         from knowledge.options import OPTION_NAMES, option, options_for
 
         sub = work.subaction
-        from knowledge import recipes
-
-        step = recipes.achievement_step(sub.subtask.achievement or sub.name)
+        meant = subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
+        if meant is None:
+            # A name the model made up: no step of the game, so no coded actions to offer
+            # and nothing to train towards. This sub-action fails, with its cause.
+            log.error(
+                "subaction_failed", subaction=sub.name, cause="unknown_subtask",
+                detail=f"{sub.name!r} (achievement {sub.subtask.achievement!r}, goal "
+                f"{sub.subtask.goal}) names no Crafter achievement or item to learn",
+            )  # fmt: skip
+            return
+        step = recipes.achievement_step(meant)
         offered = options_for(step)
         if sub.options:  # the plan named its own choice of coded actions
             known = set(OPTION_NAMES)
@@ -289,14 +327,7 @@ class FastAgent(Actor):
         previous: dict[str, Any] | None = None
         critique: Critique | None = None
         for version in range(1, work.revisions + 2):
-            request = {
-                "subaction": subaction_dict(sub),
-                "version": version,
-                "options": [{"name": n, "description": d} for n, d, _ in offered],
-                "primitives": list(world_actions),
-                "previous": previous,
-                "critique": critique_dict(critique),
-            }
+            request = rl_request(sub, version, offered, world_actions, previous, critique)
             reply = await self.agents.call("fast", "rl", request)
             sources = {n: src for n, _, src in offered}
             options = [n for n in reply["options"] if n in sources]

@@ -13,6 +13,7 @@ sub-action, serving needs as they trigger — is evaluated on worlds never seen 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, get_args
 
 import trio
@@ -77,17 +78,7 @@ class SlowAgent(Actor):
         spent = _Spent()
         try:
             reply = await self.agents.call(
-                "slow",
-                "plan",
-                {
-                    "task": task.task,
-                    "target": task.target_item,
-                    "steps": steps,
-                    "needs": needs_known,
-                    "sub_target": self.settings.task.sub_target,
-                    "learn": list(self.settings.task.learn),
-                    "curriculum": curriculum,
-                },
+                "slow", "plan", plan_request(task, self.settings, steps, needs_known)
             )
             plan = self._plan_from(task, reply, needs_known, version=1)
         except (AgentCallFailed, TokenBudgetSpent) as exc:
@@ -216,42 +207,19 @@ class SlowAgent(Actor):
         iteration: int,
         used: int,
     ) -> tuple[Plan, dict[str, str]] | None:
-        summary = []
-        for sub in plan.subactions:
-            outs = outcomes.get(sub.name, [])
-            last = outs[-1] if outs else None
-            critique = last.critiques[-1] if last and last.critiques else None
-            summary.append(
-                {
-                    "name": sub.name,
-                    "mode": sub.mode,
-                    "target": sub.target,
-                    "success_rate": round(self._best(outs).success_rate, 4) if outs else 0.0,
-                    "accepted": bool(outs) and self._best(outs).accepted,
-                    "verdict": critique.verdict if critique else "revise",
-                    "cause": critique.cause if critique else "",
-                    "advice": critique.advice if critique else "",
-                    "versions": sum(o.versions for o in outs),
-                    "exhausted": bool(outs) and outs[-1].exhausted,
-                    "stalled": _stalled(outs),
-                }
-            )
-        reply = await self.agents.call(
-            "slow",
-            "revise",
-            {
-                "task": task.task,
-                "iteration": iteration,
-                "success_target": task.success_target,
-                "final_success": task_rate,
-                "subactions": summary,
-                "budget": {
-                    "iterations_left": task.iterations - iteration,
-                    "env_steps_left": max(0, task.env_steps - used),
-                },
-            },
-        )
-        changes = {c["subaction"]: c for c in reply.get("changes", []) if c.get("change") != "keep"}
+        request = revise_request(task, plan, outcomes, task_rate, iteration, used)
+        reply = await self.agents.call("slow", "revise", request)
+        changes = {}
+        for c in reply.get("changes", []):
+            name = plan_name(plan, c["subaction"])
+            if name is None:  # a model's name for no sub-action of the plan: said, not fatal
+                log.warning(
+                    "plan_change_ignored", subaction=c["subaction"], change=c.get("change"),
+                    cause="no sub-action of the plan has that name",
+                    plan=[sub.name for sub in plan.subactions],
+                )  # fmt: skip
+            elif c.get("change") != "keep":
+                changes[name] = c
         if reply.get("stop") or not changes:
             log.info("plan_kept", reason=reply.get("reason", ""))
             return None
@@ -522,6 +490,93 @@ class _Spent:
         """Count what one inner loop spent."""
         self.code += outcome.code_steps
         self.train += outcome.train_steps
+
+
+def revise_request(
+    task: RunTask,
+    plan: Plan,
+    outcomes: dict[str, list[SubActionOutcome]],
+    task_rate: float,
+    iteration: int,
+    used: int,
+) -> dict[str, Any]:
+    """What the slow agent tells its backend to revise the plan: every sub-action's
+    measured rate, the critic's last verdict and cause, and whether code has run out of
+    answers (``exhausted``: the fast agent said its code cannot change; ``stalled``: the
+    last round did not raise it) — what decides code or RL."""
+    best = SlowAgent._best
+    summary = []
+    for sub in plan.subactions:
+        outs = outcomes.get(sub.name, [])
+        last = outs[-1] if outs else None
+        critique = last.critiques[-1] if last and last.critiques else None
+        summary.append(
+            {
+                "name": sub.name,
+                "mode": sub.mode,
+                "target": sub.target,
+                "success_rate": round(best(outs).success_rate, 4) if outs else 0.0,
+                "accepted": bool(outs) and best(outs).accepted,
+                "verdict": critique.verdict if critique else "revise",
+                "cause": critique.cause if critique else "",
+                "advice": critique.advice if critique else "",
+                "versions": sum(o.versions for o in outs),
+                "exhausted": bool(outs) and outs[-1].exhausted,
+                "stalled": _stalled(outs),
+            }
+        )
+    return {
+        "task": task.task,
+        "iteration": iteration,
+        "success_target": task.success_target,
+        "final_success": task_rate,
+        "subactions": summary,
+        "budget": {
+            "iterations_left": task.iterations - iteration,
+            "env_steps_left": max(0, task.env_steps - used),
+        },
+    }
+
+
+def plan_request(
+    task: RunTask, settings: MethodSettings, steps: list[dict[str, Any]], needs: list[dict]
+) -> dict[str, Any]:
+    """What the slow agent tells its backend to plan: the target's steps from the recipe
+    data and the survival needs it may watch — each need by what it does, not its code
+    (the policy source stays with the slow agent: a planner needs none of it, and it was
+    nine tenths of the prompt)."""
+    return {
+        "task": task.task,
+        "target": task.target_item,
+        "steps": steps,
+        "needs": [{k: v for k, v in need.items() if k != "code"} for need in needs],
+        "sub_target": settings.task.sub_target,
+        "learn": list(settings.task.learn),
+        "curriculum": task.target_item == ALL_ACHIEVEMENTS,
+    }
+
+
+def plan_name(plan: Plan, name: str) -> str | None:
+    """The plan's sub-action a model's name means: the name itself, the same name with
+    case and spaces normalised (``"Collect Wood"``), or the one sub-action standing for
+    the same Crafter achievement (``"get_logs"`` → ``collect_wood``); None otherwise."""
+    from llm.contracts import resolve_achievement, subtask_achievement
+
+    names = [sub.name for sub in plan.subactions]
+    if name in names:
+        return name
+    snake = "_".join(re.split(r"[^a-z0-9]+", name.lower())).strip("_")
+    if snake in names:
+        return snake
+    meant = resolve_achievement(name)
+    if meant is None:
+        return None
+    same = [
+        sub.name
+        for sub in plan.subactions
+        if subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal) == meant
+    ]
+    return same[0] if len(same) == 1 else None
 
 
 def _stalled(outs: list[SubActionOutcome]) -> bool:

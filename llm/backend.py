@@ -29,6 +29,15 @@ class CallResult:
     """Requests made (1 when the first one answered well)."""
     repairs: int = 0
     """Replies sent back for repair."""
+    tokens_estimated: bool = False
+    """The server sent no ``usage`` for some request of the call: its tokens are
+    estimated from the text (:func:`llm.prompts.estimate_tokens`)."""
+    reasoning: str = ""
+    """The model's reasoning, kept apart from the reply: ``<think>`` blocks and the
+    ``reasoning_content`` field some servers send."""
+    local_repairs: int = 0
+    """Replies whose JSON was mended here (comments, trailing commas, quotes) instead of
+    being sent back."""
 
 
 class Backend(Protocol):

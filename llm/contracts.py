@@ -80,7 +80,11 @@ SCHEMAS: dict[tuple[str, str], str] = {
     ("fast", "code"): """\
 {
   "code": str,                 // Python source defining run(skills), a generator of actions
-  "note": str                  // optional: what the code does / what changed
+                               //   (may be "" only when "unchanged" is true)
+  "note": str,                 // optional: what the code does / what changed
+  "unchanged": bool            // optional (default false): true when no code revision can
+                               //   answer the critique; the slow agent may then learn the
+                               //   sub-action with RL instead
 }""",
     ("fast", "rl"): """\
 {
@@ -142,7 +146,7 @@ def _plan(data: dict[str, Any]) -> dict[str, Any]:
                     f"sub-action (earlier: {json.dumps(sorted(seen))})"
                 )
         goal = _goal(item, where)
-        achievement = _str(item, "achievement", where)
+        achievement = _achievement(item, where, bool(goal))
         if not goal and not achievement:
             raise ContractError(
                 f'{where}: needs a non-empty "goal" (e.g. {{"wood": 1}}) or an '
@@ -193,9 +197,16 @@ def _revise(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _code(data: dict[str, Any]) -> dict[str, Any]:
+    unchanged = data.get("unchanged", False)
+    if not isinstance(unchanged, bool):
+        raise _missing(data, "unchanged", "", "true or false")
+    if unchanged and not str(data.get("code") or "").strip():
+        # Giving up needs no code: the fast agent keeps its last version.
+        return {"code": "", "note": _str(data, "note", ""), "unchanged": True}
     code = _str(data, "code", "", required=True, nonempty=True)
     _check_source(code, "code", "run", "run(skills)")
-    return {"code": code, "note": _str(data, "note", "")}
+    clean = {"code": code, "note": _str(data, "note", "")}
+    return {**clean, "unchanged": True} if unchanged else clean  # the flag only when set
 
 
 def _rl(data: dict[str, Any]) -> dict[str, Any]:
@@ -343,14 +354,38 @@ def _goal(item: dict[str, Any], where: str) -> dict[str, int]:
     goal = item["goal"]
     if not isinstance(goal, dict):
         raise _missing(item, "goal", where, 'an object of item counts, e.g. {"wood": 1}')
+    clean: dict[str, int] = {}
     for name, count in goal.items():
         if not name:
             raise ContractError(f'{where}.goal: item names must be non-empty, found ""')
+        item = resolve_item(name)
+        if item is None:
+            raise ContractError(
+                f"{where}.goal.{name}: expected an item of the game "
+                f"({', '.join(_items())}), found {json.dumps(name)}"
+            )
         if not _is_int(count) or count < 1:
             raise ContractError(
                 f"{where}.goal.{name}: expected an integer >= 1, found {_describe(count)}"
             )
-    return dict(goal)
+        clean[item] = clean.get(item, 0) + count
+    return clean
+
+
+def _achievement(item: dict[str, Any], where: str, has_goal: bool) -> str:
+    """The sub-action's achievement, normalised to Crafter's name ("Collect Wood",
+    "get wood" → ``collect_wood``). One that names none: dropped when a goal says what
+    success is (the goal is the test then), refused otherwise."""
+    text = _str(item, "achievement", where)
+    if not text.strip():
+        return ""
+    found = resolve_achievement(text)
+    if found is not None or has_goal:
+        return found or ""
+    raise ContractError(
+        f"{where}.achievement: expected one of Crafter's achievements "
+        f"({', '.join(_achievements())}), found {json.dumps(text)}"
+    )
 
 
 def _check_source(source: str, key: str, function: str, signature: str) -> None:
@@ -381,3 +416,185 @@ def _check_source(source: str, key: str, function: str, signature: str) -> None:
         compile(tree, f"<{key}>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise ContractError(f"{key}: Python syntax error at line {exc.lineno}: {exc.msg}") from None
+
+
+# ---------------------------------------------------------------------- Crafter's names
+
+# What a model may call a thing, mapped to the game's own word. Small models paraphrase
+# ("get logs", "craft a crafting table", "kill zombie"); these are the paraphrases seen
+# or likely, not a thesaurus.
+_VERBS = {
+    "collect": "collect", "get": "collect", "gather": "collect", "chop": "collect",
+    "mine": "collect", "harvest": "collect", "obtain": "collect", "pick": "collect",
+    "acquire": "collect", "fetch": "collect", "find": "collect", "cut": "collect",
+    "dig": "collect", "drink": "collect", "make": "make", "craft": "make",
+    "create": "make", "forge": "make", "build": "make", "place": "place", "put": "place",
+    "set": "place", "plant": "place", "defeat": "defeat", "kill": "defeat",
+    "fight": "defeat", "slay": "defeat", "attack": "defeat", "hunt": "eat", "eat": "eat",
+}  # fmt: skip
+_NOUNS = {
+    "log": "wood", "logs": "wood", "timber": "wood", "tree": "wood", "trees": "wood",
+    "wooden": "wood", "rock": "stone", "rocks": "stone", "cobblestone": "stone",
+    "stones": "stone", "water": "drink", "crafting_table": "table", "workbench": "table",
+    "workbenches": "table", "tables": "table", "kiln": "furnace", "seed": "sapling",
+    "seeds": "sapling", "saplings": "sapling", "cows": "cow", "beef": "cow", "meat": "cow",
+    "zombies": "zombie", "skeletons": "skeleton", "diamonds": "diamond", "ore": "",
+    "iron_ore": "iron", "coal_ore": "coal", "pick": "pickaxe", "crafting": "",
+}  # fmt: skip
+_VITALS = {"food": "eat_cow", "drink": "collect_drink", "energy": "wake_up"}
+"""A vital in a goal, and the achievement that raises it."""
+_FILLER = frozenset({"a", "an", "the", "some", "one", "two", "three", "more", "of", "and", "x"})
+_WAKE = frozenset({"sleep", "wake", "wake_up", "rest", "sleeping"})
+
+
+def _achievements() -> tuple[str, ...]:
+    from crafter import constants
+
+    return tuple(constants.achievements)
+
+
+def _items() -> tuple[str, ...]:
+    from crafter import constants
+
+    return tuple(constants.items)
+
+
+def _words(text: str) -> list[str]:
+    spaced = re.sub(r"([a-z])([A-Z])", r"\1 \2", text)
+    return [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w and not w.isdigit()]
+
+
+def resolve_item(text: str) -> str | None:
+    """Crafter's name of an item a model named (``"Wood"``, ``"logs"``, ``"wooden
+    pickaxe"`` → ``wood``, ``wood``, ``wood_pickaxe``); None when it names none."""
+    words = [_NOUNS.get(w, w) for w in _words(text) if w not in _FILLER]
+    joined = "_".join(w for w in words if w)
+    items = _items()
+    return joined if joined in items else None
+
+
+def resolve_achievement(text: str) -> str | None:
+    """Crafter's achievement a model's name or phrase means — case, spaces, plurals and
+    common synonyms normalised (``"Collect Wood"``, ``"get_logs"``, ``"craft a
+    crafting table"``, ``"kill zombie"`` → ``collect_wood``, ``collect_wood``,
+    ``place_table``, ``defeat_zombie``); None when it names none or several."""
+    achievements = _achievements()
+    words = [w for w in _words(text) if w not in _FILLER]
+    if not words:
+        return None
+    joined = "_".join(words)
+    if joined in achievements:
+        return joined
+    if set(words) <= _WAKE:
+        return "wake_up"
+    verb = _VERBS.get(words[0])
+    rest = words[1:] if verb else words
+    obj = "_".join(n for n in (_NOUNS.get(w, w) for w in rest) if n)
+    obj = "drink" if obj == "" and words[0] == "drink" else obj
+    if not obj:
+        return None
+    if verb and f"{verb}_{obj}" in achievements:
+        return f"{verb}_{obj}"
+    candidates = [a for a in achievements if a.split("_", 1)[1] == obj]
+    if verb == "make":  # "build a table": a station is placed, not made
+        candidates = [a for a in candidates if not a.startswith("collect_")] or candidates
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def subtask_achievement(name: str, achievement: str, goal: dict[str, int]) -> str | None:
+    """The Crafter achievement a planned sub-action stands for: its achievement, else its
+    name, else its goal's first item that one achievement produces (``{"wood": 3}`` →
+    ``collect_wood``); None when none of them names a step of the game."""
+    for text in (achievement, name):
+        found = resolve_achievement(text) if text else None
+        if found is not None:
+            return found
+    achievements = _achievements()
+    for text in goal:
+        item = resolve_item(text)
+        if item is None:
+            continue
+        for found in (_VITALS.get(item), f"collect_{item}", f"make_{item}"):
+            if found in achievements:
+                return found
+    return None
+
+
+# ---------------------------------------------------------------------- JSON schemas
+
+_STR: dict[str, Any] = {"type": "string"}
+_STRS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """Each contract as a JSON Schema, for servers that constrain their output to one
+    (structured output). Looser than :func:`validate` where a schema cannot say it (code
+    that compiles, names of earlier sub-actions): the validator still checks every reply."""
+    steps = {"type": "integer", "minimum": 1, "maximum": MAX_STEPS_LIMIT}
+    subaction = _object(
+        {
+            "name": _STR,
+            "description": _STR,
+            "mode": {"type": "string", "enum": list(MODES)},
+            "depends": _STRS,
+            "goal": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}},
+            "achievement": _STR,
+            "max_steps": steps,
+            "target": {"type": "number", "minimum": 0, "maximum": 1},
+            "options": _STRS,
+            "reason": _STR,
+        },
+        ["name", "description", "mode", "max_steps"],
+    )
+    change = _object(
+        {
+            "subaction": _STR,
+            "change": {"type": "string", "enum": list(CHANGES)},
+            "options": _STRS,
+            "reason": _STR,
+        },
+        ["subaction", "change"],
+    )
+    return {
+        ("slow", "plan"): _object(
+            {
+                "subactions": {"type": "array", "items": subaction, "minItems": 1},
+                "needs": {"type": "array", "items": {"type": "string", "enum": list(NEEDS)}},
+                "reason": _STR,
+            },
+            ["subactions"],
+        ),
+        ("slow", "revise"): _object(
+            {
+                "changes": {"type": "array", "items": change},
+                "stop": {"type": "boolean"},
+                "reason": _STR,
+            },
+            ["changes", "stop"],
+        ),  # fmt: skip
+        ("fast", "code"): _object(
+            {"code": _STR, "note": _STR, "unchanged": {"type": "boolean"}}, ["code"]
+        ),
+        ("fast", "rl"): _object(
+            {
+                "options": _STRS,
+                "primitives": _STRS,
+                "observation": {
+                    "type": "array",
+                    "items": {"type": "string", "enum": list(OBSERVATIONS)},
+                },
+                "reward_code": _STR,
+                "max_steps": steps,
+                "note": _STR,
+            },
+            ["options", "primitives", "max_steps"],
+        ),
+        ("critic", "review"): _object(
+            {"verdict": {"type": "string", "enum": list(VERDICTS)}, "advice": _STR},
+            ["verdict", "advice"],
+        ),
+    }

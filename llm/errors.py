@@ -5,6 +5,9 @@
 - :class:`ModelReplyError` — the model kept breaking the contract after the allowed repairs.
 - :class:`ModelUnavailable` — the endpoint cannot answer (refused, unauthorised, unknown
   model, still failing after retries); the message names the fix to try.
+- :class:`ContextOverflow` — a prompt does not fit the model's context (found before
+  sending, from ``[agents] n_ctx``, or said by the server); a kind of
+  :class:`ModelUnavailable`, since retrying repeats it.
 - :class:`TokenBudgetSpent` — the run's token budget is used up: stop cleanly.
 - :class:`BackendConfigError` — the backend cannot be built as configured (missing API key
   variable, missing prompt file).
@@ -37,6 +40,10 @@ class ModelReplyError(LLMError):
 
 class ModelUnavailable(LLMError):
     """The endpoint did not answer usefully (after retries, or at once for 4xx)."""
+
+
+class ContextOverflow(ModelUnavailable):
+    """A prompt (plus the room asked for the reply) does not fit the model's context."""
 
 
 class TokenBudgetSpent(LLMError):

@@ -35,13 +35,7 @@ def make_backend(settings: AgentSettings) -> Backend:
     if settings.backend == "openai":
         from llm.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(
-            base_url=settings.base_url,
-            model=settings.model,
-            api_key_env=settings.api_key_env,
-            timeout_s=settings.timeout_s,
-            max_retries=settings.max_retries,
-        )
+        return OpenAIBackend.from_settings(settings)
     from llm.offline import OfflineBackend
 
     return OfflineBackend(first=settings.offline_first)

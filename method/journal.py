@@ -122,6 +122,9 @@ class Journal:
             "latency_s": round(result.latency_s or time.monotonic() - started, 4),
             "attempts": result.attempts,
             "repairs": result.repairs,
+            "tokens_estimated": result.tokens_estimated,
+            "local_repairs": result.local_repairs,
+            "reasoning": result.reasoning,
             "at": time.time(),
         }
         self._append(CALLS_FILE, record)
@@ -145,6 +148,9 @@ class Journal:
             latency_s=record["latency_s"],
             attempts=result.attempts,
             repairs=result.repairs,
+            tokens_estimated=result.tokens_estimated,
+            reasoning=result.reasoning,
+            local_repairs=result.local_repairs,
         )
 
     def _count(self, record: dict[str, Any], replayed: bool) -> None:

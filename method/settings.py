@@ -42,13 +42,46 @@ class AgentSettings:
     model: str = ""
     """openai: the model name the endpoint serves."""
     api_key_env: str = "OPENAI_API_KEY"
-    """openai: the environment variable holding the API key (never the key itself)."""
+    """openai: the environment variable holding the API key (never the key itself); may
+    be unset when ``base_url`` is a loopback server (localhost, 127.x, ::1)."""
     timeout_s: float = field(
         default=60.0,
         # An hour: past any model's answer; a hung endpoint must not hold the run longer.
         metadata=check(positive=True, max=3600.0, expected="seconds above 0, at most 3600"),
     )
-    """openai: seconds one request may take before it is retried."""
+    """openai: seconds one request may take before it is retried (once at most after a
+    timeout), plus the prompt's and reply's tokens at ``tokens_per_s``."""
+    tokens_per_s: float = field(
+        default=0.0,
+        metadata=check(min=0.0, max=100_000.0, expected="tokens a second ≥ 0 (0: auto)"),
+    )
+    """openai: the slowest token rate the server is expected to read and write at: each
+    request's timeout grows by (prompt + max_tokens) / this (0: 10 on loopback, where a
+    model on a CPU reads 35–80 and writes 12–27 tokens/s; no growth for remote servers)."""
+    max_tokens: int = field(default=2048, metadata=check(min=0, max=1_000_000))
+    """openai: the most tokens one reply may have (0: not sent; the server's default).
+    A reply cut off there is retried once with more room or asked to be shorter."""
+    temperature: float = field(
+        default=0.2,
+        metadata=check(min=-1.0, max=2.0, expected="0 to 2, or -1 to not send it"),
+    )
+    """openai: sampling temperature (low: replies follow the contract); -1: not sent (a
+    model that refuses it is asked again without it anyway)."""
+    n_ctx: int = field(default=0, metadata=check(min=0, max=10_000_000))
+    """openai: the model's context in tokens: a prompt whose estimate plus max_tokens
+    does not fit is refused before it is sent, naming the prompt (0: unknown — taken from
+    the server's model listing where it says, else left to the server)."""
+    json_mode: str = field(
+        default="schema",
+        metadata=check(choices=("schema", "object", "off"), fix="use schema, object or off"),
+    )
+    """openai: structured output: ``schema`` (each reply's contract as a JSON Schema,
+    falling back to ``json_object`` with the schema, then plain ``json_object``, then none,
+    as the server refuses), ``object`` (``json_object`` only), ``off`` (nothing: replies
+    are validated either way; constrained decoding can be slower on llama.cpp)."""
+    max_concurrent: int = field(default=0, metadata=check(min=0, max=1024))
+    """openai: requests in flight at once to the endpoint (0: 1 for a loopback server,
+    which answers one at a time; 16 else)."""
     max_retries: int = field(
         default=4,
         # With backoff, 20 retries already span many minutes of a failing endpoint.
@@ -263,6 +296,10 @@ def _check_openai(s: MethodSettings) -> None:
             repr(a.base_url),
             "e.g. http://localhost:8000/v1",
         )
+    from llm.openai_backend import is_loopback
+
+    if is_loopback(a.base_url):
+        return  # a local server needs no key (one is sent if the variable is set)
     if not a.api_key_env or not os.environ.get(a.api_key_env):
         raise ConfigError(
             f,
@@ -270,5 +307,5 @@ def _check_openai(s: MethodSettings) -> None:
             "the name of a set environment variable holding the API key",
             f"{a.api_key_env!r} (not set)" if a.api_key_env else "none",
             f"export {a.api_key_env or 'OPENAI_API_KEY'}=... before running, or name another "
-            "variable (a local server that ignores keys still needs one: any value)",
+            "variable (a loopback server needs none)",
         )

@@ -305,9 +305,9 @@ def test_openai_backend_without_its_key_variable_exits_2(tmp_path: Path) -> None
 
     env = {k: v for k, v in os.environ.items() if k != "RLGPT_TEST_KEY"}
     text = (
-        "[agents]\nbackend = 'openai'\nbase_url = 'http://127.0.0.1:9/v1'\nmodel = 'm'\n"
+        "[agents]\nbackend = 'openai'\nbase_url = 'http://192.0.2.1:9/v1'\nmodel = 'm'\n"
         "api_key_env = 'RLGPT_TEST_KEY'\n" + ENVS
-    )
+    )  # a remote endpoint (TEST-NET-1, never contacted): loopback servers need no key
     assert "export RLGPT_TEST_KEY=" in _config_error(tmp_path, text, env)
 
 

@@ -243,7 +243,7 @@ def test_a_reply_without_json_says_why(text: str, message: str) -> None:
 def test_the_skill_api_prompt_describes_every_public_skill_with_its_signature() -> None:
     from envs.skills import Skills
 
-    described = (PROMPTS_DIR / "skills_api.txt").read_text()
+    described = PromptSet().skills_api  # skills_api.txt with its generated reference
     calls = []
     for name, method in inspect.getmembers(Skills, inspect.isfunction):
         if name.startswith("_"):
@@ -253,7 +253,7 @@ def test_the_skill_api_prompt_describes_every_public_skill_with_its_signature() 
         calls.append(f"skills.{name}({', '.join(shown)})")
     assert calls, "Skills has no public methods?"
     missing = [c for c in calls if c not in described]
-    assert not missing, f"describe these in llm/prompts/skills_api.txt: {missing}"
+    assert not missing, f"the skill API prompt lacks: {missing}"
 
 
 def test_prompts_render_the_role_contract_and_request() -> None:
@@ -396,8 +396,9 @@ def test_a_missing_key_variable_is_a_config_error_naming_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(KEY_ENV)
+    # A remote endpoint (TEST-NET-1, never contacted here); loopback needs no key.
     with pytest.raises(BackendConfigError, match=f"{KEY_ENV} is not set.*export {KEY_ENV}="):
-        make_backend("http://127.0.0.1:1/v1")
+        make_backend("http://192.0.2.1/v1")
 
 
 def test_a_spent_token_budget_stops_the_next_call_before_any_request(

@@ -7,8 +7,16 @@ parts are ``string.Template`` text (so JSON braces need no escaping; a literal d
 
 - ``$request``    — the call's request dict as pretty JSON;
 - ``$schema``     — the reply contract in words (:data:`llm.contracts.SCHEMAS`);
-- ``$skills_api`` — the skill API coded policies call (``skills_api.txt``);
+- ``$skills_api`` — the skill API coded policies call: ``skills_api.txt`` (the game's
+  facts and the sandbox's rules) around ``$reference``, one line per public method of
+  :class:`envs.skills.Skills` — its signature and docstring, generated so that it cannot
+  drift from the code (:func:`skill_reference`);
+- ``$skills_brief`` — the same methods' signatures only (for the planner, which needs to
+  know what code can do, not how);
 - ``$role``, ``$purpose``.
+
+A prompt has a size: :func:`estimate_tokens` is the estimate every context check uses
+(characters / :data:`CHARS_PER_TOKEN`, plus a few per message).
 
 ``repair.txt`` is the message sent after an invalid reply (``$error``: what was wrong).
 
@@ -19,7 +27,9 @@ ignored). Failures raise :class:`~llm.errors.ContractError`, worded for the mode
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import re
 from pathlib import Path
 from string import Template
@@ -37,8 +47,65 @@ REPAIR_FILE = "repair.txt"
 # "Here is the plan {…}" replies without quadratic work on a long, broken reply.
 MAX_OBJECT_STARTS = 20
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n(.*?)```", re.DOTALL)
+CHARS_PER_TOKEN = 3.5
+"""Characters per token of the estimate: BPE tokenizers (Qwen2.5, Llama 3, GPT-4o) give
+3.5–4.5 for English and 3–3.5 for JSON and code; the low end errs towards "too long"."""
+MESSAGE_TOKENS = 4
+"""Tokens a chat template adds per message (role markers)."""
 
 Messages = list[dict[str, str]]
+
+
+def text_tokens(text: str) -> int:
+    """Estimated tokens of a text."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def estimate_tokens(messages: Messages) -> int:
+    """Estimated prompt tokens of chat messages (no tokenizer needed: a server that
+    sends no ``usage``, and the context check before sending, both use this)."""
+    return sum(text_tokens(str(m.get("content", ""))) + MESSAGE_TOKENS for m in messages)
+
+
+def _doc(text: str | None) -> str:
+    """A docstring on one line, reST markup dropped."""
+    text = re.sub(r":(?:meth|func|class|attr):`~?([^`]+)`", r"\1", text or "")
+    return " ".join(text.replace("``", "").split())
+
+
+def _skill_methods() -> list[tuple[str, str, bool, str]]:
+    """(name, call signature, is a generator, docstring) of every public method of
+    :class:`envs.skills.Skills`, in the order the class defines them."""
+    from envs.skills import Skills
+
+    out = []
+    for name, member in vars(Skills).items():
+        if name.startswith("_") or not inspect.isfunction(member):
+            continue
+        sig = inspect.signature(member)
+        params = list(sig.parameters.values())[1:]  # drop self
+        shown = [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params]
+        generator = "Iterator" in str(sig.return_annotation)
+        out.append((name, f"skills.{name}({', '.join(shown)})", generator, _doc(member.__doc__)))
+    return out
+
+
+def skill_reference() -> str:
+    """The skill API, one line per method: signature and docstring (generated from
+    :class:`envs.skills.Skills`). Generators are marked: call them with ``yield from``."""
+    plain = [f"- {call}: {doc}" for _, call, gen, doc in _skill_methods() if not gen]
+    moving = [f"- {call}: {doc}" for _, call, gen, doc in _skill_methods() if gen]
+    return "\n".join(
+        ["Plain calls (answers are fresh copies):", *plain, "",
+         "Generators of actions (use with `yield from`; True when they got there):", *moving]
+    )  # fmt: skip
+
+
+def skill_brief() -> str:
+    """The skill API's signatures only, on a few lines (what code can do, for the planner)."""
+    plain = [call for _, call, gen, _ in _skill_methods() if not gen]
+    moving = [call for _, call, gen, _ in _skill_methods() if gen]
+    return "Queries: " + ", ".join(plain) + "\nActions (yield from): " + ", ".join(moving)
 
 
 class PromptSet:
@@ -46,7 +113,10 @@ class PromptSet:
 
     def __init__(self, directory: Path = PROMPTS_DIR) -> None:
         self.directory = Path(directory)
-        self.skills_api = self._read(SKILLS_API_FILE)
+        self.skills_api = Template(self._read(SKILLS_API_FILE)).substitute(
+            reference=skill_reference()
+        )
+        self.skills_brief = skill_brief()
         self.repair = Template(self._read(REPAIR_FILE))
         self.templates: dict[tuple[str, str], tuple[Template, Template]] = {}
         for role, purpose in sorted(PURPOSES):
@@ -63,7 +133,8 @@ class PromptSet:
             except (KeyError, ValueError) as exc:
                 raise BackendConfigError(
                     f"{self.directory / f'{role}_{purpose}.txt'}: bad template ({exc!r}); "
-                    "known names: $request $schema $skills_api $role $purpose, '$$' for '$'"
+                    "known names: $request $schema $skills_api $skills_brief $role $purpose, "
+                    "'$$' for '$'"
                 ) from None
 
     def _read(self, name: str) -> str:
@@ -83,6 +154,7 @@ class PromptSet:
             "request": json.dumps(request, indent=2, sort_keys=True, default=str),
             "schema": SCHEMAS[(role, purpose)],
             "skills_api": self.skills_api.strip(),
+            "skills_brief": self.skills_brief,
             "role": role,
             "purpose": purpose,
         }

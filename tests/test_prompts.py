@@ -1,0 +1,235 @@
+"""The prompts a model reads: built from the agents' real requests, their worked examples
+use only keys those requests have, they fit a small model's context, and the skill API
+they show is generated from the code; sub-action names a model gives map to the game's
+steps or fail with a cause, never a crash."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+import trio
+
+from actors.critic import statistics
+from actors.fast import code_request, rl_request
+from actors.slow import needs_table, plan_name, plan_request, revise_request
+from knowledge import recipes
+from knowledge.options import options_for
+from llm import PROMPTS_DIR, PURPOSES, ContractError, PromptSet, validate
+from llm.contracts import resolve_achievement, subtask_achievement
+from llm.offline import OfflineBackend
+from llm.prompts import estimate_tokens, skill_reference
+from messages.plan import Critique, Plan, Review, RunTask, SubAction, SubActionOutcome
+from messages.rollout import EpisodeReport, Glimpse, RolloutResult, Segment, StageRun
+from messages.task import Stage, Subtask
+from method.settings import MethodSettings
+
+TASK = RunTask("make a wood pickaxe", "wood_pickaxe", 0.5, 3, 100_000, [1, 2], [3, 4])
+CRITIQUE = Critique(
+    "place_table", 1, "code", 0.25, 0.9, 4, "revise", cause="policy_finished", count=3,
+    detail="place returned False", line=3, action="place('table')", advice="collect wood first",
+)  # fmt: skip
+
+
+def _subaction(name: str = "place_table") -> SubAction:
+    step = recipes.achievement_step(name)
+    return SubAction(
+        name,
+        Subtask(name, step.description, goal=dict(step.goal), achievement=step.achievement,
+                max_steps=step.max_steps),
+        description=step.description,
+    )  # fmt: skip
+
+
+def _result(name: str) -> RolloutResult:
+    glimpse = Glimpse(12, {"wood": 1}, {"health": 9}, (("tree", 1, 0),), "grass")
+    trace = [Segment("place('table')", 40, glimpse, glimpse)]
+    ok = EpisodeReport(
+        1, True, 80, 1.0, [], "success", "", 0, stages=[StageRun(name, True, 80, "success")]
+    )
+    bad = EpisodeReport(
+        2, False, 150, 0.0, [], "policy_finished", "place returned False", 3, trace=trace,
+        stages=[StageRun(name, False, 150, "policy_finished", "place returned False", 3)],
+    )  # fmt: skip
+    return RolloutResult(name, [ok, bad], 0.5, 230, "env-0")
+
+
+def real_requests() -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every kind of call, as the agents build it (their own request functions, over
+    the real recipe data, skill library and critic statistics)."""
+    settings = MethodSettings()
+    steps = recipes.describe(recipes.chain(TASK.target_item))
+    plan_req = plan_request(TASK, settings, steps, needs_table())
+    reply = trio.run(OfflineBackend().call, "slow", "plan", plan_req).data
+    subs = [_subaction(s["name"]) for s in reply["subactions"]]
+    plan = Plan(TASK.task, 1, subs)
+    table = subs[1]
+    outcome = SubActionOutcome(
+        table.name, "code", 0.25, False, Stage(table.subtask, code="def run(skills): ..."),
+        versions=2, critiques=[CRITIQUE], exhausted=True,
+    )  # fmt: skip
+    revise = revise_request(TASK, plan, {table.name: [outcome]}, 0.2, 1, 5000)
+    code = "def run(skills):\n    yield from skills.place('table')\n"
+    previous = {"code": code, "note": "place the table", "params": None}
+    offered = options_for(recipes.achievement_step(table.name))
+    from actors.fast import _world_actions
+
+    actions = _world_actions()
+    config = validate("fast", "rl", {"options": ["explore"], "primitives": [], "max_steps": 100})
+    rl_previous = {"config": config, "held_out_success": 0.1}
+    review = Review(table, 2, "code", _result(table.name), revisions_left=1, code=code)
+    return {
+        ("slow", "plan"): [plan_req],
+        ("slow", "revise"): [revise],
+        ("fast", "code"): [code_request(table, 1, None, None),
+                           code_request(table, 2, previous, CRITIQUE)],
+        ("fast", "rl"): [rl_request(table, 1, offered, actions, None, None),
+                         rl_request(table, 2, offered, actions, rl_previous, CRITIQUE)],
+        ("critic", "review"): [statistics(review)],
+    }  # fmt: skip
+
+
+def _example_request(role: str, purpose: str) -> dict[str, Any]:
+    text = (PROMPTS_DIR / f"{role}_{purpose}.txt").read_text()
+    block = text.split("Example request:", 1)[1].split("Example reply:", 1)[0]
+    return json.loads(block)
+
+
+MAPS = frozenset({"goal", "causes", "inventory", "status", "uses", "achievements"})
+"""Keys whose values map data to data (item → count): their keys are values, not fields."""
+
+
+def _paths(value: Any, prefix: str = "") -> set[str]:
+    """Every key path a JSON value uses (list items as ``[]``)."""
+    out: set[str] = set()
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            path = f"{prefix}.{key}" if prefix else key
+            out.add(path)
+            if key not in MAPS:
+                out |= _paths(inner, path)
+    elif isinstance(value, list):
+        for inner in value:
+            out |= _paths(inner, f"{prefix}[]")
+    return out
+
+
+@pytest.mark.parametrize(("role", "purpose"), sorted(PURPOSES))
+def test_each_worked_example_uses_only_keys_the_real_request_has(role: str, purpose: str) -> None:
+    real = set().union(*(_paths(r) for r in real_requests()[role, purpose]))
+    example = _paths(_example_request(role, purpose))
+    assert example, f"{role}_{purpose}.txt: no example request found"
+    invented = sorted(example - real)
+    assert not invented, f"{role}_{purpose}.txt's example uses keys no real request has: {invented}"
+
+
+@pytest.mark.parametrize(("role", "purpose"), sorted(PURPOSES))
+def test_each_prompt_renders_from_a_real_request_within_a_small_models_context(
+    role: str, purpose: str
+) -> None:
+    prompts = PromptSet()
+    for request in real_requests()[role, purpose]:
+        messages = prompts.render(role, purpose, request)
+        assert "$" not in messages[0]["content"].replace("$$", "")
+        # An 8k context (llama.cpp's usual n_ctx here) must hold it and a 2k-token reply.
+        assert estimate_tokens(messages) + 2048 <= 8192, (role, purpose)
+
+
+def test_the_plan_request_carries_no_policy_source() -> None:
+    (request,) = real_requests()["slow", "plan"]
+    assert all("code" not in need for need in request["needs"])
+    assert "def " not in json.dumps(request)
+    # The slow agent still serves the needs with their code: it keeps the table.
+    assert all(need["code"] for need in needs_table())
+
+
+def test_the_skill_reference_is_generated_from_every_public_skill() -> None:
+    import inspect
+
+    from envs.skills import Skills
+
+    described = PromptSet().skills_api
+    for name, method in inspect.getmembers(Skills, inspect.isfunction):
+        if not name.startswith("_"):
+            assert f"skills.{name}(" in described
+            first = " ".join((method.__doc__ or "").split())[:30].replace("``", "")
+            assert first.split(" (")[0][:20] in skill_reference(), name
+
+
+@pytest.mark.parametrize(
+    ("text", "achievement"),
+    [
+        ("collect_wood", "collect_wood"),
+        ("Collect Wood", "collect_wood"),
+        ("get_logs", "collect_wood"),
+        ("chop trees", "collect_wood"),
+        ("craft a crafting table", "place_table"),
+        ("build furnace", "place_furnace"),
+        ("make wooden pickaxe", "make_wood_pickaxe"),
+        ("kill zombie", "defeat_zombie"),
+        ("drink water", "collect_drink"),
+        ("sleep", "wake_up"),
+        ("mine_iron_ore", "collect_iron"),
+        ("dance", None),
+        ("stone", None),  # collect or place: said as ambiguous, not guessed
+    ],
+)
+def test_a_models_sub_action_names_map_to_crafter_achievements(
+    text: str, achievement: str | None
+) -> None:
+    assert resolve_achievement(text) == achievement
+
+
+def test_a_plan_normalises_achievements_and_goal_items_and_refuses_unknown_ones() -> None:
+    sub = {"name": "get_wood", "description": "d", "mode": "code", "max_steps": 100}
+    plan = validate("slow", "plan", {"subactions": [{**sub, "achievement": "Collect Wood"}]})
+    assert plan["subactions"][0]["achievement"] == "collect_wood"
+    plan = validate("slow", "plan", {"subactions": [{**sub, "goal": {"Logs": 2}}]})
+    assert plan["subactions"][0]["goal"] == {"wood": 2}
+    with pytest.raises(ContractError, match=r"subactions\[0\].achievement: expected one of"):
+        validate("slow", "plan", {"subactions": [{**sub, "achievement": "dance"}]})
+    with pytest.raises(ContractError, match=r"subactions\[0\].goal.gold: expected an item"):
+        validate("slow", "plan", {"subactions": [{**sub, "goal": {"gold": 1}}]})
+
+
+def test_a_sub_action_stands_for_a_step_by_achievement_name_or_goal() -> None:
+    assert subtask_achievement("gather_logs", "", {"wood": 3}) == "collect_wood"
+    assert subtask_achievement("stay_fed", "", {"food": 6}) == "eat_cow"
+    assert subtask_achievement("x", "", {"stone": 1}) == "collect_stone"
+    assert subtask_achievement("dance_party", "", {"health": 9}) is None
+
+
+def test_a_revision_naming_a_sub_action_loosely_finds_it_in_the_plan() -> None:
+    plan = Plan("t", 1, [_subaction("collect_wood"), _subaction("place_table")])
+    assert plan_name(plan, "place_table") == "place_table"
+    assert plan_name(plan, "Place Table") == "place_table"
+    assert plan_name(plan, "get logs") == "collect_wood"
+    assert plan_name(plan, "fly") is None
+
+
+def test_the_code_contract_carries_the_models_give_up_flag() -> None:
+    reply = validate("fast", "code", {"code": "", "unchanged": True, "note": "no better code"})
+    assert reply["unchanged"] is True and reply["code"] == ""
+    assert "unchanged" not in validate(
+        "fast", "code", {"code": "def run(skills):\n    yield 'do'\n"}
+    )
+    with pytest.raises(ContractError, match="code: expected a non-empty string"):
+        validate("fast", "code", {"code": "", "unchanged": False})
+    with pytest.raises(ContractError, match="unchanged: expected true or false"):
+        validate("fast", "code", {"code": "def run(skills):\n    yield 'do'\n", "unchanged": "y"})
+
+
+def test_every_contract_has_a_json_schema_naming_its_required_keys() -> None:
+    from llm.contracts import json_schemas
+
+    schemas = json_schemas()
+    assert set(schemas) == set(PURPOSES)
+    for (role, purpose), schema in schemas.items():
+        assert schema["type"] == "object"
+        example = (PROMPTS_DIR / f"{role}_{purpose}.txt").read_text().split("Example reply:")[1]
+        reply, _ = json.JSONDecoder().raw_decode(example.strip())
+        missing = [key for key in schema["required"] if key not in reply]
+        assert not missing, (role, purpose, missing)
+        assert re.fullmatch(r"[a-z_]+", f"{role}_{purpose}")
