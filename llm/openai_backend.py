@@ -112,6 +112,8 @@ LOCAL_CONCURRENT = 1
 REMOTE_CONCURRENT = 16
 """Remote default of ``max_concurrent``: the fast agent's default capacity."""
 REPLY_RESERVE = 1024
+MIN_REPLY_TOKENS = 32
+"""Fewest tokens worth asking a reply in: less holds no contract's JSON."""
 """Tokens assumed for the reply in the context check when ``max_tokens`` is not sent."""
 # A server's words for "the prompt does not fit" (llama-cpp-python, llama.cpp, vLLM,
 # Ollama, OpenAI).
@@ -441,7 +443,13 @@ class OpenAIBackend:
             + ". Reply again with the complete JSON object, much shorter: short notes "
             "and reasons, compact code.",
         }
-        return max_tokens, [*messages, ask]
+        messages = [*messages, ask]
+        left = self._room(messages)
+        if max_tokens and left is not None:
+            if left < MIN_REPLY_TOKENS:
+                raise self._cut_off(role, purpose, max_tokens, "", 0)
+            max_tokens = min(max_tokens, left)  # the request itself grew by the ask
+        return max_tokens, messages
 
     def _cut_off(
         self, role: str, purpose: str, max_tokens: int | None, reply: str, attempts: int

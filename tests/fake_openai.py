@@ -21,7 +21,11 @@ default ``responder(messages) -> str`` answers. Every request is recorded
 
 ``models=False`` answers 404 to ``/v1/models``. ``api_key`` (optional) makes the server
 answer 401 to any other bearer token, as the real service does. Tokens in ``usage`` are
-counted crudely (words), enough to test budgets.
+counted crudely (words), enough to test budgets. Real servers' quirks are scripted with
+``refuse`` (refuse a request by its body: a parameter, a response_format), ``serial``
+(one request at a time), ``model_extra`` (what ``/v1/models`` says of the model) and the
+Behaviour fields ``send_usage``, ``finish_reason``, ``reasoning_content``, ``error``;
+``tests/test_llm_quirks.py`` builds each named server fake from them.
 """
 
 from __future__ import annotations
@@ -52,6 +56,14 @@ class Behaviour:
     """Seconds to wait before answering (longer than the client's timeout: a timeout)."""
     usage: tuple[int, int] | None = None
     """(prompt_tokens, completion_tokens) to report instead of the word counts."""
+    send_usage: bool = True
+    """False: the answer has no ``usage`` at all (as some servers send)."""
+    finish_reason: str = "stop"
+    """The choice's ``finish_reason`` (``length``: cut off by the token limit)."""
+    reasoning_content: str | None = None
+    """A ``reasoning_content`` field beside the content (reasoning models' servers)."""
+    error: str | None = None
+    """The error message sent with an error status (default: "scripted status N")."""
 
 
 def _words(text: str) -> int:
@@ -67,12 +79,29 @@ class FakeOpenAI:
     """The fake server; a context manager (start on enter, stop on exit)."""
 
     def __init__(
-        self, responder: Responder = echo_last, api_key: str | None = None, models: bool = True
+        self,
+        responder: Responder = echo_last,
+        api_key: str | None = None,
+        models: bool = True,
+        refuse: Callable[[dict[str, Any]], tuple[int, str] | None] | None = None,
+        serial: bool = False,
+        model_extra: dict[str, Any] | None = None,
     ) -> None:
         self.responder = responder
         self.api_key = api_key
         self.models = models
         """Serve ``GET /v1/models`` (False: 404, as some OpenAI-compatible servers do)."""
+        self.refuse = refuse
+        """Looks at each chat request's body first: (status, message) refuses it (as a
+        server refuses a parameter it does not take), None lets it through."""
+        self.serial = serial
+        """Answer one chat request at a time (as llama.cpp servers do), the rest wait."""
+        self.model_extra = model_extra or {}
+        """Extra fields of the model's ``/v1/models`` entry (e.g. vLLM's max_model_len)."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        """The most chat requests the server held at once."""
+        self._serve_one = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         """Every request received: {"method", "path", "headers", "body"} (body parsed JSON)."""
         self._queue: deque[Behaviour] = deque()
@@ -171,6 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.fake.models and self.path.rstrip("/").endswith("/models"):
             model = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}
+            model.update(self.fake.model_extra)
             self._send(200, {"object": "list", "data": [model]})
         else:
             self._error(404, f"unknown path {self.path}", "not_found_error")
@@ -188,6 +218,25 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions") or not isinstance(body, dict):
             self._error(404, f"unknown path {self.path}", "not_found_error")
             return
+        refused = self.fake.refuse(body) if self.fake.refuse is not None else None
+        if refused is not None:
+            self._error(refused[0], refused[1])
+            return
+        fake = self.fake
+        with fake._lock:
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            if fake.serial:
+                with fake._serve_one:
+                    self._answer(body)
+            else:
+                self._answer(body)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
+
+    def _answer(self, body: dict[str, Any]) -> None:
         behaviour = self.fake._next() or Behaviour()
         if behaviour.delay:
             self.fake._sleep(behaviour.delay)
@@ -195,7 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {}
             if behaviour.retry_after is not None:
                 headers["Retry-After"] = f"{behaviour.retry_after:g}"
-            self._error(behaviour.status, f"scripted status {behaviour.status}", headers=headers)
+            message = behaviour.error or f"scripted status {behaviour.status}"
+            self._error(behaviour.status, message, headers=headers)
             return
         messages = body.get("messages") or []
         text = behaviour.text if behaviour.text is not None else self.fake.responder(messages)
@@ -204,28 +254,30 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             tokens_in = sum(_words(str(m.get("content", ""))) for m in messages)
             tokens_out = _words(text)
-        self._send(
-            200,
-            {
-                "id": f"chatcmpl-fake-{self.fake.count}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", "fake-model"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": "stop",
-                        "logprobs": None,
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": tokens_in,
-                    "completion_tokens": tokens_out,
-                    "total_tokens": tokens_in + tokens_out,
-                },
-            },
-        )
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if behaviour.reasoning_content is not None:
+            message["reasoning_content"] = behaviour.reasoning_content
+        answer: dict[str, Any] = {
+            "id": f"chatcmpl-fake-{self.fake.count}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake-model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": behaviour.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+        }
+        if behaviour.send_usage:
+            answer["usage"] = {
+                "prompt_tokens": tokens_in,
+                "completion_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+            }
+        self._send(200, answer)
 
     def _authorised(self) -> bool:
         expected = self.fake.api_key

@@ -233,3 +233,94 @@ def test_every_contract_has_a_json_schema_naming_its_required_keys() -> None:
         missing = [key for key in schema["required"] if key not in reply]
         assert not missing, (role, purpose, missing)
         assert re.fullmatch(r"[a-z_]+", f"{role}_{purpose}")
+
+
+# ---------------------------------------------------------------------- routes a model takes
+
+
+class ScriptedModel:
+    """A stand-in for a model inside the process (no server): its replies are given, and
+    go through the contracts' validator as a model's would."""
+
+    name = "scripted"
+
+    def __init__(self, replies: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.replies = replies
+
+    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> Any:
+        from llm import CallResult
+
+        return CallResult(data=validate(role, purpose, self.replies[role, purpose]))
+
+
+def _work(sub: SubAction) -> Any:
+    from messages.plan import WorkOn
+
+    return WorkOn(subaction=sub, before=[], needs=[], iteration=1, seeds=[1], revisions=1,
+                  train_steps=64)  # fmt: skip
+
+
+def _fast(tmp_path: Any, replies: dict) -> Any:
+    from actors.fast import FastAgent
+    from method.agents import Agents
+
+    agents = Agents(ScriptedModel(replies), tmp_path)
+    return FastAgent(agents=agents, settings=MethodSettings(), environments=1, run_dir=tmp_path)
+
+
+def test_a_learned_sub_action_named_for_no_game_step_fails_with_its_cause_not_a_crash(
+    tmp_path: Any,
+) -> None:
+    from structlog.testing import capture_logs
+
+    odd = SubAction("dance_party", Subtask("dance_party", goal={"health": 9}), mode="rl")
+    agent = _fast(tmp_path, {})
+    with capture_logs() as events:
+        outcome = trio.run(agent.on_work, _work(odd), None)
+    assert outcome.success_rate == 0.0 and outcome.versions == 0 and not outcome.accepted
+    (failed,) = [e for e in events if e["event"] == "subaction_failed"]
+    assert failed["cause"] == "unknown_subtask" and "dance_party" in failed["detail"]
+
+
+def test_a_learned_sub_action_with_a_paraphrased_name_finds_its_game_step(
+    tmp_path: Any,
+) -> None:
+    from structlog.testing import capture_logs
+
+    # "gather logs" with a wood goal: the step is collect_wood; the (scripted) model's RL
+    # config is asked for with collect_wood's coded options.
+    sub = SubAction("gather_logs", Subtask("gather_logs", goal={"wood": 1}), mode="rl")
+    seen: list[dict] = []
+
+    class Recording(ScriptedModel):
+        async def call(self, role: str, purpose: str, request: dict[str, Any]) -> Any:
+            seen.append(request)
+            raise RuntimeError("stop here: the request is what this test checks")
+
+    agent = _fast(tmp_path, {})
+    agent.agents.backend = Recording({})
+    with capture_logs(), pytest.raises(RuntimeError, match="stop here"):
+        trio.run(agent.on_work, _work(sub), None)
+    assert "walk_to_tree" in [o["name"] for o in seen[0]["options"]]
+
+
+def test_a_models_unchanged_flag_exhausts_the_code_and_the_slow_agent_moves_it_to_rl(
+    tmp_path: Any,
+) -> None:
+    from actors.slow import SlowAgent
+    from method.agents import Agents
+
+    table = _subaction("place_table")
+    agent = _fast(tmp_path, {("fast", "code"): {"code": "", "unchanged": True, "note": "stuck"}})
+    outcome = trio.run(agent.on_work, _work(table), None)
+    assert outcome.exhausted and outcome.versions == 0
+
+    plan = Plan(TASK.task, 1, [_subaction("collect_wood"), table])
+    request = revise_request(TASK, plan, {table.name: [outcome]}, 0.0, 1, 0)
+    assert request["subactions"][1]["exhausted"] is True  # what the model decides from
+    # The model answers with its own spelling of the name; the route still fires.
+    change = {"subaction": "Place Table", "change": "to_rl", "reason": "code is exhausted"}
+    model = ScriptedModel({("slow", "revise"): {"changes": [change], "stop": False}})
+    slow = SlowAgent(agents=Agents(model, tmp_path), settings=MethodSettings(), environments=1)
+    revised, redo = trio.run(slow._revise, TASK, plan, {table.name: [outcome]}, 0.0, 1, 0)
+    assert [s.mode for s in revised.subactions] == ["code", "rl"] and "place_table" in redo
