@@ -64,10 +64,11 @@ def built_requests(target: str) -> list[tuple[str, str, dict[str, Any]]]:
                                versions=3, critiques=[critique])  # fmt: skip
     plan = Plan(task.task, 1, subs)
     offered = options_for(recipes.achievement_step(last.name))
+    causes = ["success"] * 3 + ["step_budget"] * 7
     episodes = [
-        EpisodeReport(i, i < 3, 300, 0.0, [], "success" if i < 3 else "step_budget", "", 0,
-                      stages=[StageRun(last.name, i < 3, 300, "success" if i < 3 else "step_budget")])
-        for i in range(10)
+        EpisodeReport(i, i < 3, 300, 0.0, [], cause, "", 0,
+                      stages=[StageRun(last.name, i < 3, 300, cause)])
+        for i, cause in enumerate(causes)
     ]  # fmt: skip
     review = Review(last, 2, "code", RolloutResult(last.name, episodes, 0.3, 3000, "env"), 1, code)
     return [
