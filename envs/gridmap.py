@@ -1,0 +1,187 @@
+"""The remembered map as arrays, and the planner's search compiled on them.
+
+:class:`GridMap` mirrors :attr:`envs.navigation.Navigator.memory` (position → tile
+name) as a 2-D array of tile ids, with the step each tile was last seen, growing as the
+player walks. Goal tests that depend only on where the player stands ("at the edge of
+the known map", "within two tiles of stone", "seen long ago") become boolean arrays
+built by numpy in microseconds, and :func:`search` walks them in numba.
+
+:func:`search` is :meth:`envs.navigation.Navigator.search` step for step: the same
+uniform-cost order (cost, then insertion order), the same direction order, the same
+tests in the same order, the same node limit. It returns the very plan the dict-based
+search returns (tests/test_navigation.py compares them on real episodes); it is only
+faster, ~50× on a remembered Crafter map.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numba
+import numpy as np
+
+UNKNOWN = -1
+"""Tile id of a position never seen."""
+# Room added around the known map when it grows: a view is 9×7, so a grown grid
+# takes several steps of walking before it has to grow again.
+GROW_MARGIN = 32
+# Each goal array is tested at positions up to one step outside the known map: keep
+# this many unknown cells around it so that no test needs a bounds check.
+BORDER = 3
+# Crafter's map is 64×64 and positions are relative to the start: a grid of 2×64
+# (+ border) holds any episode without growing.
+INITIAL_HALF = 68
+
+
+class GridMap:
+    """Tile ids and last-seen steps of the remembered map, indexed ``[y + oy, x + ox]``."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.tiles = np.full((2 * INITIAL_HALF, 2 * INITIAL_HALF), UNKNOWN, np.int16)
+        self.seen = np.zeros(self.tiles.shape, np.int32)
+        self.ox = self.oy = INITIAL_HALF
+
+    def observe(self, view: np.ndarray, left: int, top: int, now: int) -> None:
+        """Take in ``view`` (tile ids) whose top-left tile is at position (left, top)."""
+        rows, cols = view.shape
+        x0, y0 = left + self.ox, top + self.oy
+        height, width = self.tiles.shape
+        if x0 < BORDER or y0 < BORDER or x0 + cols + BORDER > width or y0 + rows + BORDER > height:
+            self._grow(left, top, cols, rows)
+            x0, y0 = left + self.ox, top + self.oy
+        self.tiles[y0 : y0 + rows, x0 : x0 + cols] = view
+        self.seen[y0 : y0 + rows, x0 : x0 + cols] = now
+
+    def _grow(self, left: int, top: int, cols: int, rows: int) -> None:
+        height, width = self.tiles.shape
+        lo_x = min(-self.ox, left - GROW_MARGIN)
+        lo_y = min(-self.oy, top - GROW_MARGIN)
+        hi_x = max(width - self.ox, left + cols + GROW_MARGIN)
+        hi_y = max(height - self.oy, top + rows + GROW_MARGIN)
+        tiles = np.full((hi_y - lo_y, hi_x - lo_x), UNKNOWN, np.int16)
+        seen = np.zeros(tiles.shape, np.int32)
+        dy, dx = -lo_y - self.oy, -lo_x - self.ox
+        tiles[dy : dy + height, dx : dx + width] = self.tiles
+        seen[dy : dy + height, dx : dx + width] = self.seen
+        self.tiles, self.seen, self.ox, self.oy = tiles, seen, -lo_x, -lo_y
+
+    def lut(self, names: frozenset[str] | set[str]) -> np.ndarray:
+        """Tile id → whether its name is in ``names`` (index -1, unknown, is False)."""
+        out = np.zeros(len(self.names) + 1, np.bool_)
+        for i, name in enumerate(self.names):
+            out[i] = name in names
+        return out  # out[-1] is the unknown id's entry: never in a set of names
+
+    def known(self) -> np.ndarray:
+        return self.tiles != UNKNOWN
+
+    def frontier(self) -> np.ndarray:
+        """Known positions with an unknown neighbour (``Navigator._at_frontier``)."""
+        known = self.known()
+        inner = np.zeros_like(known)
+        inner[1:-1, 1:-1] = known[:-2, 1:-1] & known[2:, 1:-1] & known[1:-1, :-2] & known[1:-1, 2:]
+        return known & ~inner
+
+    def near(self, kind: str, radius: int) -> np.ndarray:
+        """Positions within ``radius`` (both axes) of a known ``kind`` tile."""
+        mask = self.lut({kind})[self.tiles]
+        rows = mask.copy()
+        for r in range(1, radius + 1):  # a square: spread along y, then along x
+            rows[r:] |= mask[:-r]
+            rows[:-r] |= mask[r:]
+        out = rows.copy()
+        for r in range(1, radius + 1):
+            out[:, r:] |= rows[:, :-r]
+            out[:, :-r] |= rows[:, r:]
+        return out
+
+    def stale(self, before: int) -> np.ndarray:
+        """Positions last seen at or before step ``before`` (never seen: step 0)."""
+        return self.seen <= before
+
+    def creatures(self, positions: list[tuple[int, int]]) -> np.ndarray:
+        out = np.zeros(self.tiles.shape, np.bool_)
+        height, width = out.shape
+        for x, y in positions:
+            gx, gy = x + self.ox, y + self.oy
+            if 0 <= gx < width and 0 <= gy < height:
+                out[gy, gx] = True
+        return out
+
+
+@numba.njit(cache=True, nogil=True)
+def search(tiles, creatures, walkable, deadly, diggable, at, sx, sy, order, max_nodes, dig_cost):
+    """Uniform-cost search from grid cell (sx, sy) to a cell where ``at`` holds.
+
+    ``walkable``/``deadly``/``diggable`` are tile-id lookups (last entry: unknown);
+    ``order`` is the direction order, shape (4, 2) of (dx, dy). Returns the plan as rows
+    (direction index, x, y, dig) of grid cells the player must be at before each move, or
+    an empty array when nothing is found within ``max_nodes`` reached cells.
+    """
+    height, width = tiles.shape
+    size = height * width
+    big = np.iinfo(np.int64).max
+    cost = np.full(size, big, np.int64)
+    parent = np.full(size, -1, np.int64)
+    parent_dir = np.zeros(size, np.int64)
+    parent_dig = np.zeros(size, np.bool_)
+    start = sy * width + sx
+    cost[start] = 0
+    nodes = 1
+    counter = 0
+    # Heap entries are (cost, insertion counter): Python's heapq on the same tuples.
+    heap = [(np.int64(0), np.int64(0), np.int64(start))]
+    found = -1
+    last_dir = 0
+    last_dig = False
+    while len(heap) > 0 and nodes < max_nodes and found < 0:
+        g, _, pos = heapq.heappop(heap)
+        if g > cost[pos]:
+            continue
+        py, px = pos // width, pos % width
+        for k in range(4):
+            tx, ty = px + order[k, 0], py + order[k, 1]
+            inside = 0 <= tx < width and 0 <= ty < height
+            tile = tiles[ty, tx] if inside else -1
+            if deadly[tile]:
+                continue
+            creature = creatures[ty, tx] if inside else False
+            if walkable[tile] and not creature:
+                step, digs = 1, False
+            else:
+                if at[py, px]:
+                    found, last_dir, last_dig = pos, k, False
+                    break
+                if not diggable[tile] or creature:
+                    continue
+                step, digs = dig_cost, True
+            if at[ty, tx]:
+                found, last_dir, last_dig = pos, k, digs
+                break
+            new = g + step
+            target = ty * width + tx
+            if new < cost[target]:
+                if cost[target] == big:
+                    nodes += 1
+                cost[target] = new
+                parent[target] = pos
+                parent_dir[target] = k
+                parent_dig[target] = digs
+                counter += 1
+                heapq.heappush(heap, (new, np.int64(counter), np.int64(target)))
+    if found < 0:
+        return np.zeros((0, 4), np.int64)
+    length = 1
+    cell = found
+    while parent[cell] >= 0:
+        length += 1
+        cell = parent[cell]
+    plan = np.zeros((length, 4), np.int64)
+    plan[length - 1] = (last_dir, found % width, found // width, np.int64(last_dig))
+    cell = found
+    for i in range(length - 2, -1, -1):
+        prev = parent[cell]
+        plan[i] = (parent_dir[cell], prev % width, prev // width, np.int64(parent_dig[cell]))
+        cell = prev
+    return plan
