@@ -100,6 +100,40 @@ class GridMap:
         """Positions last seen at or before step ``before`` (never seen: step 0)."""
         return self.seen <= before
 
+    def nook(
+        self,
+        creatures: np.ndarray,
+        walkable: np.ndarray,
+        deadly: np.ndarray,
+        diggable: np.ndarray,
+        takes_stone: np.ndarray,
+        stone: int,
+    ) -> np.ndarray:
+        """Positions where ``Skills._nook_at`` finds a nook (the same tests as arrays):
+        the position can take a stone or be dug, and along some direction d the two
+        tiles pos+d, pos+2d can hold the player (walkable or diggable, no creature; with
+        no stone held one of them must be diggable) and their five other neighbours are
+        solid (known, neither walkable nor deadly, no creature). Lookups are by tile id
+        (last entry: unknown)."""
+        tiles = self.tiles
+        known = tiles != UNKNOWN
+        walk, dig = walkable[tiles], diggable[tiles]
+        inner = (walk | dig) & ~creatures
+        solid = known & ~walk & ~deadly[tiles] & ~creatures
+        found = np.zeros(tiles.shape, np.bool_)
+        for dx, dy in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+            sx, sy = dy, dx  # the side direction, as Skills._nook_at turns d
+            ok = _shifted(inner, dx, dy) & _shifted(inner, 2 * dx, 2 * dy)
+            if stone < 1:
+                ok &= _shifted(dig, dx, dy) | _shifted(dig, 2 * dx, 2 * dy)
+            for wx, wy in (
+                (dx + sx, dy + sy), (dx - sx, dy - sy),
+                (2 * dx + sx, 2 * dy + sy), (2 * dx - sx, 2 * dy - sy), (3 * dx, 3 * dy),
+            ):  # fmt: skip
+                ok &= _shifted(solid, wx, wy)
+            found |= ok
+        return found & (takes_stone[tiles] | dig)
+
     def creatures(self, positions: list[tuple[int, int]]) -> np.ndarray:
         out = np.zeros(self.tiles.shape, np.bool_)
         height, width = out.shape
@@ -108,6 +142,16 @@ class GridMap:
             if 0 <= gx < width and 0 <= gy < height:
                 out[gy, gx] = True
         return out
+
+
+def _shifted(mask: np.ndarray, dx: int, dy: int) -> np.ndarray:
+    """``out[y, x] = mask[y + dy, x + dx]``, False beyond the edges."""
+    out = np.zeros_like(mask)
+    height, width = mask.shape
+    out[max(0, -dy) : height - max(0, dy), max(0, -dx) : width - max(0, dx)] = mask[
+        max(0, dy) : height - max(0, -dy), max(0, dx) : width - max(0, -dx)
+    ]
+    return out
 
 
 @numba.njit(cache=True, nogil=True)

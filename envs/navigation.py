@@ -299,19 +299,44 @@ class Navigator:
             lut = self._luts[names] = self._grid.lut(names)
         return lut
 
-    def _search_grid(self, at: np.ndarray, order: list[Pos]) -> Plan | None:
-        """:meth:`search` for a goal that depends on the position alone, given as the
-        grid array ``at``, through the compiled :func:`envs.gridmap.search`."""
+    @property
+    def grid(self) -> gridmap.GridMap | None:
+        """The map as arrays (None once the map was set by hand: search the dict)."""
+        return self._grid
+
+    def nook_mask(self, diggable: frozenset[str]) -> np.ndarray:
+        """Where ``Skills._nook_at`` holds, as a grid array (needs :attr:`grid`)."""
         grid = self._grid
         assert grid is not None
+        where = frozenset(self.rules.place.get("stone", {}).get("where", ()))
+        return grid.nook(
+            grid.creatures(list(self.creature_map)),
+            self._lut(self.rules.walkable),
+            self._lut(self.rules.deadly),
+            self._lut(diggable),
+            self._lut(where),
+            int(self.obs.inventory.get("stone", 0)),
+        )
+
+    def _search_grid(self, at: np.ndarray, order: list[Pos]) -> Plan | None:
+        return self.search_at(at, order, self.tunnel)
+
+    def search_at(
+        self, at: np.ndarray, order: Iterable[Pos] = tuple(DIRECTIONS), dig: bool = False
+    ) -> Plan | None:
+        """:meth:`search` for a goal that depends on the position alone, given as the
+        grid array ``at`` (needs :attr:`grid`), through the compiled
+        :func:`envs.gridmap.search`: the same plan, much sooner."""
+        grid = self._grid
+        assert grid is not None
+        order = list(order)
         px, py = self.obs.position
-        dig = self._lut(self.diggable() if self.tunnel else frozenset())
         rows = gridmap.search(
             grid.tiles,
             grid.creatures(list(self.creature_map)),
             self._lut(self.rules.walkable),
             self._lut(self.rules.deadly),
-            dig,
+            self._lut(self.diggable() if dig else frozenset()),
             at,
             px + grid.ox,
             py + grid.oy,

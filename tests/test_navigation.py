@@ -11,6 +11,7 @@ search plan for plan on real maps.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -144,3 +145,34 @@ def test_a_map_set_by_hand_is_searched_as_a_dict(world) -> None:
     nav.memory = dict(nav.memory)
     assert nav._grid is None
     assert nav.explore_action() is not None
+
+
+def test_the_nook_array_holds_exactly_where_skills_find_a_nook(world) -> None:
+    """Skills.shelter searches for a nook on the grid: its array must agree with
+    Skills._nook_at at every known position, with and without stone and digging."""
+    checked = nooks = 0
+    for seed in (21, 22, 23):
+        obs = world.reset(seed)
+        skills = Skills(obs, world.action_names, seed=seed)
+        rng = np.random.default_rng(seed)
+        for _ in range(150):
+            action = skills._nav.explore_action("stone") or str(
+                rng.choice(list(DIRECTIONS.values()))
+            )
+            obs, _, done, info = world.step(action)
+            skills._observe(obs, info)
+            if done:
+                break
+        nav, grid = skills._nav, skills._nav.grid
+        for stone in (0, 1):
+            skills._obs = dataclasses.replace(
+                skills._obs, inventory={**obs.inventory, "stone": stone}
+            )
+            for diggable in (frozenset(), frozenset({"stone", "tree", "coal"})):
+                mask = nav.nook_mask(diggable)
+                for x, y in list(nav.memory) + [(x + 1, y) for x, y in nav.memory]:
+                    found = skills._nook_at((x, y), None, diggable) is not None
+                    assert mask[y + grid.oy, x + grid.ox] == found, (seed, stone, x, y)
+                    checked += 1
+                    nooks += found
+    assert checked > 1000 and nooks > 10
