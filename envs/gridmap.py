@@ -25,9 +25,10 @@ UNKNOWN = -1
 # Room added around the known map when it grows: a view is 9×7, so a grown grid
 # takes several steps of walking before it has to grow again.
 GROW_MARGIN = 32
-# Each goal array is tested at positions up to one step outside the known map: keep
-# this many unknown cells around it so that no test needs a bounds check.
-BORDER = 3
+# Unknown cells kept around the known map: goal tests look up to three tiles beyond a
+# known one (a nook's far wall), and the kept near masks are refreshed in a window of
+# twice their radius (2) around each view: no window then needs a bounds check.
+BORDER = 5
 # Crafter's map is 64×64 and positions are relative to the start: a grid of 2×64
 # (+ border) holds any episode without growing.
 INITIAL_HALF = 68
@@ -41,6 +42,10 @@ class GridMap:
         self.tiles = np.full((2 * INITIAL_HALF, 2 * INITIAL_HALF), UNKNOWN, np.int16)
         self.seen = np.zeros(self.tiles.shape, np.int32)
         self.ox = self.oy = INITIAL_HALF
+        # Masks kept up to date view by view (only the cells a view can change are
+        # recomputed): the frontier, and the near set of each kind asked for.
+        self._frontier: np.ndarray | None = None
+        self._near: dict[tuple[str, int], np.ndarray] = {}
 
     def observe(self, view: np.ndarray, left: int, top: int, now: int) -> None:
         """Take in ``view`` (tile ids) whose top-left tile is at position (left, top)."""
@@ -52,6 +57,20 @@ class GridMap:
             x0, y0 = left + self.ox, top + self.oy
         self.tiles[y0 : y0 + rows, x0 : x0 + cols] = view
         self.seen[y0 : y0 + rows, x0 : x0 + cols] = now
+        if self._frontier is not None:  # a tile's frontier bit depends on its neighbours
+            self._frontier[y0 - 1 : y0 + rows + 1, x0 - 1 : x0 + cols + 1] = _frontier_of(
+                self.tiles[y0 - 2 : y0 + rows + 2, x0 - 2 : x0 + cols + 2]
+            )
+        for (kind, radius), near in self._near.items():
+            if BORDER < 2 * radius:
+                near[:] = self._near_of(kind, radius)  # no window fits: all of it
+                continue
+            window = self.tiles[
+                y0 - 2 * radius : y0 + rows + 2 * radius, x0 - 2 * radius : x0 + cols + 2 * radius
+            ]
+            near[y0 - radius : y0 + rows + radius, x0 - radius : x0 + cols + radius] = _square(
+                self.lut({kind})[window], radius
+            )[radius:-radius, radius:-radius]
 
     def _grow(self, left: int, top: int, cols: int, rows: int) -> None:
         height, width = self.tiles.shape
@@ -65,6 +84,8 @@ class GridMap:
         tiles[dy : dy + height, dx : dx + width] = self.tiles
         seen[dy : dy + height, dx : dx + width] = self.seen
         self.tiles, self.seen, self.ox, self.oy = tiles, seen, -lo_x, -lo_y
+        self._frontier = None  # made afresh on the grown grid when next asked for
+        self._near.clear()
 
     def lut(self, names: frozenset[str] | set[str]) -> np.ndarray:
         """Tile id → whether its name is in ``names`` (index -1, unknown, is False)."""
@@ -77,24 +98,23 @@ class GridMap:
         return self.tiles != UNKNOWN
 
     def frontier(self) -> np.ndarray:
-        """Known positions with an unknown neighbour (``Navigator._at_frontier``)."""
-        known = self.known()
-        inner = np.zeros_like(known)
-        inner[1:-1, 1:-1] = known[:-2, 1:-1] & known[2:, 1:-1] & known[1:-1, :-2] & known[1:-1, 2:]
-        return known & ~inner
+        """Known positions with an unknown neighbour (``Navigator._at_frontier``); kept
+        up to date by :meth:`observe` once asked for (read it, do not change it)."""
+        if self._frontier is None:
+            self._frontier = _frontier_of(np.pad(self.tiles, 1, constant_values=UNKNOWN))
+        return self._frontier
 
     def near(self, kind: str, radius: int) -> np.ndarray:
-        """Positions within ``radius`` (both axes) of a known ``kind`` tile."""
-        mask = self.lut({kind})[self.tiles]
-        rows = mask.copy()
-        for r in range(1, radius + 1):  # a square: spread along y, then along x
-            rows[r:] |= mask[:-r]
-            rows[:-r] |= mask[r:]
-        out = rows.copy()
-        for r in range(1, radius + 1):
-            out[:, r:] |= rows[:, :-r]
-            out[:, :-r] |= rows[:, r:]
-        return out
+        """Positions within ``radius`` (both axes) of a known ``kind`` tile; kept up to
+        date by :meth:`observe` once asked for (read it, do not change it)."""
+        near = self._near.get((kind, radius))
+        if near is None:
+            near = self._near[(kind, radius)] = self._near_of(kind, radius)
+        return near
+
+    def _near_of(self, kind: str, radius: int) -> np.ndarray:
+        padded = np.pad(self.lut({kind})[self.tiles], radius)
+        return _square(padded, radius)[radius:-radius, radius:-radius]
 
     def stale(self, before: int) -> np.ndarray:
         """Positions last seen at or before step ``before`` (never seen: step 0)."""
@@ -142,6 +162,27 @@ class GridMap:
             if 0 <= gx < width and 0 <= gy < height:
                 out[gy, gx] = True
         return out
+
+
+def _frontier_of(tiles: np.ndarray) -> np.ndarray:
+    """The frontier bits of ``tiles`` without its outermost ring (which lacks neighbours)."""
+    known = tiles != UNKNOWN
+    inner = known[:-2, 1:-1] & known[2:, 1:-1] & known[1:-1, :-2] & known[1:-1, 2:]
+    return known[1:-1, 1:-1] & ~inner
+
+
+def _square(mask: np.ndarray, radius: int) -> np.ndarray:
+    """``mask`` spread to every cell within ``radius`` along both axes (a square); the
+    outer ``radius`` rings see only part of their square."""
+    rows = mask.copy()
+    for r in range(1, radius + 1):
+        rows[r:] |= mask[:-r]
+        rows[:-r] |= mask[r:]
+    out = rows.copy()
+    for r in range(1, radius + 1):
+        out[:, r:] |= rows[:, :-r]
+        out[:, :-r] |= rows[:, r:]
+    return out
 
 
 def _shifted(mask: np.ndarray, dx: int, dy: int) -> np.ndarray:

@@ -176,3 +176,27 @@ def test_the_nook_array_holds_exactly_where_skills_find_a_nook(world) -> None:
                     checked += 1
                     nooks += found
     assert checked > 1000 and nooks > 10
+
+
+def test_the_kept_masks_equal_masks_made_afresh_along_a_walk(world) -> None:
+    """The frontier and near masks are refreshed view by view around each view only;
+    along a long walk they stay equal to masks made afresh."""
+    obs = world.reset(31)
+    skills = Skills(obs, world.action_names, seed=31)
+    grid = skills._nav.grid
+    grid.frontier(), grid.near("stone", 2), grid.near("water", 2)  # kept from now on
+    rng = np.random.default_rng(31)
+    for step in range(400):
+        action = skills._nav.explore_action("tree" if step < 200 else None)
+        obs, _, done, info = world.step(action or str(rng.choice(list(DIRECTIONS.values()))))
+        skills._observe(obs, info)
+        if done:
+            break
+        if step % 10 == 0:
+            grid = skills._nav.grid
+            fresh = gridmap.GridMap(grid.names)
+            fresh.tiles, fresh.seen, fresh.ox, fresh.oy = grid.tiles, grid.seen, grid.ox, grid.oy
+            for kind in ("stone", "water", "tree"):
+                assert (grid.near(kind, 2) == fresh.near(kind, 2)).all(), (step, kind)
+            assert (grid.frontier() == fresh.frontier()).all(), step
+            assert grid.frontier().sum() > 0
