@@ -7,15 +7,14 @@ the known map", "within two tiles of stone", "seen long ago") become boolean arr
 built by numpy in microseconds, and :func:`search` walks them in numba.
 
 :func:`search` is :meth:`envs.navigation.Navigator.search` step for step: the same
-uniform-cost order (cost, then insertion order), the same direction order, the same
-tests in the same order, the same node limit. It returns the very plan the dict-based
-search returns (tests/test_navigation.py compares them on real episodes); it is only
-faster, ~50× on a remembered Crafter map.
+uniform-cost order (cost, then insertion order: a FIFO per cost level), the same
+direction order, the same tests in the same order, the same node limit. It returns the
+very plan the dict-based search returns (tests/test_navigation.py compares them on real
+episodes); it is only faster: an explore planning on a remembered Crafter map took
+2.2 ms as dicts and 0.04 ms as arrays (seed 94001, 116 plannings, the same plans).
 """
 
 from __future__ import annotations
-
-import heapq
 
 import numba
 import numpy as np
@@ -208,20 +207,37 @@ def search(tiles, creatures, walkable, deadly, diggable, at, sx, sy, order, max_
     size = height * width
     big = np.iinfo(np.int64).max
     cost = np.full(size, big, np.int64)
-    parent = np.full(size, -1, np.int64)
-    parent_dir = np.zeros(size, np.int64)
-    parent_dig = np.zeros(size, np.bool_)
+    parent = np.empty(size, np.int64)  # each read only where written
+    parent_dir = np.empty(size, np.int64)
+    parent_dig = np.empty(size, np.bool_)
     start = sy * width + sx
     cost[start] = 0
+    parent[start] = -1
     nodes = 1
-    counter = 0
-    # Heap entries are (cost, insertion counter): Python's heapq on the same tuples.
-    heap = [(np.int64(0), np.int64(0), np.int64(start))]
+    # Python's heap pops (cost, insertion counter): every push costs 1 or dig_cost more
+    # than the cost being expanded, so a FIFO per cost level pops in that very order.
+    # Only dig_cost + 1 levels are ever live: a ring of them, each an array FIFO (a
+    # level holds at most one entry per push, at most 4 per cell).
+    levels = dig_cost + 1
+    queue = np.empty((levels, 4 * size + 4), np.int64)
+    head = np.zeros(levels, np.int64)
+    tail = np.zeros(levels, np.int64)
+    queue[0, 0] = start
+    tail[0] = 1
+    g = 0
     found = -1
     last_dir = 0
     last_dig = False
-    while len(heap) > 0 and nodes < max_nodes and found < 0:
-        g, _, pos = heapq.heappop(heap)
+    while nodes < max_nodes and found < 0:
+        slot = g % levels
+        if head[slot] == tail[slot]:  # this cost level is done: on to the next one
+            head[slot] = tail[slot] = 0
+            if (head == tail).all():
+                break  # nothing left anywhere: the heap ran empty
+            g += 1
+            continue
+        pos = queue[slot, head[slot]]
+        head[slot] += 1
         if g > cost[pos]:
             continue
         py, px = pos // width, pos % width
@@ -253,8 +269,9 @@ def search(tiles, creatures, walkable, deadly, diggable, at, sx, sy, order, max_
                 parent[target] = pos
                 parent_dir[target] = k
                 parent_dig[target] = digs
-                counter += 1
-                heapq.heappush(heap, (new, np.int64(counter), np.int64(target)))
+                to = new % levels
+                queue[to, tail[to]] = target
+                tail[to] += 1
     if found < 0:
         return np.zeros((0, 4), np.int64)
     length = 1
