@@ -194,7 +194,15 @@ def _shifted(mask: np.ndarray, dx: int, dy: int) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+# Compiled when this module is imported (an explicit signature), from numba's cache in
+# __pycache__ after the first time: never inside an episode's wall-clock budget (a cold
+# compile takes seconds).
+@numba.njit(
+    "int64[:, ::1](int16[:, ::1], bool_[:, ::1], bool_[::1], bool_[::1], bool_[::1], bool_[:, ::1],"
+    " int64, int64, int64[:, ::1], int64, int64)",
+    cache=True,
+    nogil=True,
+)
 def search(tiles, creatures, walkable, deadly, diggable, at, sx, sy, order, max_nodes, dig_cost):
     """Uniform-cost search from grid cell (sx, sy) to a cell where ``at`` holds.
 
