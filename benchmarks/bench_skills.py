@@ -23,11 +23,22 @@ What it runs (all on fresh seeds, never used while writing the skills; the world
    success (achievement reached) and the full-chain success rate, with mean steps and
    seconds per episode.
 
+4. ``speed`` (not in ``all``): this tree's code against an older commit's
+   (``--baseline``, default the last commit before the skill library's fast paths), side
+   by side in one command: one warm worker process per side, each running the same
+   fixed-seed coded episodes (the diamond chain through the production composer, all
+   survival needs) on request; requests alternate between the sides (ABBA order), so
+   whatever load the machine's other users add falls on both. Prints per repeat the
+   seconds of each side and their ratio, the ratio's mean, spread and range, the time
+   to prepare (compile) the stages per request, and whether both sides played the very
+   same episodes (steps, achievements, a digest of the player's path).
+
 Run::
 
     .venv/bin/python benchmarks/bench_skills.py                 # all parts, 20 seeds
     .venv/bin/python benchmarks/bench_skills.py --part chain --seeds 30 --target diamond
     .venv/bin/python benchmarks/bench_skills.py --part steps --seeds 10
+    .venv/bin/python benchmarks/bench_skills.py --part speed --seeds 4 --repeats 6
 
 ``--jobs`` runs episodes in parallel processes (default: the CPU count).
 """
@@ -410,11 +421,149 @@ def part_curriculum(seeds: list[int], jobs: int, verbose: bool = False) -> None:
     sys.stdout.flush()
 
 
+# ---------------------------------------------------------------------- old code against new
+
+SPEED_BASELINE = "e95a8c0"
+"""The last commit before the skill library's fast paths (array search, compile once)."""
+SPEED_WARMUP_SEED = 93_999
+"""Played once by each worker before timing: numba compiles, caches fill."""
+
+# The worker runs in the tree it measures (its own cwd comes first on sys.path), so it
+# uses only what both trees have. One request: a line of JSON {"seeds": [...]}; one
+# answer: a line with the seconds to prepare the stages, to play the episodes, and each
+# episode's outcome.
+SPEED_WORKER = r"""
+import hashlib, json, sys, time
+from envs.composite import prepare_stages, run_composed
+from envs.crafter_world import CrafterWorld
+from knowledge import library, recipes
+from knowledge.survival import survival_needs
+from messages.task import Subtask
+
+world = CrafterWorld()
+stages = library.coded_stages(recipes.chain("diamond"))
+needs = survival_needs()
+goal = Subtask("diamond", "collect a diamond", goal={"diamond": 1}, max_steps=10_000)
+
+def play(seeds):
+    started = time.perf_counter()
+    prepared = prepare_stages(stages, world)
+    need_stages = prepare_stages([n.stage for n in needs], world)
+    ready = time.perf_counter()
+    out = []
+    for seed in seeds:
+        path = hashlib.sha256()
+        def on_step(obs, reward, done, info):
+            path.update(repr((obs.position, obs.facing)).encode())
+        ep = run_composed(world, prepared, needs, goal, seed, wall_s=900, on_step=on_step,
+                          need_stages=need_stages)
+        counts = {k: v for k, v in sorted(ep.counts.items()) if v}
+        out.append([seed, ep.steps, ep.cause, counts, path.hexdigest()[:16]])
+    done = time.perf_counter()
+    return {"prepare_s": ready - started, "episodes_s": done - ready, "episodes": out}
+
+play([int(sys.argv[1])])
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    print(json.dumps(play(json.loads(line)["seeds"])), flush=True)
+"""
+
+
+def _speed_worker(root: Path) -> Any:
+    import subprocess
+
+    return subprocess.Popen(
+        [sys.executable, "-c", SPEED_WORKER, str(SPEED_WARMUP_SEED)],
+        cwd=root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _ask(worker: Any, seeds: list[int]) -> dict[str, Any]:
+    import json
+
+    worker.stdin.write(json.dumps({"seeds": seeds}) + "\n")
+    worker.stdin.flush()
+    line = worker.stdout.readline()
+    if not line:
+        raise RuntimeError(f"a speed worker died (exit {worker.wait()})")
+    return json.loads(line)
+
+
+def part_speed(seeds: list[int], repeats: int, baseline: str) -> None:
+    """This tree's coded episodes against ``baseline``'s, interleaved (see the module
+    docstring, part 4)."""
+    import json
+    import statistics
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="bench-speed-") as old_root:
+        archive = subprocess.run(
+            ["git", "archive", baseline], cwd=root, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", old_root], input=archive, check=True)
+        workers = {"old": _speed_worker(Path(old_root)), "new": _speed_worker(root)}
+        try:
+            for worker in workers.values():  # both warm before any timing
+                assert json.loads(worker.stdout.readline() or "{}").get("ready")
+            runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+            print(
+                f"\n## coded diamond episodes, seeds {seeds[0]}…{seeds[-1]}: "
+                f"old = {baseline}, new = this tree; {repeats} repeats, old and new "
+                "interleaved (ABBA) so the machine's other load hits both"
+            )
+            print(f"{'repeat':>6} {'old s':>8} {'new s':>8} {'old/new':>8}")
+            for r in range(repeats):
+                order = ("old", "new") if r % 2 == 0 else ("new", "old")
+                for side in order:
+                    runs[side].append(_ask(workers[side], seeds))
+                old, new = runs["old"][-1]["episodes_s"], runs["new"][-1]["episodes_s"]
+                print(f"{r + 1:6d} {old:8.2f} {new:8.2f} {old / new:8.2f}")
+                sys.stdout.flush()
+        finally:
+            for worker in workers.values():
+                worker.stdin.close()
+                worker.wait(timeout=60)
+    ratios = [
+        o["episodes_s"] / n["episodes_s"] for o, n in zip(runs["old"], runs["new"], strict=True)
+    ]
+    spread = statistics.stdev(ratios) if len(ratios) > 1 else 0.0
+    steps = sum(e[1] for e in runs["new"][0]["episodes"])
+    per_step = {
+        side: statistics.median(r["episodes_s"] for r in rs) / steps * 1e3
+        for side, rs in runs.items()
+    }
+    print(
+        f"episodes: old/new = {statistics.mean(ratios):.2f} ± {spread:.2f} (sd), "
+        f"range {min(ratios):.2f}–{max(ratios):.2f}, over {repeats} repeats; "
+        f"{steps} steps a repeat: old {per_step['old']:.2f} ms/step, "
+        f"new {per_step['new']:.2f} ms/step (medians)"
+    )
+    prep = {side: statistics.median(r["prepare_s"] for r in rs) for side, rs in runs.items()}
+    print(
+        f"preparing the stages per request (15 chain stages + 5 needs): old "
+        f"{prep['old'] * 1e3:.0f} ms, new {prep['new'] * 1e3:.0f} ms (medians)"
+    )
+    same = all(
+        o["episodes"] == n["episodes"] for o, n in zip(runs["old"], runs["new"], strict=True)
+    )
+    print(
+        "outcomes: identical (steps, causes, achievements, paths)"
+        if same
+        else "outcomes DIFFER: "
+        + json.dumps([runs["old"][0]["episodes"], runs["new"][0]["episodes"]])
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--part",
-        choices=("steps", "revise", "chain", "composite", "curriculum", "all"),
+        choices=("steps", "revise", "chain", "composite", "curriculum", "speed", "all"),
         default="all",
     )
     parser.add_argument("--target", default="diamond")
@@ -425,6 +574,11 @@ def main(argv: list[str] | None = None) -> None:
         help=f"default {SEED_BASE}; composite and curriculum: {COMPOSED_SEED_BASE}",
     )
     parser.add_argument("--verbose", action="store_true", help="one line per episode")
+    parser.add_argument("--repeats", type=int, default=6, help="speed: old/new pairs")
+    parser.add_argument(
+        "--baseline", default=SPEED_BASELINE, help="speed: the commit to compare against"
+    )
+    parser.add_argument("--quick", action="store_true", help="speed: 2 seeds, 2 repeats")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--modes",
@@ -434,7 +588,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     base = args.seed_base
     if base is None:
-        base = COMPOSED_SEED_BASE if args.part in ("composite", "curriculum") else SEED_BASE
+        composed = ("composite", "curriculum", "speed")
+        base = COMPOSED_SEED_BASE if args.part in composed else SEED_BASE
     seeds = list(range(base, base + args.seeds))
     if args.part in ("steps", "all"):
         part_steps(args.target, seeds, args.jobs)
@@ -446,6 +601,10 @@ def main(argv: list[str] | None = None) -> None:
         part_composite(seeds, args.jobs, args.verbose)
     if args.part == "curriculum":
         part_curriculum(seeds, args.jobs, args.verbose)
+    if args.part == "speed":
+        if args.quick:
+            seeds, args.repeats = seeds[:2], 2
+        part_speed(seeds, args.repeats, args.baseline)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ held tools can collect when tunnelling), followed step by step while it stays va
 (:meth:`Navigator.walk`), and walks towards unseen ground when no goal is known
 (:meth:`Navigator.explore_action`).
 
+The explore and shelter searches, the ones run nearly every step while the player
+explores, go to :mod:`envs.gridmap`: the same map as arrays, goal tests as masks kept up
+to date view by view, the search compiled with numba. They give the very plans the dict
+search gives (tests/test_navigation.py), ~50× sooner.
+
 :class:`envs.skills.Skills` holds one navigator per episode and builds its movement
 helpers on it; policy code never reaches it.
 """
@@ -18,6 +23,9 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from envs import gridmap
 from envs.world import Observation
 
 if TYPE_CHECKING:
@@ -65,7 +73,11 @@ class Navigator:
         self.tunnel = False  # whether walks may dig (Skills.tunnel)
         self.obs = obs  # the latest observation: where the player is, faces, holds
         self.now = 0  # the step ``obs`` came at
-        self.memory: dict[Pos, str] = {}  # position → tile as last seen
+        self._memory: dict[Pos, str] = {}  # position → tile as last seen
+        # The same map as arrays, for the explore searches (gridmap.search); it holds
+        # only while the map is made by observe() alone (see the memory setter).
+        self._grid: gridmap.GridMap | None = gridmap.GridMap(obs.names)
+        self._luts: dict[frozenset[str], np.ndarray] = {}
         self.creature_map: dict[Pos, str] = {}  # position → creature in view now
         self._seen: dict[Pos, int] = {}  # position → step it was last in view
         self._tile_counts: dict[str, int] = {}  # tile → how many are remembered
@@ -78,6 +90,18 @@ class Navigator:
 
     # ------------------------------------------------------------------ the map
 
+    @property
+    def memory(self) -> dict[Pos, str]:
+        """Position → tile as last seen."""
+        return self._memory
+
+    @memory.setter
+    def memory(self, memory: dict[Pos, str]) -> None:
+        # A map put in by hand (tests) may change behind observe()'s back: search it
+        # as a dict from now on.
+        self._memory = memory
+        self._grid = None
+
     def observe(self, obs: Observation, now: int) -> None:
         """Take in the observation made at step ``now``: the view joins the map."""
         self.obs = obs
@@ -85,7 +109,7 @@ class Navigator:
         px, py = obs.position
         self.creature_map = {(px + dx, py + dy): kind for kind, dx, dy in obs.creatures}
         (cx, cy), names = obs.center, obs.names
-        memory, counts, seen = self.memory, self._tile_counts, self._seen
+        memory, counts, seen = self._memory, self._tile_counts, self._seen
         for row_index, row in enumerate(obs.view.tolist()):
             y = py + row_index - cy
             for col_index, tile in enumerate(row):
@@ -97,6 +121,12 @@ class Navigator:
                     counts[name] = counts.get(name, 0) + 1
                     if old is not None:
                         counts[old] -= 1
+        grid = self._grid
+        if grid is not None:
+            if obs.names is grid.names or obs.names == grid.names:
+                grid.observe(obs.view, px - cx, py - cy, now)
+            else:  # a world whose tile ids changed meaning: keep to the dict
+                self._grid = None
 
     def creature_at(self, pos: Pos) -> str | None:
         return self.creature_map.get(pos)
@@ -106,7 +136,7 @@ class Navigator:
         creature = self.creature_at(pos)
         if creature is not None:
             return creature == kind
-        return self.memory.get(pos) == kind
+        return self._memory.get(pos) == kind
 
     def adjacent_to(self, pos: Pos, kind: str) -> bool:
         return any(self.is_kind(add(pos, d), kind) for d in DIRECTIONS)
@@ -115,22 +145,24 @@ class Navigator:
         # Crafter's make checks the 3×3 square around the player, diagonals included.
         px, py = self.obs.position if pos is None else pos
         return any(
-            self.memory.get((px + dx, py + dy)) == station for dx in (-1, 0, 1) for dy in (-1, 0, 1)
+            self._memory.get((px + dx, py + dy)) == station
+            for dx in (-1, 0, 1)
+            for dy in (-1, 0, 1)
         )
 
     def placeable(self, pos: Pos, where: frozenset[str]) -> bool:
-        return self.memory.get(pos) in where and self.creature_at(pos) is None
+        return self._memory.get(pos) in where and self.creature_at(pos) is None
 
     def enterable(self, pos: Pos) -> bool:
         """Whether moving into ``pos`` moves the player there (as far as it knows)."""
-        tile = self.memory.get(pos)
+        tile = self._memory.get(pos)
         return (tile in self.rules.walkable or tile in self.rules.deadly) and (
             self.creature_at(pos) is None
         )
 
     def passable(self, pos: Pos) -> bool:
         """Whether planning may route through ``pos``: a known walkable tile, no creature."""
-        return self.memory.get(pos) in self.rules.walkable and self.creature_at(pos) is None
+        return self._memory.get(pos) in self.rules.walkable and self.creature_at(pos) is None
 
     def diggable(self) -> frozenset[str]:
         """Tiles a walk may dig through now: collectable with the tools held, always
@@ -206,6 +238,19 @@ class Navigator:
             self._heading = self._plan[0][0]
             return self._plan_action()
         order = [self._heading] + [d for d in DIRECTIONS if d != self._heading]
+        if self._grid is not None:
+            plan = self._explore_grid(toward, order)
+        else:
+            plan = self._explore_dict(toward, order)
+        self._plan = plan or []
+        self._plan_key = key
+        if not self._plan:
+            return None
+        self._heading = self._plan[0][0]
+        return self._plan_action()
+
+    def _explore_dict(self, toward: str | None, order: list[Pos]) -> Plan | None:
+        """The explore searches (see :meth:`explore_action`) with goal tests on the dict."""
         plan = None
         if toward is not None and self._tile_counts.get(toward):
             near = self._near_set(toward)
@@ -226,12 +271,89 @@ class Navigator:
                 )
             if not plan:
                 plan = self.search(lambda pos, d: seen.get(pos, 0) <= stale, order, self.tunnel)
-        self._plan = plan or []
-        self._plan_key = key
-        if not self._plan:
+        return plan
+
+    def _explore_grid(self, toward: str | None, order: list[Pos]) -> Plan | None:
+        """:meth:`_explore_dict` on the grid: the same goals in the same order as
+        arrays, the same plans (gridmap.search is :meth:`search` step for step)."""
+        grid = self._grid
+        assert grid is not None
+        near = None
+        if toward is not None and self._tile_counts.get(toward):
+            near = grid.near(toward, 2)
+        frontier = grid.frontier()
+        goals = [near & frontier] if near is not None else []
+        goals.append(frontier)
+        plan = None
+        for at in goals:
+            plan = self._search_grid(at, order)
+            if plan:
+                return plan
+        stale = grid.stale(self.now - STALE_AFTER)
+        goals = [near & stale] if near is not None else []
+        goals.append(stale)
+        for at in goals:
+            plan = self._search_grid(at, order)
+            if plan:
+                return plan
+        return plan
+
+    def _lut(self, names: frozenset[str]) -> np.ndarray:
+        lut = self._luts.get(names)
+        if lut is None:
+            assert self._grid is not None
+            lut = self._luts[names] = self._grid.lut(names)
+        return lut
+
+    @property
+    def grid(self) -> gridmap.GridMap | None:
+        """The map as arrays (None once the map was set by hand: search the dict)."""
+        return self._grid
+
+    def nook_mask(self, diggable: frozenset[str]) -> np.ndarray:
+        """Where ``Skills._nook_at`` holds, as a grid array (needs :attr:`grid`)."""
+        grid = self._grid
+        assert grid is not None
+        where = frozenset(self.rules.place.get("stone", {}).get("where", ()))
+        return grid.nook(
+            grid.creatures(list(self.creature_map)),
+            self._lut(self.rules.walkable),
+            self._lut(self.rules.deadly),
+            self._lut(diggable),
+            self._lut(where),
+            int(self.obs.inventory.get("stone", 0)),
+        )
+
+    def _search_grid(self, at: np.ndarray, order: list[Pos]) -> Plan | None:
+        return self.search_at(at, order, self.tunnel)
+
+    def search_at(
+        self, at: np.ndarray, order: Iterable[Pos] = tuple(DIRECTIONS), dig: bool = False
+    ) -> Plan | None:
+        """:meth:`search` for a goal that depends on the position alone, given as the
+        grid array ``at`` (needs :attr:`grid`), through the compiled
+        :func:`envs.gridmap.search`: the same plan, much sooner."""
+        grid = self._grid
+        assert grid is not None
+        order = list(order)
+        px, py = self.obs.position
+        rows = gridmap.search(
+            grid.tiles,
+            grid.creatures(list(self.creature_map)),
+            self._lut(self.rules.walkable),
+            self._lut(self.rules.deadly),
+            self._lut(self.diggable() if dig else frozenset()),
+            at,
+            px + grid.ox,
+            py + grid.oy,
+            np.array(order, np.int64),
+            MAX_SEARCH_NODES,
+            DIG_COST,
+        )
+        if not len(rows):
             return None
-        self._heading = self._plan[0][0]
-        return self._plan_action()
+        ox, oy = grid.ox, grid.oy
+        return [(order[k], (x - ox, y - oy), bool(dg)) for k, x, y, dg in rows.tolist()]
 
     def _next_planned(self, key: object, goal: Goal) -> str | None:
         # A plan stays valid while the player is where it expected and the next tile is
@@ -279,7 +401,7 @@ class Navigator:
         if expected != self.obs.position:
             return False
         target = add(expected, d)
-        tile = self.memory.get(target)
+        tile = self._memory.get(target)
         if tile in self.rules.deadly:
             return False
         if dig:
@@ -308,7 +430,7 @@ class Navigator:
         start = self.obs.position
         parents: dict[Pos, tuple[Pos, Pos, bool] | None] = {start: None}
         deadly = self.rules.deadly
-        memory = self.memory
+        memory = self._memory
         order = tuple(order)
         diggable = self.diggable() if dig else frozenset()
         cost: dict[Pos, int] = {start: 0}
@@ -343,12 +465,12 @@ class Navigator:
 
     def _near_set(self, kind: str, radius: int = 2) -> frozenset[Pos]:
         """Positions within ``radius`` (both axes) of a remembered tile of ``kind``."""
-        key = (kind, radius, self._tile_counts.get(kind, 0), len(self.memory))
+        key = (kind, radius, self._tile_counts.get(kind, 0), len(self._memory))
         if self._near_cache is not None and self._near_cache[0] == key:
             return self._near_cache[1]
         out: set[Pos] = set()
         span = range(-radius, radius + 1)
-        for (x, y), name in self.memory.items():
+        for (x, y), name in self._memory.items():
             if name == kind:
                 out.update((x + dx, y + dy) for dx in span for dy in span)
         near = frozenset(out)
@@ -356,7 +478,7 @@ class Navigator:
         return near
 
     def _at_frontier(self, pos: Pos) -> bool:
-        memory = self.memory
+        memory = self._memory
         return any((pos[0] + dx, pos[1] + dy) not in memory for dx, dy in DIRECTIONS)
 
 

@@ -498,10 +498,13 @@ class Skills:
                 if ok:
                     return True
                 continue
-            found = self._nav.search(
-                lambda pos, f, dg=diggable: self._nook_at(pos, f, dg) is not None,
-                dig=self._nav.tunnel,
-            )
+            if self._nav.grid is not None:  # the same goal as an array: the same plan
+                found = self._nav.search_at(self._nav.nook_mask(diggable), dig=self._nav.tunnel)
+            else:
+                found = self._nav.search(
+                    lambda pos, f, dg=diggable: self._nook_at(pos, f, dg) is not None,
+                    dig=self._nav.tunnel,
+                )
             if found is None or len(found) > budget:
                 return False
             start = self._steps

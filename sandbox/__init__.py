@@ -2,14 +2,21 @@
 
 Public API (see README.md in this package for the mechanisms and what they cover):
 
-- `compile_code(source, *, filename=...) -> CompiledCode` (raises `SandboxError`)
+- `compile_code(source, *, filename=...) -> CompiledCode` (raises `SandboxError`; compiled
+  once per process per source sha256, `compile_stats()` counts)
 - `load(compiled, *, api_names=..., wall_s=..., limits=...) -> Namespace`
 - `Namespace.call(name, *args, wall_s) -> CallOutcome`, `Namespace.start(...) -> PolicyStepper`
 - `run_policy(compiled, skills, step_fn, *, max_steps, wall_s, allowed_actions) -> PolicyOutcome`
 - `Failure(cause, detail, line, traceback)`, `CAUSES`, `Limits`, `ReadOnlyProxy`, `freeze`
 """
 
-from sandbox.compiler import ALLOWED_MODULES, CompiledCode, compile_code
+from sandbox.compiler import (
+    ALLOWED_MODULES,
+    CompiledCode,
+    CompileStats,
+    compile_code,
+    compile_stats,
+)
 from sandbox.failures import CAUSES, Cause, Failure, SandboxError
 from sandbox.limits import Limits
 from sandbox.proxy import ReadOnlyProxy, freeze
@@ -27,6 +34,7 @@ __all__ = [
     "CAUSES",
     "CallOutcome",
     "Cause",
+    "CompileStats",
     "CompiledCode",
     "Failure",
     "Limits",
@@ -36,6 +44,7 @@ __all__ = [
     "ReadOnlyProxy",
     "SandboxError",
     "compile_code",
+    "compile_stats",
     "freeze",
     "load",
     "run_policy",

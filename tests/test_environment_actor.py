@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from helpers import make_settings, run_head_with
 
 from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 from messages.rollout import RolloutRequest, RolloutResult
-from messages.task import Subtask
+from messages.task import Stage, Subtask
 from method.split import rollout_split
 from runtime.config import ActorSettings
 from runtime.head import Head
@@ -175,3 +176,75 @@ def test_a_rollout_past_the_watchdog_says_timeout_and_the_actor_is_replaced(
     exits = [e for e in run.named("actor_process_exited") if e["level"] == "warning"]
     assert exits and exits[0]["cause"] == "exit status 70"
     assert seen["after"].success_rate == 1.0  # its replacement serves the next request
+
+
+def test_a_second_request_with_the_same_code_does_not_compile_again(tmp_path: Path) -> None:
+    """Stage code is compiled once per actor process (by sha256): the same code or the
+    same stages again come from the cache, a different code is compiled."""
+    short = Subtask("collect_wood", goal={"wood": 1}, max_steps=30)
+    stages = [
+        Stage(short, code=COLLECT_WOOD_SOURCE),
+        Stage(TABLE, code=PLACE_TABLE_SOURCE),
+    ]
+
+    async def driver(head: Head) -> dict:
+        requests = [
+            RolloutRequest(short, code=COLLECT_WOOD_SOURCE, seeds=[5000], wall_s=30),
+            RolloutRequest(short, code=COLLECT_WOOD_SOURCE, seeds=[5001], wall_s=30),
+            RolloutRequest(short, code=PLACE_TABLE_SOURCE, seeds=[5000], wall_s=30),
+            RolloutRequest(TABLE, stages=stages, seeds=[5000], wall_s=30),
+            RolloutRequest(TABLE, stages=stages, seeds=[5001], wall_s=30),
+        ]
+        for req in requests:
+            await head.client.ask("@environment", req, timeout=120)
+        return {}
+
+    run = _run(tmp_path, driver)
+    counts = [(e["compiled"], e["compile_hits"]) for e in run.named("rollout_finished")]
+    # The stages' filenames name their subtasks: "<collect_wood>" was compiled for the
+    # first request, "<place_table>" is new (the same source under another name).
+    assert counts == [(1, 0), (0, 1), (1, 0), (1, 1), (0, 2)]
+
+
+def test_an_environment_actor_runs_learned_policies_on_one_torch_thread(tmp_path: Path) -> None:
+    """The thread limit is set at the actor process's start; the actor measures
+    torch.get_num_threads() once a learned policy brought torch in."""
+    from actors.learner import make_ppo
+    from envs.artifacts import sha256_of
+    from envs.configs import collect_wood_with_coded
+    from envs.rl_env import make_vec_env
+    from messages.train import PPOSettings
+
+    config = collect_wood_with_coded()
+    vec = make_vec_env(config, 1, 0, world_pool=range(2))
+    try:
+        settings = PPOSettings(n_steps=64, batch_size=32, n_epochs=1)
+        model = make_ppo(settings, vec, seed=0, device="cpu")
+        model.learn(64)
+        policy = tmp_path / "wood.zip"
+        model.save(policy)
+    finally:
+        vec.close()
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        stored = head.run_dir / "policies" / policy.name
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(policy, stored)
+        req = RolloutRequest(
+            WOOD,
+            policy_path=str(stored),
+            policy_sha256=sha256_of(stored),
+            config=config,
+            seeds=[5000],
+            wall_s=30,
+        )
+        seen["result"] = await head.client.ask("@environment", req, timeout=120)
+        return {}
+
+    run = _run(tmp_path, driver)
+    assert seen["result"].episodes[0].steps > 0
+    (limits,) = [e for e in run.named("process_limits") if e["role"] == "environment"]
+    assert limits["torch_threads"] == 1
+    (finished,) = run.named("rollout_finished")
+    assert finished["torch_threads"] == 1  # measured in the actor, with torch loaded

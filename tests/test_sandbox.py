@@ -387,3 +387,24 @@ def test_trace_labels_of_huge_skill_arguments_cost_the_host_little():
     labels = [segment.action for segment in skills._segments]
     assert labels[0].startswith("attack(times=[[123456, 123456") and len(labels[0]) < 400
     assert labels[1].startswith("attack(times=((((") and len(labels[1]) < 100
+
+
+def test_the_same_source_compiles_once_and_the_cache_stays_bounded() -> None:
+    import sandbox
+    from sandbox import compiler
+
+    source = "def run(skills):\n    yield 'noop'  # compile-cache test\n"
+    before = sandbox.compile_stats()
+    first = sandbox.compile_code(source, filename="<cache>")
+    again = sandbox.compile_code(source, filename="<cache>")
+    other = sandbox.compile_code(source, filename="<cache-2>")  # tracebacks name it
+    after = sandbox.compile_stats()
+    assert again is first and other is not first
+    assert (after.compiled - before.compiled, after.hits - before.hits) == (2, 1)
+    for i in range(compiler.COMPILE_CACHE_SIZE + 5):
+        sandbox.compile_code(f"def run(skills):\n    yield 'noop'  # {i}\n", filename="<cache>")
+    assert sandbox.compile_stats().cached == compiler.COMPILE_CACHE_SIZE
+    # Refused code is refused every time, and not kept.
+    for _ in range(2):
+        with pytest.raises(sandbox.SandboxError):
+            sandbox.compile_code("import os\n", filename="<cache>")
