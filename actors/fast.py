@@ -333,7 +333,9 @@ class FastAgent(Actor):
                     "training_failed", subaction=sub.name, version=version, detail=str(exc)[-500:]
                 )
                 break
-            loop.train_steps += train.primitive_steps + train.eval_primitive_steps
+            loop.train_steps += (
+                train.primitive_steps + train.eval_primitive_steps + train.setup_steps
+            )
             policy = store_artifact(self.run_dir, train)
             stage = Stage(
                 subtask=sub.subtask,

@@ -373,34 +373,37 @@ class SlowAgent(Actor):
     async def _play(self, final: RolloutRequest, left: int, mean_steps: float) -> None:
         """Play the final policy on fresh worlds until ``left`` env steps are spent, as a
         learning agent goes on playing until its budget ends: the scoreboard protocol
-        counts every episode within the budget. Episodes that would pass the budget are
-        not counted (the ledger records the ones within it, in seed order)."""
+        counts every episode within the budget. Every episode played is booked (each
+        step the run took is counted), in seed order; rounds are sized to use about half
+        of what is left, and the last episode is capped at what is left, so the play
+        stays within ``left`` unless a round's episodes run far above their mean."""
         base = seeds.play_seeds(self.settings.run.seed).start
         played, steps, k = 0, 0, 0
         log.info("play_started", env_steps=left)
         while steps < left and k < 100_000:
-            # Enough episodes to spend what is left, in rounds of a few minutes at most.
             need = (left - steps) / max(mean_steps, 1.0)
-            chunk = int(min(max(need, 2 * self.environments), 32 * self.environments))
-            req = dataclasses.replace(final, seeds=list(range(base + k, base + k + chunk)))
+            chunk = int(min(need // 2, 32 * self.environments))
+            req = final
+            if chunk < 1:  # the last episode: capped at what is left of the budget
+                chunk = 1
+                cap = min(final.subtask.max_steps, left - steps)
+                req = dataclasses.replace(
+                    final, subtask=dataclasses.replace(final.subtask, max_steps=cap)
+                )
+            req = dataclasses.replace(req, seeds=list(range(base + k, base + k + chunk)))
             k += chunk
             result = self.agents.journal.job(req)
             fresh = result is None
             if fresh:
                 result = await rollout_split(self, req, self.environments)
-            kept = []
-            for episode in sorted(result.episodes, key=lambda e: e.seed):
-                if steps + episode.steps > left:
-                    steps = left  # the budget is spent
-                    break
-                steps += episode.steps
-                kept.append(episode)
-            played += len(kept)
+            taken = sum(e.steps for e in result.episodes)
+            steps += taken
+            played += len(result.episodes)
             if fresh:  # booked before it is recorded, as the final evaluation
-                kept_result = dataclasses.replace(result, episodes=kept)
-                lines = ledger.rollout_lines("play", kept_result, job_key(req))
-                ledger.append(self.run_dir, lines)
+                ledger.append(self.run_dir, ledger.rollout_lines("play", result, job_key(req)))
                 self.agents.journal.record_job(req, result, name="play")
+            if taken == 0:
+                break  # nothing can be played (the policy takes no step)
             log.info("play_progress", episodes=played, env_steps=steps, budget=left)
         log.info("play_finished", episodes=played, env_steps=steps)
 
