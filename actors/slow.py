@@ -24,6 +24,7 @@ from messages.rollout import RolloutRequest
 from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
+from method.compare import compare
 from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
@@ -232,8 +233,9 @@ class SlowAgent(Actor):
                     "cause": critique.cause if critique else "",
                     "advice": critique.advice if critique else "",
                     "versions": sum(o.versions for o in outs),
-                    "exhausted": bool(outs) and outs[-1].exhausted,
-                    "stalled": _stalled(outs),
+                    "exhausted": bool(outs) and outs[-1].exhausted and not _unreached(outs),
+                    "stalled": _stalled(outs) and not _unreached(outs),
+                    "reached": not _unreached(outs),
                 }
             )
         reply = await self.agents.call(
@@ -252,6 +254,11 @@ class SlowAgent(Actor):
             },
         )
         changes = {c["subaction"]: c for c in reply.get("changes", []) if c.get("change") != "keep"}
+        for name in [n for n in changes if _unreached(outcomes.get(n, []))]:
+            # Never reached: nothing is known of it, its predecessors are at fault. It is
+            # not moved to RL (nor redone) for them; it keeps its version and mode.
+            log.info("plan_change_refused", subaction=name, reason="not reached")
+            del changes[name]
         if reply.get("stop") or not changes:
             log.info("plan_kept", reason=reply.get("reason", ""))
             return None
@@ -295,15 +302,25 @@ class SlowAgent(Actor):
         stop_reason: str,
         spent: _Spent,
     ) -> TaskReport:
-        stages = [
-            self._chosen(outcomes[s.name]).stage
-            for s in plan.subactions
-            if not s.need and outcomes.get(s.name)
-        ]
+        stages = []
+        for s in plan.subactions:
+            if s.need or not outcomes.get(s.name):
+                continue
+            chosen = self._chosen(outcomes[s.name])
+            if not _usable(chosen):
+                # Nothing was ever written for it (its training failed, say): no empty
+                # stage goes into the policy; the episode's planner goes on without it.
+                log.warning("stage_missing", subaction=s.name, reason="no usable version")
+                continue
+            stages.append(chosen.stage)
         needs = list(self._need_list)
         final = [o for outs in outcomes.values() for o in outs]
         for sub in plan.subactions:
-            if not sub.need and outcomes.get(sub.name):
+            if (
+                not sub.need
+                and outcomes.get(sub.name)
+                and _usable(self._chosen(outcomes[sub.name]))
+            ):
                 chosen = self._chosen(outcomes[sub.name])
                 log.info(
                     "final_stage",
@@ -481,13 +498,27 @@ class SlowAgent(Actor):
 
     @staticmethod
     def _best(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        return max(outs, key=lambda o: o.success_rate)
+        """The version the run stands on (:meth:`_chosen`)."""
+        return SlowAgent._chosen(outs)
 
     @staticmethod
     def _chosen(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        """The version the final policy uses: the best measured; a learned version wins a
-        tie, since the slow agent moved the sub-action to RL for a reason."""
-        return max(outs, key=lambda o: (o.success_rate, o.mode == "rl"))
+        """The version the final policy uses: the first usable one (a stage with code or
+        a policy), replaced by a later one only when it is measurably better on the same
+        worlds (:func:`method.compare.compare`: the lower bound of the paired difference
+        above 0). A tie keeps the incumbent: no preference for learned or for newer.
+        Only when no version is usable is the first outcome returned (its stage empty:
+        :meth:`_finish` leaves such a stage out and says so)."""
+        usable = [o for o in outs if _usable(o)]
+        if not usable:
+            return outs[0]
+        kept = usable[0]
+        for challenger in usable[1:]:
+            if len(challenger.seed_outcomes) != len(kept.seed_outcomes):
+                continue  # not measured on the same worlds: no paired comparison
+            if compare(kept.seed_outcomes, challenger.seed_outcomes).challenger_wins:
+                kept = challenger
+        return kept
 
     @staticmethod
     def _coded(outs: list[SubActionOutcome]) -> Stage | None:
@@ -525,6 +556,17 @@ class _Spent:
         """Count what one inner loop spent."""
         self.code += outcome.code_steps
         self.train += outcome.train_steps
+
+
+def _usable(outcome: SubActionOutcome) -> bool:
+    """Whether the outcome's stage can run: it has code or a policy."""
+    return bool(outcome.stage.code.strip() or outcome.stage.policy_path)
+
+
+def _unreached(outs: list[SubActionOutcome]) -> bool:
+    """Whether the sub-action's last evaluation never reached it (no episode got to its
+    stage): then it is 'not reached', not failed, stalled or exhausted."""
+    return bool(outs) and outs[-1].reached == 0
 
 
 def _stalled(outs: list[SubActionOutcome]) -> bool:

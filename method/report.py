@@ -66,7 +66,7 @@ def write_report(
             if summary.get("wall_limit_reached")
             else f" (the wall-clock safety limit, {settings.task.wall_s:g} s, was not reached)"
             if settings.task.wall_s > 0
-            else ""
+            else " (no wall-clock limit)"
         ),
         f"- Env steps: **{summary.get('env_steps', 0):,}** world steps in all, every one the "
         f"run took: {_split(summary.get('env_steps_by_kind', {}))}"

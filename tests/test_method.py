@@ -113,6 +113,9 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     assert trained and all(e["job"].startswith("place_table") for e in trained)
     final = {e["subaction"]: e for e in _named(events, "final_stage")}
     assert final["place_table"]["mode"] == "rl"
+    # No empty stage in the final policy: every step of the plan has a version in it.
+    assert set(final) == {s.split(":")[0] for s in plan["subactions"]}
+    assert not _named(events, "stage_missing")
     report = json.loads((run_dir / "report.json").read_text())
     assert report["learned_stages"] >= 1 and report["final_episodes"] == 4
     assert 0.0 <= report["final_success"] <= 1.0
@@ -145,6 +148,8 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     expected = crafter_read_metrics(stats, budget)
     assert summary["score_all_episodes"] == pytest.approx(expected, abs=0.005)
     assert f"{summary['score_all_episodes']:.1f}% over the" in text
+    # The wall clock did not decide this run, and the report says so.
+    assert summary["wall_limit_reached"] is False and "(no wall-clock limit)" in text
     assert "Crafter score" in text
     calls = [json.loads(line) for line in (run_dir / "calls.jsonl").read_text().splitlines()]
     assert {(c["role"], c["purpose"]) for c in calls} >= {

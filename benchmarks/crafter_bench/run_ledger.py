@@ -13,6 +13,7 @@ from method import ledger
 from .protocol import summarize
 
 EPISODE_KINDS = ("code", "train", "final", "video", "play")
+"""(A training line's steps are split further into train, setup and held_out.)"""
 """Kinds of ledger lines (``method/ledger.py``); all count for the scoreboard, ``final``
 lines alone make the final-agent figure."""
 
@@ -96,6 +97,14 @@ def ledger_result(
         "seeds": {"final": sorted({int(line["seed"]) for line in final})},
     }
     # The run's own figures, kept beside ours as a cross-check.
-    own = ("score_all_episodes", "score_final", "episodes", "stop_reason", "backend")
+    own = (
+        "score_all_episodes",
+        "score_final",
+        "episodes",
+        "stop_reason",
+        "backend",
+        "env_steps_by_kind",
+        "wall_limit_reached",
+    )
     result["run_summary"] = {k: summary[k] for k in own if k in summary}
     return result
