@@ -61,6 +61,14 @@ def wilson_lower(successes: int, trials: int, z: float = Z95) -> float:
     return max(0.0, (centre - spread) / (1 + z * z / trials))
 
 
+def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a binomial share ((0, 1) with no trials)."""
+    if trials <= 0:
+        return 0.0, 1.0
+    upper = 1.0 - wilson_lower(trials - successes, trials, z)
+    return wilson_lower(successes, trials, z), upper
+
+
 def compare(incumbent: Sequence[int], challenger: Sequence[int]) -> Comparison:
     """The paired comparison of two versions' per-world outcomes (1, 0 or
     :data:`NOT_REACHED`, world for world: the same worlds in the same order)."""

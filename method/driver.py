@@ -22,6 +22,7 @@ from messages.rollout import RolloutRequest
 from messages.task import Subtask
 from method import ledger, seeds
 from method.agents import Agents, make_backend
+from method.compare import wilson_interval
 from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from runtime.actor import RemoteFailure
@@ -114,6 +115,9 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
         "video": video,
     }
     summary.update(scores(head.run_dir, task.target_item, report, budget=task.env_steps))
+    wins = round(report.final_success * report.final_episodes)
+    low, high = wilson_interval(wins, report.final_episodes)
+    summary["final_success_interval"] = [round(low, 4), round(high, 4)]
     summary["wall_limit_reached"] = report.stop_reason == "wall_time"
     summary["wall_s"] = round(time.monotonic() - started, 1)
     if head.run_dir is not None:

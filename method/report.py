@@ -20,6 +20,13 @@ KIND_NAMES = {
 }
 
 
+def _interval(bounds: Any) -> str:
+    if not bounds:
+        return "–"
+    low, high = bounds
+    return f"{low:.0%}–{high:.0%}"
+
+
 def _split(by_kind: dict[str, int]) -> str:
     parts = [f"{steps:,} {KIND_NAMES.get(kind, kind)}" for kind, steps in by_kind.items()]
     return ", ".join(parts) or "none"
@@ -53,7 +60,8 @@ def write_report(
             else f" (model {settings.agents.model})"
         ),
         f"- Final policy: **{report.final_success:.0%}** success "
-        f"({round(report.final_success * report.final_episodes)}/{report.final_episodes}) on "
+        f"({round(report.final_success * report.final_episodes)}/{report.final_episodes}; 95 % "
+        f"interval {_interval(summary.get('final_success_interval'))}) on "
         f"worlds never used before (seeds {task.eval_seeds[0]}–{task.eval_seeds[-1]})"
         if task.eval_seeds
         else "- Final policy: not evaluated",

@@ -13,7 +13,7 @@ from actors.slow import SlowAgent, _unreached
 from messages.plan import Plan, RunTask, SubAction, SubActionOutcome
 from messages.rollout import EpisodeReport, RolloutResult, StageRun
 from messages.task import Stage, Subtask
-from method.compare import NOT_REACHED, compare, stage_outcomes, wilson_lower
+from method.compare import NOT_REACHED, compare, stage_outcomes, wilson_interval, wilson_lower
 
 X = NOT_REACHED
 
@@ -172,3 +172,11 @@ def test_a_stage_never_reached_is_not_sent_to_rl_for_its_predecessors():
     assert list(redo) == ["collect_wood"]
     stone_summary = slow.agents.request["subactions"][1]
     assert stone_summary["reached"] is False and stone_summary["exhausted"] is False
+
+
+def test_wilson_interval_by_hand():
+    # 16 of 50: p = 0.32; Wilson: (0.32 + 0.038415 ± 1.96·sqrt(0.004352 + 0.000384)) / 1.07683
+    low, high = wilson_interval(16, 50)
+    assert low == pytest.approx(0.2076, abs=1e-3) and high == pytest.approx(0.4581, abs=1e-3)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert wilson_interval(5, 5)[1] == pytest.approx(1.0)

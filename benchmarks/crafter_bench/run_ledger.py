@@ -10,7 +10,7 @@ from typing import Any
 
 from method import ledger
 
-from .protocol import summarize
+from .protocol import ACHIEVEMENTS, percent, summarize
 
 EPISODE_KINDS = ("code", "train", "final", "video", "play")
 """(A training line's steps are split further into train, setup and held_out.)"""
@@ -81,13 +81,22 @@ def read_ledger(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def ledger_result(
     lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], budget: int
 ) -> dict[str, Any]:
-    """A variant result from a run's ledger: scoreboard over every episode, final agent
-    over the ``final`` ones."""
+    """A variant result from a run's ledger: scoreboard over every episode within the
+    budget (``method.ledger.scoreboard``, the run's own figure), final agent over the
+    ``final`` ones."""
     final = [line for line in lines if line["kind"] == "final"]
     kinds = dict.fromkeys(line["kind"] for line in lines)  # in order of first appearance
+    board = ledger.scoreboard(lines, ACHIEVEMENTS, budget)
+    rates = percent(board["rates"])
     result = {
         "budget": budget,
-        "scoreboard": summarize(lines),
+        "scoreboard": {
+            "episodes": board["episodes"],
+            "steps": board["steps"],
+            "rates": rates,
+            "score": board["score"],
+            "diamond": rates["collect_diamond"],
+        },
         "final": summarize(final),
         "env_steps": int(summary["env_steps"]),
         "wall_s": float(summary["wall_s"]),
