@@ -181,7 +181,12 @@ class SlowAgent(Actor):
                 for dep in sub.depends:
                     if dep in done:
                         await done[dep].wait()
-                ancestors = [d for d in self._ancestors(plan, sub) if outcomes.get(d)]
+                # (An ancestor with no usable version is left out, never composed empty.)
+                ancestors = [
+                    d
+                    for d in self._ancestors(plan, sub)
+                    if outcomes.get(d) and _usable(self._chosen(outcomes[d]))
+                ]
                 before = [self._chosen(outcomes[d]).stage for d in ancestors]
                 setup = [self._coded(outcomes[d]) for d in ancestors]
                 if pending(sub):
