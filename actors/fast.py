@@ -26,6 +26,7 @@ from messages.task import CodedAction, RLConfig, Stage
 from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
+from method.compare import compare, reached, stage_outcomes
 from method.journal import job_key
 from method.settings import MethodSettings
 from method.split import rollout_split
@@ -132,22 +133,43 @@ def _trimmed(result: RolloutResult) -> RolloutResult:
 
 @dataclasses.dataclass
 class _Best:
-    """The best version of a sub-action measured so far in one mode."""
+    """The version of a sub-action kept so far in one mode (the incumbent): the first
+    measured, replaced only by a version measurably better on the same worlds
+    (:func:`method.compare.compare`), never on a tie."""
 
     rate: float = -1.0
-    """Its success rate on the evaluation worlds (-1: no version succeeded yet)."""
+    """Its success rate among the evaluation worlds that reached it (-1: no version)."""
     stage: Stage | None = None
-    """The version itself, None until one succeeded."""
+    """The version itself, None until one was measured."""
     mode: str = "code"
     """``code`` or ``rl``: which inner loop it came from."""
     task_rate: float = 0.0
     """The success rate of the whole composed episode it was measured in."""
+    outcomes: list[int] = dataclasses.field(default_factory=list)
+    """Its outcome per evaluation world (1, 0, or -1 not reached)."""
 
-    def offer(self, result: RolloutResult, name: str, stage: Stage) -> None:
+    def offer(self, result: RolloutResult, name: str, stage: Stage, seeds: list[int]) -> bool:
+        """Keep ``stage`` if it is the first version, or measurably better than the kept
+        one; a version with no success is kept too when it is the first (an empty stage
+        would break every composed episode after it). Returns whether it was kept."""
         rate, _ = result.stage_rate(name)
-        # A version that never succeeded is not composed into anything.
-        if rate > self.rate and rate > 0:
-            self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
+        outcomes = stage_outcomes(result, name, seeds)
+        if self.stage is not None:
+            verdict = compare(self.outcomes, outcomes)
+            log.info(
+                "version_compared",
+                subaction=name,
+                mode=self.mode,
+                kept=not verdict.challenger_wins,
+                worlds=verdict.worlds,
+                difference=round(verdict.difference, 4),
+                lower=round(verdict.lower, 4),
+            )
+            if not verdict.challenger_wins:
+                return False
+        self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
+        self.outcomes = outcomes
+        return True
 
 
 @dataclasses.dataclass
@@ -245,6 +267,8 @@ class FastAgent(Actor):
             learned_rate=loop.learned.rate,
             task_rate=chosen.task_rate,
             exhausted=loop.exhausted,
+            seed_outcomes=list(chosen.outcomes),
+            reached=reached(chosen.outcomes) if chosen.stage is not None else -1,
         )
         log.info(
             "subaction_finished",
@@ -364,7 +388,9 @@ class FastAgent(Actor):
                     "training_failed", subaction=sub.name, version=version, detail=str(exc)[-500:]
                 )
                 break
-            loop.train_steps += train.primitive_steps + train.eval_primitive_steps
+            loop.train_steps += (
+                train.primitive_steps + train.eval_primitive_steps + train.setup_steps
+            )
             policy = store_artifact(self.run_dir, train)
             stage = Stage(
                 subtask=sub.subtask,
@@ -462,7 +488,7 @@ class FastAgent(Actor):
         result = await self._evaluate(work, stage)
         loop.code_steps += result.steps
         mode = "rl" if stage.policy_path else "code"
-        loop.best(mode).offer(result, work.subaction.name, stage)
+        loop.best(mode).offer(result, work.subaction.name, stage, list(work.seeds))
         review = Review(
             subaction=work.subaction,
             version=version,

@@ -29,7 +29,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from envs.artifacts import sha256_of
 from envs.held_out import held_out
 from messages import Envelope
-from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
+from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
 from method import seeds
 from runtime.actor import Actor, handles
 from runtime.devices import check_device
@@ -119,7 +119,8 @@ class LearnerActor(Actor):
             req.seed,
             subproc=req.subproc,
             world_pool=training_worlds(req),
-            setup_retries=SETUP_RETRIES,
+            setup_retries=seeds.SETUP_RETRIES,
+            setup_retry_stride=seeds.RETRY_STRIDE,
         )
         try:
             found = latest_checkpoint(folder)
@@ -159,17 +160,25 @@ class LearnerActor(Actor):
             tmp = folder / "policy.part.zip"
             model.save(tmp)
             os.replace(tmp, policy)
-            success, eval_steps = evaluate(model, req)
+            trained = world_tally(vec)
+            held = {}
+            success, _ = evaluate(model, req, tally=held)
+            setup = trained["setup_steps"] + held["setup_steps"]
+            episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
+            unlocked: dict[str, int] = {}
+            for e in episodes:
+                for name in e.counts:
+                    unlocked[name] = unlocked.get(name, 0) + 1
             digest = sha256_of(policy)
             return TrainResult(
                 name=req.name,
                 policy_path=str(policy),
                 sha256=digest,
                 steps=int(model.num_timesteps),
-                primitive_steps=counter.primitive_steps,
+                primitive_steps=trained["world_steps"] - trained["setup_steps"],
                 eval_success_rate=success,
                 eval_episodes=req.eval_episodes,
-                eval_primitive_steps=eval_steps,
+                eval_primitive_steps=held["world_steps"] - held["setup_steps"],
                 resumed_from=resumed_from,
                 steps_lost=steps_lost,
                 tensorboard_dir=str(folder / "tensorboard"),
@@ -178,8 +187,10 @@ class LearnerActor(Actor):
                 device=str(model.device),
                 actor_id=self.actor_id,
                 policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
-                episodes=counter.episodes,
-                achievement_episodes=dict(sorted(counter.achievement_episodes.items())),
+                episodes=len(episodes),
+                achievement_episodes=dict(sorted(unlocked.items())),
+                setup_steps=setup,
+                world_episodes=episodes,
             )
         finally:
             vec.close()
@@ -212,9 +223,8 @@ def make_ppo(
     )
 
 
-SETUP_RETRIES = 3
-"""Further worlds a training reset tries when setup code fails on one (the player can die
-on the way to a sub-action's start); a config whose setup keeps failing still fails."""
+SETUP_RETRIES = seeds.SETUP_RETRIES
+"""Further worlds a training reset tries when setup code fails (the seed table's)."""
 
 
 def training_worlds(req: TrainRequest) -> range:
@@ -225,7 +235,21 @@ def training_worlds(req: TrainRequest) -> range:
     return pool
 
 
-def evaluate(model: Any, req: TrainRequest, episodes: int | None = None) -> tuple[float, int]:
+def world_tally(vec: Any) -> dict[str, Any]:
+    """Every world step and world episode of a vector env's envs (setup and failed
+    setups included), read from the envs themselves: ``world_steps``, ``setup_steps``,
+    ``episodes`` (the envs' episodes are closed: call once, when training is over)."""
+    episodes = [e for taken in vec.env_method("take_world_episodes") for e in taken]
+    return {
+        "world_steps": sum(vec.get_attr("world_steps")),
+        "setup_steps": sum(vec.get_attr("setup_steps_total")),
+        "episodes": episodes,
+    }
+
+
+def evaluate(
+    model: Any, req: TrainRequest, episodes: int | None = None, tally: dict | None = None
+) -> tuple[float, int]:
     """Success rate of ``model`` on held-out world seeds, and the world steps it took.
 
     Actions are sampled from the policy, as in training: a policy trained briefly on a
@@ -237,7 +261,7 @@ def evaluate(model: Any, req: TrainRequest, episodes: int | None = None) -> tupl
     count = req.eval_episodes if episodes is None else episodes
     seeds = range(req.eval_seed, req.eval_seed + count)
     rate, steps, _ = held_out(
-        req.config, lambda obs: model.predict(obs, deterministic=False)[0], seeds
+        req.config, lambda obs: model.predict(obs, deterministic=False)[0], seeds, tally
     )
     return rate, steps
 

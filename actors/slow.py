@@ -25,6 +25,7 @@ from messages.rollout import RolloutRequest
 from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
+from method.compare import compare
 from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
@@ -171,7 +172,12 @@ class SlowAgent(Actor):
                 for dep in sub.depends:
                     if dep in done:
                         await done[dep].wait()
-                ancestors = [d for d in self._ancestors(plan, sub) if outcomes.get(d)]
+                # (An ancestor with no usable version is left out, never composed empty.)
+                ancestors = [
+                    d
+                    for d in self._ancestors(plan, sub)
+                    if outcomes.get(d) and _usable(self._chosen(outcomes[d]))
+                ]
                 before = [self._chosen(outcomes[d]).stage for d in ancestors]
                 setup = [self._coded(outcomes[d]) for d in ancestors]
                 if pending(sub):
@@ -220,6 +226,11 @@ class SlowAgent(Actor):
                 )  # fmt: skip
             elif c.get("change") != "keep":
                 changes[name] = c
+        for name in [n for n in changes if _unreached(outcomes.get(n, []))]:
+            # Never reached: nothing is known of it, its predecessors are at fault. It is
+            # not moved to RL (nor redone) for them; it keeps its version and mode.
+            log.info("plan_change_refused", subaction=name, reason="not reached")
+            del changes[name]
         if reply.get("stop") or not changes:
             log.info("plan_kept", reason=reply.get("reason", ""))
             return None
@@ -263,15 +274,25 @@ class SlowAgent(Actor):
         stop_reason: str,
         spent: _Spent,
     ) -> TaskReport:
-        stages = [
-            self._chosen(outcomes[s.name]).stage
-            for s in plan.subactions
-            if not s.need and outcomes.get(s.name)
-        ]
+        stages = []
+        for s in plan.subactions:
+            if s.need or not outcomes.get(s.name):
+                continue
+            chosen = self._chosen(outcomes[s.name])
+            if not _usable(chosen):
+                # Nothing was ever written for it (its training failed, say): no empty
+                # stage goes into the policy; the episode's planner goes on without it.
+                log.warning("stage_missing", subaction=s.name, reason="no usable version")
+                continue
+            stages.append(chosen.stage)
         needs = list(self._need_list)
         final = [o for outs in outcomes.values() for o in outs]
         for sub in plan.subactions:
-            if not sub.need and outcomes.get(sub.name):
+            if (
+                not sub.need
+                and outcomes.get(sub.name)
+                and _usable(self._chosen(outcomes[sub.name]))
+            ):
                 chosen = self._chosen(outcomes[sub.name])
                 log.info(
                     "final_stage",
@@ -341,34 +362,37 @@ class SlowAgent(Actor):
     async def _play(self, final: RolloutRequest, left: int, mean_steps: float) -> None:
         """Play the final policy on fresh worlds until ``left`` env steps are spent, as a
         learning agent goes on playing until its budget ends: the scoreboard protocol
-        counts every episode within the budget. Episodes that would pass the budget are
-        not counted (the ledger records the ones within it, in seed order)."""
+        counts every episode within the budget. Every episode played is booked (each
+        step the run took is counted), in seed order; rounds are sized to use about half
+        of what is left, and the last episode is capped at what is left, so the play
+        stays within ``left`` unless a round's episodes run far above their mean."""
         base = seeds.play_seeds(self.settings.run.seed).start
         played, steps, k = 0, 0, 0
         log.info("play_started", env_steps=left)
         while steps < left and k < 100_000:
-            # Enough episodes to spend what is left, in rounds of a few minutes at most.
             need = (left - steps) / max(mean_steps, 1.0)
-            chunk = int(min(max(need, 2 * self.environments), 32 * self.environments))
-            req = dataclasses.replace(final, seeds=list(range(base + k, base + k + chunk)))
+            chunk = int(min(need // 2, 32 * self.environments))
+            req = final
+            if chunk < 1:  # the last episode: capped at what is left of the budget
+                chunk = 1
+                cap = min(final.subtask.max_steps, left - steps)
+                req = dataclasses.replace(
+                    final, subtask=dataclasses.replace(final.subtask, max_steps=cap)
+                )
+            req = dataclasses.replace(req, seeds=list(range(base + k, base + k + chunk)))
             k += chunk
             result = self.agents.journal.job(req)
             fresh = result is None
             if fresh:
                 result = await rollout_split(self, req, self.environments)
-            kept = []
-            for episode in sorted(result.episodes, key=lambda e: e.seed):
-                if steps + episode.steps > left:
-                    steps = left  # the budget is spent
-                    break
-                steps += episode.steps
-                kept.append(episode)
-            played += len(kept)
+            taken = sum(e.steps for e in result.episodes)
+            steps += taken
+            played += len(result.episodes)
             if fresh:  # booked before it is recorded, as the final evaluation
-                kept_result = dataclasses.replace(result, episodes=kept)
-                lines = ledger.rollout_lines("play", kept_result, job_key(req))
-                ledger.append(self.run_dir, lines)
+                ledger.append(self.run_dir, ledger.rollout_lines("play", result, job_key(req)))
                 self.agents.journal.record_job(req, result, name="play")
+            if taken == 0:
+                break  # nothing can be played (the policy takes no step)
             log.info("play_progress", episodes=played, env_steps=steps, budget=left)
         log.info("play_finished", episodes=played, env_steps=steps)
 
@@ -446,13 +470,27 @@ class SlowAgent(Actor):
 
     @staticmethod
     def _best(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        return max(outs, key=lambda o: o.success_rate)
+        """The version the run stands on (:meth:`_chosen`)."""
+        return SlowAgent._chosen(outs)
 
     @staticmethod
     def _chosen(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        """The version the final policy uses: the best measured; a learned version wins a
-        tie, since the slow agent moved the sub-action to RL for a reason."""
-        return max(outs, key=lambda o: (o.success_rate, o.mode == "rl"))
+        """The version the final policy uses: the first usable one (a stage with code or
+        a policy), replaced by a later one only when it is measurably better on the same
+        worlds (:func:`method.compare.compare`: the lower bound of the paired difference
+        above 0). A tie keeps the incumbent: no preference for learned or for newer.
+        Only when no version is usable is the first outcome returned (its stage empty:
+        :meth:`_finish` leaves such a stage out and says so)."""
+        usable = [o for o in outs if _usable(o)]
+        if not usable:
+            return outs[0]
+        kept = usable[0]
+        for challenger in usable[1:]:
+            if len(challenger.seed_outcomes) != len(kept.seed_outcomes):
+                continue  # not measured on the same worlds: no paired comparison
+            if compare(kept.seed_outcomes, challenger.seed_outcomes).challenger_wins:
+                kept = challenger
+        return kept
 
     @staticmethod
     def _coded(outs: list[SubActionOutcome]) -> Stage | None:
@@ -521,8 +559,9 @@ def revise_request(
                 "cause": critique.cause if critique else "",
                 "advice": critique.advice if critique else "",
                 "versions": sum(o.versions for o in outs),
-                "exhausted": bool(outs) and outs[-1].exhausted,
-                "stalled": _stalled(outs),
+                "exhausted": bool(outs) and outs[-1].exhausted and not _unreached(outs),
+                "stalled": _stalled(outs) and not _unreached(outs),
+                "reached": not _unreached(outs),
             }
         )
     return {
@@ -577,6 +616,17 @@ def plan_name(plan: Plan, name: str) -> str | None:
         if subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal) == meant
     ]
     return same[0] if len(same) == 1 else None
+
+
+def _usable(outcome: SubActionOutcome) -> bool:
+    """Whether the outcome's stage can run: it has code or a policy."""
+    return bool(outcome.stage.code.strip() or outcome.stage.policy_path)
+
+
+def _unreached(outs: list[SubActionOutcome]) -> bool:
+    """Whether the sub-action's last evaluation never reached it (no episode got to its
+    stage): then it is 'not reached', not failed, stalled or exhausted."""
+    return bool(outs) and outs[-1].reached == 0
 
 
 def _stalled(outs: list[SubActionOutcome]) -> bool:

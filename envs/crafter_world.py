@@ -46,6 +46,13 @@ _WORLDS: OrderedDict[tuple, dict] = OrderedDict()
 # at their world, and a copy must point at whichever live world it is restored into.
 _THIS_WORLD = object()
 
+STEP_TALLY_ENV = "RLGPT_STEP_TALLY"
+"""A folder: when set, every :class:`CrafterWorld` keeps its own step count in a file
+there (``<pid>-<n>.steps``, rewritten in place every step), so a test can add up every
+world step of a run, whichever process took it, and compare with what the run booked.
+Off by default (it costs a system call per step)."""
+_tallies = 0
+
 VITALS: tuple[str, ...] = tuple(k for k in constants.items if k in get_args(Vital))
 """Crafter keeps these in the inventory; we report them as status instead, in Crafter's
 own order (health, food, drink, energy), which a learned policy's status vector follows."""
@@ -63,6 +70,27 @@ def spawn_ordered(world: crafter.engine.World, objs: Iterable[object]) -> list:
     """
     obj_map = world._obj_map
     return sorted(objs, key=lambda obj: int(obj_map[obj.pos[0], obj.pos[1]]))
+
+
+def _open_tally() -> int | None:
+    folder = os.environ.get(STEP_TALLY_ENV)
+    if not folder:
+        return None
+    global _tallies
+    _tallies += 1
+    path = os.path.join(folder, f"{os.getpid()}-{_tallies}.steps")
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+
+def tallied_steps(folder: str | os.PathLike) -> int:
+    """The steps every world counted in ``folder`` (see :data:`STEP_TALLY_ENV`)."""
+    total = 0
+    for name in os.listdir(folder):
+        if name.endswith(".steps"):
+            with open(os.path.join(folder, name), "rb") as file:
+                text = file.read().strip()
+            total += int(text) if text else 0
+    return total
 
 
 class CrafterWorld:
@@ -96,6 +124,9 @@ class CrafterWorld:
         self._names: tuple[str, ...] = ()
         self._start = (0, 0)
         self._counts: dict[str, int] = {}
+        self.steps_taken = 0
+        """Every step this world took, over all its episodes (the lowest-level count)."""
+        self._tally = _open_tally()
 
     @property
     def action_names(self) -> Sequence[str]:
@@ -160,6 +191,9 @@ class CrafterWorld:
         player = env._player
         if player is None:
             raise RuntimeError("call reset() before step()")
+        self.steps_taken += 1
+        if self._tally is not None:
+            os.pwrite(self._tally, b"%20d\n" % self.steps_taken, 0)
         # ALGO LOGIC: crafter.Env.step, with the frame rendered only when asked for.
         env._step += 1
         env._update_time()

@@ -14,12 +14,19 @@ from envs.rl_env import SetupError, make_env
 
 
 def held_out(
-    config: Any, act: Callable[[Any], Any], seeds: Sequence[int]
+    config: Any,
+    act: Callable[[Any], Any],
+    seeds: Sequence[int],
+    tally: dict[str, Any] | None = None,
 ) -> tuple[float, int, list[dict]]:
     """Play one episode of ``config``'s env per world seed, choosing actions with
     ``act(obs)``: (success rate, world steps, per-episode records). A world whose setup
     fails (the player died on the way to the sub-action's start) is left out of the
-    rate and recorded as ``skipped``."""
+    rate and recorded as ``skipped``.
+
+    The world steps returned are the policy's (after setup). ``tally``, when given, gets
+    every world step the env took: ``world_steps`` (setup included, failed setups too),
+    ``setup_steps`` and ``episodes`` (:meth:`SubtaskEnv.take_world_episodes`)."""
     env = make_env(config)
     wins = steps = played = 0
     records = []
@@ -47,5 +54,9 @@ def held_out(
                  "achievements": unlocked, "died": bool(info.get("died"))}
             )  # fmt: skip
     finally:
+        if tally is not None:
+            tally["episodes"] = env.take_world_episodes()
+            tally["world_steps"] = env.world_steps
+            tally["setup_steps"] = env.setup_steps_total
         env.close()
     return (wins / played if played else 0.0), steps, records

@@ -215,6 +215,8 @@ class SubtaskEnv(gym.Env):
         reward_wall_s: wall-clock budget of one ``reward(before, after)`` call.
         setup_max_steps, setup_wall_s: budgets of ``setup_code`` per reset.
         setup_retries: further seeds to try when setup fails before raising SetupError.
+        setup_retry_stride: how far apart those seeds are (default
+            :data:`RETRY_SEED_STRIDE`; a run's learner passes its seed table's).
         world_pool: world seeds that seedless resets draw from (empty: a fresh world every
             episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
             pays world generation (~0.1 s) once per world instead of once per episode.
@@ -236,6 +238,7 @@ class SubtaskEnv(gym.Env):
         setup_max_steps: int = DEFAULT_SETUP_MAX_STEPS,
         setup_wall_s: float = DEFAULT_SETUP_WALL_S,
         setup_retries: int = 0,
+        setup_retry_stride: int | None = None,
         world_pool: Sequence[int] = (),
         render_mode: str | None = None,
     ) -> None:
@@ -262,6 +265,7 @@ class SubtaskEnv(gym.Env):
         self._setup_max_steps = setup_max_steps
         self._setup_wall_s = setup_wall_s
         self._setup_retries = setup_retries
+        self._retry_stride = RETRY_SEED_STRIDE if setup_retry_stride is None else setup_retry_stride
         self._pending_seed = seed
         self._world_pool = tuple(int(w) for w in world_pool)
         self._world = world_factory()
@@ -304,6 +308,16 @@ class SubtaskEnv(gym.Env):
         self._steps = 0
         self._setup_steps = 0
         self._setup_failures = 0
+        self.world_steps = 0
+        """Every world step this env took: setup (failed attempts included), primitive
+        steps and the steps of coded actions."""
+        self.setup_steps_total = 0
+        """Of :attr:`world_steps`, those taken by ``setup_code`` (every attempt)."""
+        self._episodes: list[tuple[int, float, dict[str, int]]] = []
+        """World episodes this env finished: (world steps, world reward, achievement
+        counts), setup steps and achievements included (see :meth:`take_world_episodes`)."""
+        self._recording = False
+        self._world_reward = 0.0
         self._counts: dict[str, int] = {}
         self._start_counts: dict[str, int] = {}
         self._option_failures = 0
@@ -330,7 +344,7 @@ class SubtaskEnv(gym.Env):
         base = int(seed) % MAX_SEED if seed is not None else self._draw_seed()
         self._setup_failures = 0
         for attempt in range(self._setup_retries + 1):
-            world_seed = (base + attempt * RETRY_SEED_STRIDE) % MAX_SEED
+            world_seed = (base + attempt * self._retry_stride) % MAX_SEED
             try:
                 self._start_episode(world_seed)
                 break
@@ -431,6 +445,7 @@ class SubtaskEnv(gym.Env):
             raise ValueError("the world's actions differ from this env's")
         self._check_layout(obs)
         self._ended = True  # until attached
+        self._close_world_episode()  # the attached episode is the caller's to book
         self._world = world
         self._obs = obs
         self._counts = dict(achievements or {})
@@ -449,6 +464,22 @@ class SubtaskEnv(gym.Env):
         self._load_reward()
         self._ended = False
         return self._encode(obs)
+
+    def take_world_episodes(self) -> list[tuple[int, float, dict[str, int]]]:
+        """Every world episode this env played since the last call, the one under way
+        included (it is closed: call this when done with the env): (world steps, world
+        reward, achievement counts). Setup steps and what setup unlocked belong to the
+        episode, and a reset whose setup failed is an episode of its own, so the
+        lengths add up to every world step the env took in its own episodes."""
+        self._close_world_episode()
+        taken, self._episodes = self._episodes, []
+        return taken
+
+    def _close_world_episode(self) -> None:
+        length = self._setup_steps + self._steps
+        if self._recording and length > 0:  # a reset that took no step played nothing
+            self._episodes.append((length, round(self._world_reward, 6), dict(self._counts)))
+        self._recording = False
 
     # ------------------------------------------------------------------ construction
 
@@ -534,8 +565,10 @@ class SubtaskEnv(gym.Env):
 
     def _start_episode(self, world_seed: int) -> None:
         self._ended = True  # until this episode is fully set up
+        self._close_world_episode()
         self._world_seed = world_seed
         self._obs = self._world.reset(world_seed)
+        self._recording, self._world_reward = True, 0.0
         self._check_layout(self._obs)
         self._counts = {}
         self._steps = 0
@@ -574,8 +607,11 @@ class SubtaskEnv(gym.Env):
 
     def _run_setup(self, world_seed: int) -> None:
         def step_fn(action: str) -> bool:
-            obs, _, done, info = self._world.step(action)
+            obs, reward, done, info = self._world.step(action)
             self._setup_steps += 1
+            self.setup_steps_total += 1
+            self.world_steps += 1
+            self._world_reward += reward
             self._observe(obs, info)
             return done
 
@@ -606,8 +642,10 @@ class SubtaskEnv(gym.Env):
     def _primitive(self, action: str) -> None:
         """One world step with its bookkeeping: success, death, cap and reward."""
         before = self._snapshot() if self._reward_code is not None else None
-        obs, _, done, info = self._world.step(action)
+        obs, world_reward, done, info = self._world.step(action)
         self._steps += 1
+        self.world_steps += 1
+        self._world_reward += world_reward
         self._step_primitives += 1
         self._step_gained.extend(info.get("achievements", ()))
         self._observe(obs, info)

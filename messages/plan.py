@@ -175,6 +175,13 @@ class SubActionOutcome:
     exhausted: bool = False
     """The inner loop stopped because no revision answers the last critique (the
     backend returned the version unchanged): more rounds of this mode would not help."""
+    seed_outcomes: list[int] = field(default_factory=list)
+    """The chosen version's outcome on each evaluation world, in the order of
+    ``WorkOn.seeds``: 1 success, 0 failure, −1 the episode never reached the sub-action
+    (:mod:`method.compare`); what versions are compared on, world for world."""
+    reached: int = -1
+    """Evaluation episodes that reached the sub-action (−1: not measured). 0 means it was
+    never reached: nothing is known of it, and its predecessors are at fault."""
 
 
 @message("plan.task")

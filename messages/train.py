@@ -8,6 +8,18 @@ from messages.base import message
 from messages.task import RLConfig
 
 
+@message("train.world_episode")
+class WorldEpisode:
+    """One episode of a world, from its reset to the next, as Crafter's stats count it."""
+
+    length: int
+    """World steps (setup included)."""
+    reward: float
+    """The world's own reward, summed."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Achievement → times it happened in the episode."""
+
+
 @message("train.ppo")
 class PPOSettings:
     """PPO hyperparameters (names as in stable-baselines3 and the PPO paper). A run sets
@@ -130,3 +142,10 @@ class TrainResult:
     """Training episodes this attempt finished."""
     achievement_episodes: dict[str, int] = field(default_factory=dict)
     """Achievement → training episodes (of ``episodes``) that unlocked it."""
+    setup_steps: int = 0
+    """World steps of setup code at every reset, failed attempts included (training and
+    held-out evaluation alike); ``primitive_steps`` and ``eval_primitive_steps`` are the
+    other world steps, so the three add up to every step the job's worlds took."""
+    world_episodes: list[WorldEpisode] = field(default_factory=list)
+    """Every world episode the job played (training, then held-out evaluation), setup
+    included: what the run's ``stats.jsonl`` holds for the job."""

@@ -22,6 +22,7 @@ from messages.rollout import RolloutRequest
 from messages.task import Subtask
 from method import ledger, seeds
 from method.agents import Agents, make_backend
+from method.compare import wilson_interval
 from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from runtime.actor import RemoteFailure
@@ -113,7 +114,11 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
         "coded_stages": sum(1 for st in report.stages if not st.policy_path),
         "video": video,
     }
-    summary.update(scores(head.run_dir, task.target_item, report))
+    summary.update(scores(head.run_dir, task.target_item, report, budget=task.env_steps))
+    wins = round(report.final_success * report.final_episodes)
+    low, high = wilson_interval(wins, report.final_episodes)
+    summary["final_success_interval"] = [round(low, 4), round(high, 4)]
+    summary["wall_limit_reached"] = report.stop_reason == "wall_time"
     summary["wall_s"] = round(time.monotonic() - started, 1)
     if head.run_dir is not None:
         (head.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -123,20 +128,32 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
     return summary
 
 
-def scores(run_dir: Path | None, target: str, report: TaskReport) -> dict[str, Any]:
-    """Env steps and Crafter scores from the run's episode ledger: over every episode the
-    run stepped (the scoreboard protocol) and over the final evaluation alone."""
+def scores(
+    run_dir: Path | None, target: str, report: TaskReport, budget: int | None = None
+) -> dict[str, Any]:
+    """Env steps and Crafter scores from the run's episode ledger: every world step the
+    run took, by kind; the score over every episode the run stepped within ``budget``
+    env steps (the scoreboard protocol, :func:`method.ledger.scoreboard`) and over the
+    final evaluation alone. Writes the ledger's episodes as ``rollouts/stats.jsonl``,
+    from which Crafter's own ``read_metrics`` gets the same score."""
     from crafter import constants
 
     names = list(constants.achievements)
     lines = ledger.read(run_dir) if run_dir is not None else []
     every = ledger.tally(lines)
     final = ledger.tally(lines, kinds=["final"])
+    board = ledger.scoreboard(lines, names, budget)
+    if run_dir is not None:
+        ledger.write_stats(run_dir, names)
     return {
         "target": target,
         "env_steps": every["steps"],
+        "env_steps_by_kind": ledger.steps_by_kind(lines),
+        "env_step_budget": budget,
         "episodes": every["episodes"],
-        "score_all_episodes": round(ledger.crafter_score(ledger.rates(every), names), 2),
+        "scoreboard_episodes": board["episodes"],
+        "scoreboard_steps": board["steps"],
+        "score_all_episodes": round(board["score"], 2),
         "score_final": round(ledger.crafter_score(report.achievements, names), 2),
         "final_achievements": dict(report.achievements),
         "final_ledger_episodes": final["episodes"],

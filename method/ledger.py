@@ -6,14 +6,25 @@ protocol counts every episode run within the env-step budget — for this system
 the code and policy evaluations, the PPO training episodes and the final evaluation.
 ``runs/<id>/episodes.jsonl`` holds them, one JSON object per line:
 
-- a rollout episode: ``{"kind", "seed", "steps", "achievements"}`` (``achievements``:
-  the names unlocked in that episode), kind ``code`` (a version's evaluation),
+- a rollout episode: ``{"kind", "seed", "steps", "achievements", "counts", "reward"}``
+  (``achievements``: the names unlocked in that episode; ``counts``: how many times
+  each happened; ``reward``: the world's own), kind ``code`` (a version's evaluation),
   ``final`` (the final evaluation), ``video`` (the episode rendered for the report) or
   ``play`` (the final policy playing on until the budget is spent,
   ``[task] play_to_budget``);
 - a training job, aggregated: ``{"kind": "train", "job", "episodes", "steps",
-  "achievement_episodes"}`` (achievement → training episodes that unlocked it; the
-  steps include the job's held-out evaluation, whose episodes are not itemised).
+  "achievement_episodes", "split", "episode_log"}``: ``steps`` is every world step the
+  job's worlds took, ``split`` divides them by kind — ``train`` (PPO's own steps),
+  ``setup`` (setup code at every reset, failed attempts included) and ``held_out`` (the
+  learner's held-out evaluation) — and ``episode_log`` itemises every world episode
+  (training and held-out alike, setup included) as ``[length, reward, counts]``;
+  ``episodes`` and ``achievement_episodes`` (achievement → episodes that unlocked it)
+  are counted over that log, so what setup unlocked counts too.
+
+Every world step a run takes is booked here, whoever took it, and only once: the
+lengths of the itemised episodes (:func:`episodes`) add up to the booked steps, and
+:func:`write_stats` writes them as the run's ``rollouts/stats.jsonl`` in Crafter's own
+format. :func:`scoreboard` is the one place the run's Crafter score is computed.
 
 Every line has an ``id``, stable across attempts of a run: ``KIND:JOB:SEED`` for a
 rollout episode and ``train:JOB`` for a training job, ``JOB`` being the journal's key of
@@ -33,14 +44,20 @@ booked again, so a skipped line would quietly change the score).
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from method import jsonl
 
 LEDGER = "episodes.jsonl"
+STATS = "rollouts/stats.jsonl"
+"""Where :func:`write_stats` writes the ledger's episodes in Crafter's format."""
+SPLIT_KINDS = ("train", "setup", "held_out")
+"""The kinds a training job's steps are split into."""
 
 
 def crafter_score(rates: Mapping[str, float], achievements: Sequence[str]) -> float:
@@ -52,31 +69,61 @@ def crafter_score(rates: Mapping[str, float], achievements: Sequence[str]) -> fl
     return math.exp(sum(logs) / len(logs)) - 1.0
 
 
+def success_rates(
+    counts: Iterable[Mapping[str, int]], achievements: Sequence[str]
+) -> dict[str, float]:
+    """Achievement → the fraction of episodes in which it happened at least once, over
+    episodes given as achievement counts (Crafter's success rate, as a fraction)."""
+    episodes = list(counts)
+    n = len(episodes)
+    return {
+        name: (sum(1 for c in episodes if c.get(name, 0) >= 1) / n if n else 0.0)
+        for name in achievements
+    }
+
+
 def rollout_lines(kind: str, result: Any, job: str) -> list[dict[str, Any]]:
     """One line per episode of a :class:`~messages.rollout.RolloutResult`; ``job`` is
     the journal's key of its request (the lines' ids)."""
-    return [
-        {
-            "id": f"{kind}:{job}:{int(e.seed)}",
-            "kind": kind,
-            "seed": int(e.seed),
-            "steps": int(e.steps),
-            "achievements": sorted(set(e.achievements)),
-        }
-        for e in result.episodes
-    ]
+    lines = []
+    for e in result.episodes:
+        counts: dict[str, int] = {}
+        for name in e.achievements:
+            counts[name] = counts.get(name, 0) + 1
+        lines.append(
+            {
+                "id": f"{kind}:{job}:{int(e.seed)}",
+                "kind": kind,
+                "seed": int(e.seed),
+                "steps": int(e.steps),
+                "achievements": sorted(counts),
+                "counts": dict(sorted(counts.items())),
+                "reward": round(float(e.reward), 6),
+            }
+        )
+    return lines
 
 
 def training_line(result: Any, job: str) -> dict[str, Any]:
     """The aggregate line of a :class:`~messages.train.TrainResult`; ``job`` is the
     journal's key of its request (the line's id)."""
+    split = {
+        "train": int(result.primitive_steps),
+        "setup": int(result.setup_steps),
+        "held_out": int(result.eval_primitive_steps),
+    }
     return {
         "id": f"train:{job}",
         "kind": "train",
         "job": result.name,
         "episodes": int(result.episodes),
-        "steps": int(result.primitive_steps + result.eval_primitive_steps),
+        "steps": sum(split.values()),
+        "split": split,
         "achievement_episodes": dict(sorted(result.achievement_episodes.items())),
+        "episode_log": [
+            [int(e.length), round(float(e.reward), 6), dict(sorted(e.counts.items()))]
+            for e in result.world_episodes
+        ],
     }
 
 
@@ -163,6 +210,23 @@ def line_problem(line: Any) -> str:
         return "'id' must be a string"
     if not count(line.get("steps")):
         return f"'steps' must be a count, not {line.get('steps')!r}"
+    if "split" in line:
+        split = line["split"]
+        if not isinstance(split, dict) or not all(count(v) for v in split.values()):
+            return "'split' must map kinds to step counts"
+        if sum(split.values()) != line["steps"]:
+            return f"'split' adds up to {sum(split.values())}, not 'steps' {line['steps']}"
+    if "episode_log" in line:
+        log = line["episode_log"]
+        if not isinstance(log, list) or not all(
+            isinstance(e, list) and len(e) == 3 and count(e[0]) and isinstance(e[2], dict)
+            for e in log
+        ):
+            return "'episode_log' must list [length, reward, counts] per episode"
+    if "counts" in line and not (
+        isinstance(line["counts"], dict) and all(count(v) for v in line["counts"].values())
+    ):
+        return "'counts' must map achievement names to counts"
     if "achievement_episodes" in line:
         counts = line["achievement_episodes"]
         if not count(line.get("episodes")):
@@ -176,6 +240,71 @@ def line_problem(line: Any) -> str:
     if not isinstance(achieved, list) or not all(isinstance(a, str) for a in achieved):
         return "'achievements' must be a list of names"
     return ""
+
+
+def steps_by_kind(lines: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Booked world steps by kind; a training job's steps by its ``split``."""
+    by_kind: dict[str, int] = {}
+    for line in lines:
+        split = line.get("split") or {line["kind"]: int(line.get("steps", 0))}
+        for kind, steps in split.items():
+            by_kind[kind] = by_kind.get(kind, 0) + int(steps)
+    return dict(sorted(by_kind.items()))
+
+
+def episodes(lines: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, float, dict[str, int]]]:
+    """Every episode the lines book, in their order, as (length, reward, achievement
+    counts): a rollout line is one episode, a training line its ``episode_log`` (a line
+    from before the log: its aggregate, spread over ``episodes`` pseudo-episodes that
+    give the same success rates, its steps on the first)."""
+    for line in lines:
+        if "achievement_episodes" not in line:
+            counts = line.get("counts") or dict.fromkeys(line.get("achievements", ()), 1)
+            yield int(line["steps"]), float(line.get("reward", 0.0)), dict(counts)
+        elif "episode_log" in line:
+            for length, reward, counts in line["episode_log"]:
+                yield int(length), float(reward), dict(counts)
+        else:
+            n = int(line.get("episodes", 0))
+            got = line.get("achievement_episodes", {})
+            for k in range(n):
+                counts = {name: 1 for name, m in got.items() if k < int(m)}
+                yield (int(line["steps"]) if k == 0 else 0), 0.0, counts
+
+
+def scoreboard(
+    lines: Iterable[Mapping[str, Any]], achievements: Sequence[str], budget: int | None = None
+) -> dict[str, Any]:
+    """The run's Crafter score, the scoreboard's way (Crafter's ``read_metrics``): the
+    episodes in booking order up to the env-step ``budget`` (an episode that would pass
+    it and every one after are left out; None: all), each achievement's success rate
+    over them, and :func:`crafter_score` of those rates. ``{"episodes", "steps",
+    "rates", "score"}``."""
+    kept, steps = [], 0
+    for length, _, counts in episodes(lines):
+        if budget is not None and steps + length > budget:
+            break
+        steps += length
+        kept.append(counts)
+    rates = success_rates(kept, achievements)
+    score = crafter_score(rates, achievements) if kept else 0.0
+    return {"episodes": len(kept), "steps": steps, "rates": rates, "score": score}
+
+
+def write_stats(run_dir: Path, achievements: Sequence[str]) -> Path:
+    """Write every booked episode to ``run_dir``'s ``rollouts/stats.jsonl`` in Crafter's
+    ``Recorder`` format, in booking order (replacing what workers wrote as they went:
+    the ledger has each episode once, redone jobs and resumes included)."""
+    from envs.stats import episode_stats
+
+    path = Path(run_dir) / STATS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    with tmp.open("w") as file:
+        for length, reward, counts in episodes(read(run_dir)):
+            file.write(json.dumps(episode_stats(length, reward, counts, achievements)) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 def tally(lines: Iterable[Mapping[str, Any]], kinds: Iterable[str] | None = None) -> dict:

@@ -9,6 +9,28 @@ from typing import Any
 from messages.plan import Critique, RunTask, SubActionOutcome, TaskReport
 from method.settings import MethodSettings
 
+KIND_NAMES = {
+    "code": "code evaluation",
+    "train": "PPO training",
+    "setup": "setup code at training resets",
+    "held_out": "learners' held-out evaluation",
+    "final": "final evaluation",
+    "play": "final policy playing on",
+    "video": "video",
+}
+
+
+def _interval(bounds: Any) -> str:
+    if not bounds:
+        return "–"
+    low, high = bounds
+    return f"{low:.0%}–{high:.0%}"
+
+
+def _split(by_kind: dict[str, int]) -> str:
+    parts = [f"{steps:,} {KIND_NAMES.get(kind, kind)}" for kind, steps in by_kind.items()]
+    return ", ".join(parts) or "none"
+
 
 def _rate(value: float) -> str:
     return "–" if value < 0 else f"{value:.2f}"
@@ -38,19 +60,33 @@ def write_report(
             else f" (model {settings.agents.model})"
         ),
         f"- Final policy: **{report.final_success:.0%}** success "
-        f"({round(report.final_success * report.final_episodes)}/{report.final_episodes}) on "
+        f"({round(report.final_success * report.final_episodes)}/{report.final_episodes}; 95 % "
+        f"interval {_interval(summary.get('final_success_interval'))}) on "
         f"worlds never used before (seeds {task.eval_seeds[0]}–{task.eval_seeds[-1]})"
         if task.eval_seeds
         else "- Final policy: not evaluated",
         f"- Stopped: {report.stop_reason} after {len(report.history)} iterations, "
         f"{len(report.plans)} plan versions",
-        f"- Wall time: {summary.get('wall_s', 0):.0f} s",
-        f"- Env steps: {report.train_steps:,} training, {report.code_steps:,} code evaluation, "
-        f"{report.eval_steps:,} final evaluation; "
-        f"{report.train_steps + report.code_steps + report.eval_steps:,} in all",
-        f"- Crafter score: {summary.get('score_all_episodes', 0):.1f}% over all "
-        f"{summary.get('episodes', 0):,} episodes the run stepped (the scoreboard protocol; "
-        f"{summary.get('env_steps', 0):,} env steps in its episode ledger), "
+        f"- Wall time: {summary.get('wall_s', 0):.0f} s"
+        + (
+            f"; **the wall-clock safety limit ({settings.task.wall_s:g} s) was reached**: "
+            "work under way was cancelled, so this result depends on the machine's speed"
+            if summary.get("wall_limit_reached")
+            else f" (the wall-clock safety limit, {settings.task.wall_s:g} s, was not reached)"
+            if settings.task.wall_s > 0
+            else " (no wall-clock limit)"
+        ),
+        f"- Env steps: **{summary.get('env_steps', 0):,}** world steps in all, every one the "
+        f"run took: {_split(summary.get('env_steps_by_kind', {}))}"
+        + (
+            f"; budget {summary['env_step_budget']:,}"
+            if summary.get("env_step_budget") is not None
+            else ""
+        ),
+        f"- Crafter score: {summary.get('score_all_episodes', 0):.1f}% over the "
+        f"{summary.get('scoreboard_episodes', 0):,} episodes the run stepped within its budget "
+        f"({summary.get('scoreboard_steps', 0):,} env steps; the scoreboard protocol, as "
+        "Crafter's own `read_metrics` computes it from `rollouts/stats.jsonl`), "
         f"{summary.get('score_final', 0):.1f}% for the final policy",
         f"- Agent calls: {summary['model_calls']} ({summary['model_calls_replayed']} replayed "
         f"on resume); tokens {summary['tokens_in']:,} in, {summary['tokens_out']:,} out",

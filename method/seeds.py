@@ -9,10 +9,17 @@ versions, which report. Ranges never overlap for any run seed in ``RUN_SEEDS``
 | held-out    | ``1,000,000 + [0, 10,000)``                 | a learner's held-out success rate |
 | final       | ``2,000,000 + seed·1,000 + [0, 1,000)``     | the final policy's evaluation     |
 | play        | ``3,000,000 + seed·100,000 + [0, 100,000)`` | playing on to the env-step budget |
+| retry k     | training + ``k·RETRY_STRIDE``, k = 1…3      | a training reset whose setup died |
+| bench board | ``100,000,000 + seed·1,000,000 + [0, 1M)``  | a benchmark variant's own episodes|
 
-A training reset whose setup dies retries another world ``RETRY_SEED_STRIDE`` further on
-(:mod:`envs.rl_env`); those worlds are drawn from the same arithmetic, far apart from
-the reporting ranges for the pools' sizes.
+Choosing and reporting never share a world: versions are chosen on the *code* worlds
+(and a learner's *held-out* worlds), the final policy is reported on the *final* worlds,
+which nothing else touches. Every benchmark variant (RL-GPT, code-only, PPO) reports its
+final agent on the same ``final_seeds(seed, n)``: paired, world for world.
+
+A training reset whose setup dies retries the world ``RETRY_STRIDE`` further on
+(:mod:`envs.rl_env`, ``setup_retry_stride``), up to ``SETUP_RETRIES`` times: those
+worlds have rows of their own above, past every other range.
 """
 
 from __future__ import annotations
@@ -36,6 +43,15 @@ FINAL_STRIDE = 1_000
 PLAY_BASE = 3_000_000
 PLAY_STRIDE = 100_000
 """Worlds played after the final evaluation, until the env-step budget is spent."""
+SETUP_RETRIES = 3
+"""Further worlds a training reset tries when setup code fails on one (the player can die
+on the way to a sub-action's start); a config whose setup keeps failing still fails."""
+RETRY_STRIDE = 10_000_000
+"""Retry ``k`` of a training world ``w`` plays world ``w + k·RETRY_STRIDE``."""
+BENCH_BASE = 100_000_000
+BENCH_STRIDE = 1_000_000
+"""A benchmark variant's own episodes (code-only's scoreboard) for base seed ``s``:
+``BENCH_BASE + s·BENCH_STRIDE + k``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +78,11 @@ def play_seeds(seed: int) -> range:
     return range(start, start + PLAY_STRIDE)
 
 
+def bench_seeds(seed: int) -> range:
+    """Worlds a benchmark variant plays for its own scoreboard (not its final agent)."""
+    return _stride(BENCH_BASE, seed, BENCH_STRIDE)
+
+
 def training_pool(seed: int, worlds: int) -> range:
     """The worlds a training job of run seed ``seed`` resets into."""
     if not 0 <= worlds <= POOL_STRIDE:
@@ -77,7 +98,16 @@ def table(seed: int) -> list[SeedRange]:
         SeedRange("held_out", range(HELD_OUT_BASE, HELD_OUT_BASE + HELD_OUT_SIZE)),
         SeedRange("final", _stride(FINAL_BASE, seed, FINAL_STRIDE)),
         SeedRange("play", play_seeds(seed)),
+        *(
+            SeedRange(f"retry {k}", _shifted(training_pool(seed, POOL_STRIDE), k * RETRY_STRIDE))
+            for k in range(1, SETUP_RETRIES + 1)
+        ),
+        SeedRange("bench board", bench_seeds(seed)),
     ]
+
+
+def _shifted(worlds: range, by: int) -> range:
+    return range(worlds.start + by, worlds.stop + by)
 
 
 def _stride(base: int, seed: int, stride: int) -> range:

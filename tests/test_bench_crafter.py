@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import benchmarks.crafter_bench as bc  # noqa: E402
-from method import ledger  # noqa: E402
+from method import ledger, seeds  # noqa: E402
 
 A = bc.ACHIEVEMENTS
 
@@ -241,7 +241,8 @@ def test_tiny_real_run_of_code_and_ppo(tmp_path):
     assert len(board) >= 2 and c["scoreboard"]["episodes"] == len(board)
     assert sum(ep["steps"] for ep in board) <= 400
     assert all(0 < ep["steps"] <= 200 for ep in board)
-    assert [ep["seed"] for ep in board] == list(range(len(board)))
+    # The code variant's own worlds are the seed table's benchmark rows, in order.
+    assert [ep["seed"] for ep in board] == list(seeds.bench_seeds(0)[: len(board)])
     # Real Crafter: the coded curriculum chops wood in its first episodes.
     assert c["scoreboard"]["rates"]["collect_wood"] > 0
     assert all(set(ep["achievements"]) <= set(A) for ep in board)
@@ -251,5 +252,7 @@ def test_tiny_real_run_of_code_and_ppo(tmp_path):
     assert p["scoreboard"]["episodes"] == len(p["episodes"]["scoreboard"]) >= 1
     final_seed = p["episodes"]["final"][0]["seed"]
     assert final_seed not in {ep["seed"] for ep in p["episodes"]["scoreboard"]}
+    # Paired: both variants' final agents played the same worlds, the run's final seeds.
+    assert [ep["seed"] for ep in c["episodes"]["final"]] == [final_seed] == seeds.final_seeds(0, 1)
     text = out.read_text()
     assert "Code only (skill library, no RL)" in text and "## Published" in text

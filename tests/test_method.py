@@ -4,14 +4,18 @@ PPO and composes a final policy on the real game; a killed head resumes its run.
 from __future__ import annotations
 
 import json
+import math
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers import ROOT
 
+from envs.crafter_world import STEP_TALLY_ENV, tallied_steps
 from method import ledger
 
 RUN = [sys.executable, str(ROOT / "run.py")]
@@ -59,16 +63,45 @@ def _named(events: list[dict], name: str) -> list[dict]:
     return [e for e in events if e.get("event") == name]
 
 
-def _start(tmp_path: Path, *args: str) -> subprocess.Popen:
+def _start(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [*RUN, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*RUN, *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=None if env is None else {**os.environ, **env},
     )
+
+
+def crafter_read_metrics(path: Path, budget: float) -> float:
+    """Crafter's score as its own ``analysis/read_metrics.py`` and ``common.py`` compute
+    it from a ``stats.jsonl``, written out again here as an independent check: episodes
+    in file order while the summed lengths stay within ``budget``; per achievement key,
+    the percentage of those episodes with a count >= 1; exp(mean(ln(1 + %))) - 1."""
+    steps, columns = 0, {}
+    for text in path.read_text().split("\n"):
+        if not text.strip():
+            continue
+        episode = json.loads(text)
+        steps += episode["length"]
+        if steps > budget:
+            break
+        for key, value in episode.items():
+            if key.startswith("achievement_"):
+                columns.setdefault(key, []).append(value)
+    percents = [100 * sum(v >= 1 for v in values) / len(values) for values in columns.values()]
+    assert len(percents) == 22
+    return math.exp(sum(math.log(1 + p) for p in percents) / len(percents)) - 1
 
 
 def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     config = tmp_path / "small.toml"
     config.write_text(SMALL)
-    proc = _start(tmp_path, "--config", str(config))
+    tally = tmp_path / "tally"
+    tally.mkdir()
+    # Every world, in whatever process, counts its own steps there (the lowest level).
+    proc = _start(tmp_path, "--config", str(config), env={STEP_TALLY_ENV: str(tally)})
     _, err = proc.communicate(timeout=540)
     assert proc.returncode == 0, err[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -80,6 +113,9 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     assert trained and all(e["job"].startswith("place_table") for e in trained)
     final = {e["subaction"]: e for e in _named(events, "final_stage")}
     assert final["place_table"]["mode"] == "rl"
+    # No empty stage in the final policy: every step of the plan has a version in it.
+    assert set(final) == {s.split(":")[0] for s in plan["subactions"]}
+    assert not _named(events, "stage_missing")
     report = json.loads((run_dir / "report.json").read_text())
     assert report["learned_stages"] >= 1 and report["final_episodes"] == 4
     assert 0.0 <= report["final_success"] <= 1.0
@@ -96,6 +132,24 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == sum(line["steps"] for line in ledger)
     assert 0.0 < summary["score_all_episodes"] <= 100.0 and summary["score_final"] > 0.0
+    # Every world step any world took is booked, once, by kind: setup at training
+    # resets included; the worlds' own counters add up to the same total.
+    assert tallied_steps(tally) == summary["env_steps"]
+    by_kind = summary["env_steps_by_kind"]
+    assert sum(by_kind.values()) == summary["env_steps"]
+    assert by_kind["setup"] > 0 and by_kind["train"] > 0 and by_kind["held_out"] > 0
+    assert f"{summary['env_steps']:,}** world steps in all" in text
+    # stats.jsonl holds every episode (training ones too): Crafter's own formula on it
+    # gives the run's score.
+    stats = run_dir / "rollouts" / "stats.jsonl"
+    lengths = [json.loads(line)["length"] for line in stats.read_text().splitlines()]
+    assert sum(lengths) == summary["env_steps"] and len(lengths) == summary["episodes"]
+    budget = summary["env_step_budget"]
+    expected = crafter_read_metrics(stats, budget)
+    assert summary["score_all_episodes"] == pytest.approx(expected, abs=0.005)
+    assert f"{summary['score_all_episodes']:.1f}% over the" in text
+    # The wall clock did not decide this run, and the report says so.
+    assert summary["wall_limit_reached"] is False and "(no wall-clock limit)" in text
     assert "Crafter score" in text
     calls = [json.loads(line) for line in (run_dir / "calls.jsonl").read_text().splitlines()]
     assert {(c["role"], c["purpose"]) for c in calls} >= {

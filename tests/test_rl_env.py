@@ -256,6 +256,32 @@ def test_setup_that_fails_in_some_worlds_is_retried_on_other_seeds():
         SubtaskEnv(config_with(setup_code=setup)).reset(seed=2008)
 
 
+def test_every_world_step_is_counted_setup_and_failed_setups_included():
+    # Setup walks to wood (achievements on the way), fails in worlds with water in view
+    # after a step: the failed attempts' steps and the setup's steps are world steps too.
+    setup = "def run(skills):\n    yield 'noop'\n    if skills.sees('water'):\n"
+    setup += "        raise ValueError('wet')\n    yield from skills.collect('tree', 1)\n"
+    env = SubtaskEnv(config_with(setup_code=setup), setup_retries=3)
+    world = env.world
+    assert isinstance(world, CrafterWorld)
+    setups = 0
+    for seed in (2007, 2008, 2009):
+        _, info = env.reset(seed=seed)
+        setups += info["setup_failures"]
+        for _ in range(5):
+            _, _, terminated, truncated, _ = env.step(0)
+            if terminated or truncated:
+                break
+    assert setups >= 1  # seed 2008 has water in its first view
+    episodes = env.take_world_episodes()
+    assert len(episodes) == 3 + setups  # a failed setup is an episode of its own
+    assert env.world_steps == world.steps_taken == sum(length for length, _, _ in episodes)
+    assert 0 < env.setup_steps_total < env.world_steps
+    # What setup unlocked is the episode's (collect_wood happens during setup).
+    assert all(counts.get("collect_wood", 0) >= 1 for length, _, counts in episodes if length > 6)
+    assert env.take_world_episodes() == []  # each episode is handed over once
+
+
 # ---------------------------------------------------------------------- code errors
 
 

@@ -8,6 +8,7 @@ same from percentages). ``crafter_score`` takes rates as fractions (0…1) and r
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -15,6 +16,7 @@ from crafter import constants
 from hypothesis import given
 from hypothesis import strategies as st
 
+from method import ledger
 from method.ledger import crafter_score
 
 ACHIEVEMENTS = tuple(constants.achievements)  # the game's own list, not ours
@@ -68,3 +70,76 @@ def test_score_reads_only_the_listed_achievements():
 def test_score_needs_the_achievement_list():
     with pytest.raises(ValueError, match="achievement list"):
         crafter_score({"collect_wood": 1.0}, [])
+
+
+# ---------------------------------------------------------------------- the run's score
+
+
+def test_success_rate_is_the_share_of_episodes_with_the_achievement_at_least_once():
+    # Four episodes: wood in three (twice in one: still one episode), a table in one.
+    episodes = [{"collect_wood": 2}, {"collect_wood": 1, "place_table": 1}, {}, {"collect_wood": 1}]
+    rates = ledger.success_rates(episodes, ACHIEVEMENTS)
+    assert rates["collect_wood"] == 0.75 and rates["place_table"] == 0.25
+    assert rates["collect_diamond"] == 0.0 and len(rates) == 22
+    # By hand: exp((ln 76 + ln 26) / 22) - 1 = exp((4.3307 + 3.2581) / 22) - 1 = 0.41191.
+    assert crafter_score(rates, ACHIEVEMENTS) == pytest.approx(0.41191, abs=1e-5)
+
+
+def _rollout(kind: str, steps: int, counts: dict, seed: int = 0) -> dict:
+    return {"id": f"{kind}:j:{seed}", "kind": kind, "seed": seed, "steps": steps,
+            "achievements": sorted(counts), "counts": counts, "reward": 0.0}  # fmt: skip
+
+
+def _training(log: list, split: dict) -> dict:
+    got: dict[str, int] = {}
+    for _, _, counts in log:
+        for name in counts:
+            got[name] = got.get(name, 0) + 1
+    return {"id": "train:j", "kind": "train", "job": "j", "episodes": len(log),
+            "steps": sum(split.values()), "split": split, "achievement_episodes": got,
+            "episode_log": log}  # fmt: skip
+
+
+LINES = [
+    _rollout("code", 100, {"collect_wood": 1}),
+    # A training job: 110 world steps (80 PPO, 20 setup, 10 held-out), two episodes.
+    _training(
+        [[50, 0.0, {"collect_wood": 1}], [60, 0.0, {}]], {"train": 80, "setup": 20, "held_out": 10}
+    ),
+    _rollout("play", 100, {"collect_wood": 1, "place_table": 1}, seed=1),
+]
+
+
+def test_scoreboard_counts_episodes_in_order_within_the_budget():
+    # Within 210 steps: the code episode (100), both training episodes (50 + 60); the
+    # play episode would pass the budget and is left out, as Crafter's read_metrics does.
+    board = ledger.scoreboard(LINES, ACHIEVEMENTS, budget=210)
+    assert (board["episodes"], board["steps"]) == (3, 210)
+    assert board["rates"]["collect_wood"] == pytest.approx(2 / 3)
+    # By hand: one achievement at 66.67 %: exp(ln(67.667) / 22) - 1 = exp(0.19157) - 1.
+    assert board["score"] == pytest.approx(0.21115, abs=1e-5)
+    every = ledger.scoreboard(LINES, ACHIEVEMENTS)
+    assert (every["episodes"], every["steps"]) == (4, 310)
+    assert every["rates"]["collect_wood"] == 0.75 and every["rates"]["place_table"] == 0.25
+    assert every["score"] == pytest.approx(0.41191, abs=1e-5)
+    assert ledger.scoreboard([], ACHIEVEMENTS)["score"] == 0.0
+
+
+def test_steps_are_split_by_kind_and_add_up():
+    assert ledger.steps_by_kind(LINES) == {
+        "code": 100, "held_out": 10, "play": 100, "setup": 20, "train": 80
+    }  # fmt: skip
+
+
+def test_stats_file_holds_every_booked_episode_in_crafters_format(tmp_path):
+    ledger.append(tmp_path, LINES)
+    path = ledger.write_stats(tmp_path, ACHIEVEMENTS)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["length"] for r in rows] == [100, 50, 60, 100]
+    assert [r["achievement_collect_wood"] for r in rows] == [1, 1, 0, 1]
+    assert set(rows[0]) == {"length", "reward"} | {f"achievement_{a}" for a in ACHIEVEMENTS}
+
+
+def test_a_split_that_does_not_add_up_is_refused(tmp_path):
+    bad = dict(LINES[1], steps=111)
+    assert "adds up to 110" in ledger.line_problem(bad)

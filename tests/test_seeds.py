@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import itertools
 
 import pytest
+from helpers import ROOT
 
 from messages.train import TrainRequest
 from method import seeds
@@ -30,3 +33,46 @@ def test_a_request_past_a_range_is_refused_not_spilled_into_the_next() -> None:
         seeds.code_seeds(0, 1001)
     with pytest.raises(ValueError, match="train_worlds is at most 10000"):
         seeds.training_pool(0, 10_001)
+
+
+def test_a_training_reset_retries_on_worlds_of_the_tables_retry_rows() -> None:
+    # Setup that always dies: the env tries the asked world and SETUP_RETRIES more, each
+    # RETRY_STRIDE further on, all inside the table's retry rows and no other row.
+    from envs.configs import collect_wood_with_coded
+    from envs.rl_env import SetupError, SubtaskEnv
+
+    config = dataclasses.replace(
+        collect_wood_with_coded(),
+        setup_code="def run(skills):\n    raise ValueError('no')\n    yield 'noop'\n",
+    )
+    env = SubtaskEnv(
+        config, setup_retries=seeds.SETUP_RETRIES, setup_retry_stride=seeds.RETRY_STRIDE
+    )
+    pool = seeds.training_pool(7, 100)
+    with pytest.raises(SetupError) as caught:
+        env.reset(seed=pool[5])
+    last = caught.value.seed
+    assert last == pool[5] + seeds.SETUP_RETRIES * seeds.RETRY_STRIDE
+    rows = [r.name for r in seeds.table(7) if last in r.worlds]
+    assert rows == [f"retry {seeds.SETUP_RETRIES}"]
+
+
+def test_the_learner_retries_with_the_tables_stride() -> None:
+    from actors import learner
+
+    assert learner.SETUP_RETRIES == seeds.SETUP_RETRIES
+    source = inspect.getsource(learner.LearnerActor.train)
+    assert "setup_retry_stride=seeds.RETRY_STRIDE" in source
+
+
+def test_every_benchmark_variant_reports_on_the_runs_final_worlds() -> None:
+    from benchmarks.crafter_bench import protocol
+    from method.driver import task_of
+    from method.settings import load
+
+    assert protocol.final_worlds(3, 100) == seeds.final_seeds(3, 100)
+    settings = load(str(ROOT / "configs" / "crafter.toml"))
+    assert task_of(settings).eval_seeds == protocol.final_worlds(settings.run.seed, 100)
+    for row in seeds.table(0):
+        if row.name != "final":
+            assert not set(protocol.final_worlds(0, 100)) & set(row.worlds)

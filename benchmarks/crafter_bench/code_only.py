@@ -13,11 +13,12 @@ import multiprocessing
 import time
 from typing import Any
 
+from method import seeds
+
 from .protocol import (
     EPISODE_STEPS,
-    FINAL_SEED_BASE,
     PROCESSES,
-    SEED_STRIDE,
+    final_worlds,
     run_episodes_within,
     summarize,
 )
@@ -96,12 +97,11 @@ def run_code(
     started = time.monotonic()
     _WORKER["max_steps"] = max_steps  # inherited by the forked workers...
     _prepare_code()  # ...and so are the compiled stages
-    first = seed * SEED_STRIDE
-    board, stepped = run_episodes_within(
-        _play_code, range(first, first + SEED_STRIDE), budget, processes
-    )
+    worlds = seeds.bench_seeds(seed)
+    first = worlds.start
+    board, stepped = run_episodes_within(_play_code, worlds, budget, processes)
     board_s = time.monotonic() - started
-    final_seeds = list(range(FINAL_SEED_BASE, FINAL_SEED_BASE + final_episodes))
+    final_seeds = final_worlds(seed, final_episodes)  # the same as every variant's
     with multiprocessing.get_context("fork").Pool(processes) as pool:
         final = pool.map(_code_episode_args, [(s, max_steps) for s in final_seeds], chunksize=1)
     wall = time.monotonic() - started

@@ -17,7 +17,7 @@ from typing import Any
 
 from method.settings import TaskSettings, TrainingSettings
 
-from .protocol import EPISODE_STEPS, FINAL_SEED_BASE, OBSERVATION, PROCESSES, summarize
+from .protocol import EPISODE_STEPS, OBSERVATION, PROCESSES, final_worlds, summarize
 
 # Plain PPO trains as the system's learners do: the same settings a run config that
 # leaves [task] train_envs and [training.ppo] alone gives them (method/settings.py).
@@ -158,11 +158,10 @@ def run_ppo(
         vec.close()
     board = ledger.episodes
     used = {ep["seed"] for ep in board} | {ep["seed"] for ep in ledger.current}
-    final_seeds, candidate = [], FINAL_SEED_BASE
-    while len(final_seeds) < final_episodes:
-        if candidate not in used:  # unseen: never a training world
-            final_seeds.append(candidate)
-        candidate += 1
+    final_seeds = final_worlds(seed, final_episodes)  # the same as every variant's
+    trained_on = sorted(used.intersection(final_seeds))
+    if trained_on:  # random training worlds: ~1 chance in 10⁴ per run of 1M steps
+        raise RuntimeError(f"PPO trained on final worlds {trained_on[:5]}: pick another --seed")
     eval_started = time.monotonic()
     with multiprocessing.get_context("fork").Pool(processes) as pool:
         final = pool.map(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from method import ledger
+from method import ledger, seeds
 
 ACHIEVEMENTS: tuple[str, ...] = (
     "collect_coal",
@@ -59,13 +59,20 @@ DEFAULT_FINAL = 100
 """Final-agent episodes: enough unseen worlds that one lucky world moves a rate by 1 %."""
 QUICK_FINAL = 10
 """``--quick``: final-agent episodes."""
-FINAL_SEED_BASE = 10_000_000
-"""First world seed of the final-agent evaluation (code and ppo): far from the seeds the
-scoreboard episodes use (code: ``seed * SEED_STRIDE + k``; ppo: drawn at random and
-checked for overlap)."""
-SEED_STRIDE = 1_000_000
-"""Scoreboard world seeds per base seed: no budget plays a million episodes, so two base
-seeds never share a world."""
+FINAL_SEED_BASE = seeds.FINAL_BASE
+"""First world seed of the final-agent evaluation, the run's own seed table's: every
+variant (rlgpt, code, ppo) reports its final agent on ``final_worlds(seed, n)``, the same
+worlds the RL-GPT run's final evaluation uses (paired)."""
+SEED_STRIDE = seeds.BENCH_STRIDE
+"""Scoreboard world seeds per base seed (code: ``seeds.bench_seeds(seed)``): no budget
+plays a million episodes, so two base seeds never share a world."""
+
+
+def final_worlds(seed: int, episodes: int) -> list[int]:
+    """The final agent's worlds for base seed ``seed``: the same for every variant."""
+    return seeds.final_seeds(seed, episodes)
+
+
 PROCESSES = 2
 """Worker processes for the code variant's episodes and the ppo variant's evaluation."""
 

@@ -25,7 +25,7 @@ QUICK_TASK = {
     "code_episodes": 2,
     "train_steps": 2048,
     "train_envs": 2,
-    "wall_s": 300,
+    "wall_s": 3600,  # a safety limit a quick run never reaches: env steps decide
 }
 """``[task]`` keys set by ``--quick``: one pass of the outer loop with small training jobs,
 so the full system runs in minutes."""

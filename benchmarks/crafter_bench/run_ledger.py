@@ -10,9 +10,10 @@ from typing import Any
 
 from method import ledger
 
-from .protocol import summarize
+from .protocol import ACHIEVEMENTS, percent, summarize
 
 EPISODE_KINDS = ("code", "train", "final", "video", "play")
+"""(A training line's steps are split further into train, setup and held_out.)"""
 """Kinds of ledger lines (``method/ledger.py``); all count for the scoreboard, ``final``
 lines alone make the final-agent figure."""
 
@@ -80,13 +81,22 @@ def read_ledger(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 def ledger_result(
     lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], budget: int
 ) -> dict[str, Any]:
-    """A variant result from a run's ledger: scoreboard over every episode, final agent
-    over the ``final`` ones."""
+    """A variant result from a run's ledger: scoreboard over every episode within the
+    budget (``method.ledger.scoreboard``, the run's own figure), final agent over the
+    ``final`` ones."""
     final = [line for line in lines if line["kind"] == "final"]
     kinds = dict.fromkeys(line["kind"] for line in lines)  # in order of first appearance
+    board = ledger.scoreboard(lines, ACHIEVEMENTS, budget)
+    rates = percent(board["rates"])
     result = {
         "budget": budget,
-        "scoreboard": summarize(lines),
+        "scoreboard": {
+            "episodes": board["episodes"],
+            "steps": board["steps"],
+            "rates": rates,
+            "score": board["score"],
+            "diamond": rates["collect_diamond"],
+        },
         "final": summarize(final),
         "env_steps": int(summary["env_steps"]),
         "wall_s": float(summary["wall_s"]),
@@ -96,6 +106,14 @@ def ledger_result(
         "seeds": {"final": sorted({int(line["seed"]) for line in final})},
     }
     # The run's own figures, kept beside ours as a cross-check.
-    own = ("score_all_episodes", "score_final", "episodes", "stop_reason", "backend")
+    own = (
+        "score_all_episodes",
+        "score_final",
+        "episodes",
+        "stop_reason",
+        "backend",
+        "env_steps_by_kind",
+        "wall_limit_reached",
+    )
     result["run_summary"] = {k: summary[k] for k in own if k in summary}
     return result

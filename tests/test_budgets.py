@@ -1,0 +1,50 @@
+"""The env-step budget decides a run, not the wall clock: shipped configs and the
+benchmark keep ``[task] wall_s`` as a safety limit far above what a run takes."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import ROOT
+
+from benchmarks.crafter_bench.rlgpt import QUICK_TASK
+from method.settings import load
+
+SAFETY_S = 3600
+"""Far above any shipped run here (diamond ~10-20 min, the quick benchmark minutes)."""
+
+
+@pytest.mark.parametrize("name", ["diamond.toml", "crafter.toml"])
+def test_shipped_configs_keep_the_wall_clock_as_a_safety_limit_only(name: str) -> None:
+    settings = load(str(ROOT / "configs" / name))
+    assert settings.task.wall_s == 0 or settings.task.wall_s >= SAFETY_S
+
+
+def test_the_quick_benchmark_is_not_cut_by_the_wall_clock() -> None:
+    assert QUICK_TASK["wall_s"] >= SAFETY_S
+
+
+def _report(tmp_path, stop_reason: str) -> str:
+    from messages.plan import RunTask, TaskReport
+    from method.report import write_report
+
+    settings = load(str(ROOT / "configs" / "diamond.toml"))
+    task = RunTask("t", "diamond", 0.3, 1, 10_000, eval_seeds=[2_000_000, 2_000_001], code_seeds=[])
+    report = TaskReport([], [], 0.5, 2, [], stop_reason)
+    summary = {
+        "backend": "offline", "model_calls": 0, "model_calls_replayed": 0, "tokens_in": 0,
+        "tokens_out": 0, "wall_s": 12.0, "wall_limit_reached": stop_reason == "wall_time",
+        "env_steps": 300, "env_steps_by_kind": {"code": 200, "setup": 100},
+        "final_success_interval": [0.0945, 0.9055],
+    }  # fmt: skip
+    return write_report(tmp_path, settings, task, report, summary, []).read_text()
+
+
+def test_the_report_says_when_the_wall_clock_decided(tmp_path) -> None:
+    text = _report(tmp_path, "wall_time")
+    assert "**the wall-clock safety limit (14400 s) was reached**" in text
+    text = _report(tmp_path, "iterations")
+    assert "safety limit, 14400 s, was not reached" in text
+    # Every world step, split by kind, and the final success with its interval.
+    assert "**300** world steps in all, every one the run took: 200 code evaluation, " in text
+    assert "100 setup code at training resets" in text
+    assert "(1/2; 95 % interval 9%–91%)" in text

@@ -1,0 +1,182 @@
+"""Selection by measured confidence: the paired comparison (``method.compare``) on
+hand-made outcomes, and the rules the fast and slow agents follow with it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import trio
+
+from actors.fast import _Best
+from actors.slow import SlowAgent, _unreached
+from messages.plan import Plan, RunTask, SubAction, SubActionOutcome
+from messages.rollout import EpisodeReport, RolloutResult, StageRun
+from messages.task import Stage, Subtask
+from method.compare import NOT_REACHED, compare, stage_outcomes, wilson_interval, wilson_lower
+
+X = NOT_REACHED
+
+
+def test_wilson_lower_bound_by_hand():
+    # All of n won: the bound is n / (n + z²); z² = 3.8415. 4 → 0.51010, 3 → 0.43850.
+    assert wilson_lower(4, 4) == pytest.approx(4 / (4 + 1.959964**2), abs=1e-6)
+    assert wilson_lower(3, 3) == pytest.approx(0.43850, abs=1e-5)
+    assert wilson_lower(0, 0) == 0.0
+    # 7 of 8: p = 0.875, (0.875 + 0.24009 - 1.95996·sqrt(0.013672 + 0.015006)) / 1.48019
+    assert wilson_lower(7, 8) == pytest.approx(
+        (0.875 + 3.8415 / 16 - 1.959964 * math.sqrt(0.875 * 0.125 / 8 + 3.8415 / 256))
+        / (1 + 3.8415 / 8),
+        abs=1e-4,
+    )
+
+
+def test_a_tie_keeps_the_incumbent():
+    same = [1, 0, 1, 1, 0] * 4
+    verdict = compare(same, same)
+    assert (verdict.difference, verdict.worlds, verdict.challenger_wins) == (0.0, 20, False)
+
+
+def test_four_disagreements_all_won_are_the_least_that_replace():
+    incumbent = [0] * 4 + [1] * 16
+    four = [1] * 4 + [1] * 16
+    verdict = compare(incumbent, four)
+    # 4 of 4 won: 4/20 × (2 × 0.5101 − 1) = 0.00404 > 0.
+    assert verdict.difference == pytest.approx(0.2)
+    assert verdict.lower == pytest.approx(0.2 * (2 * wilson_lower(4, 4) - 1))
+    assert verdict.challenger_wins
+    three = [1] * 3 + [0] + [1] * 16
+    assert not compare(incumbent, three).challenger_wins  # 3 of 3: bound below 0
+
+
+def test_a_better_rate_on_few_worlds_does_not_replace():
+    # 7 against 6 successes on 8 worlds (one disagreement): not a measured difference.
+    incumbent = [1, 1, 1, 1, 1, 1, 0, 0]
+    challenger = [1, 1, 1, 1, 1, 1, 1, 0]
+    verdict = compare(incumbent, challenger)
+    assert verdict.difference == pytest.approx(1 / 8) and not verdict.challenger_wins
+    # 7 of 8 disagreements won passes; 6 of 8 does not.
+    a = [0] * 7 + [1] + [1] * 12
+    assert compare(a, [1] * 7 + [0] + [1] * 12).challenger_wins
+    b = [0] * 6 + [1] * 2 + [1] * 12
+    assert not compare(b, [1] * 6 + [0] * 2 + [1] * 12).challenger_wins
+
+
+def test_worlds_one_version_never_reached_are_not_compared():
+    # The challenger succeeds on worlds the incumbent never reached: no evidence.
+    incumbent = [X] * 6 + [1, 0]
+    challenger = [1] * 6 + [1, 0]
+    verdict = compare(incumbent, challenger)
+    assert verdict.worlds == 2 and verdict.difference == 0.0 and not verdict.challenger_wins
+
+
+def test_outcomes_must_be_on_the_same_worlds():
+    with pytest.raises(ValueError, match="same worlds"):
+        compare([1, 0], [1])
+
+
+# ---------------------------------------------------------------------- the agents' rules
+
+NAME = "collect_stone"
+SEEDS = list(range(500_000, 500_020))
+
+
+def result(outcomes: list[int]) -> RolloutResult:
+    """A composed evaluation with the given per-world outcomes for stage NAME."""
+    episodes = []
+    for seed, o in zip(SEEDS, outcomes, strict=True):
+        runs = [] if o == X else [StageRun(NAME, bool(o), 10, "success" if o else "step_budget")]
+        episodes.append(EpisodeReport(seed, o == 1, 10, 0.0, [], "x", stages=runs))
+    return RolloutResult.of_episodes(NAME, episodes, actor_id="t")
+
+
+def stage(code: str) -> Stage:
+    return Stage(subtask=Subtask(name=NAME), code=code)
+
+
+def test_the_first_version_is_kept_even_with_no_success():
+    best = _Best()
+    assert best.offer(result([0] * 20), NAME, stage("v1"), SEEDS)
+    assert best.stage is not None and best.stage.code == "v1" and best.rate == 0.0
+
+
+def test_a_later_version_replaces_only_when_measurably_better():
+    best = _Best()
+    best.offer(result([1] * 10 + [0] * 10), NAME, stage("v1"), SEEDS)
+    # Same rate on other worlds (5 disagreements each way): kept.
+    assert not best.offer(result([0] * 5 + [1] * 10 + [0] * 5), NAME, stage("v2"), SEEDS)
+    # One more success: kept (a coin flip would have taken it).
+    assert not best.offer(result([1] * 11 + [0] * 9), NAME, stage("v3"), SEEDS)
+    assert best.stage.code == "v1"
+    assert best.offer(result([1] * 18 + [0] * 2), NAME, stage("v4"), SEEDS)
+    assert best.stage.code == "v4" and best.rate == 0.9
+
+
+def outcome(mode: str, outcomes: list[int], code: str = "x", policy: str = "") -> SubActionOutcome:
+    rate = sum(o == 1 for o in outcomes) / max(1, sum(o >= 0 for o in outcomes))
+    st = Stage(subtask=Subtask(name=NAME), code=code, policy_path=policy)
+    return SubActionOutcome(
+        NAME, mode, rate, rate >= 0.9, st, 1, seed_outcomes=outcomes,
+        reached=sum(o >= 0 for o in outcomes),
+    )  # fmt: skip
+
+
+def test_a_learned_version_does_not_win_a_tie():
+    coded = outcome("code", [1] * 12 + [0] * 8)
+    learned = outcome("rl", [1] * 12 + [0] * 8, code="", policy="p.zip")
+    assert SlowAgent._chosen([coded, learned]) is coded
+    better = outcome("rl", [1] * 19 + [0], code="", policy="p.zip")
+    assert SlowAgent._chosen([coded, learned, better]) is better
+
+
+def test_an_empty_stage_is_never_chosen():
+    empty = outcome("rl", [1] * 20, code="")  # training failed: nothing to compose
+    coded = outcome("code", [0] * 20)
+    assert SlowAgent._chosen([coded, empty]) is coded
+    assert SlowAgent._chosen([empty, coded]) is coded
+
+
+def test_stage_outcomes_follow_the_worlds_order():
+    got = stage_outcomes(result([1, 0, X] + [0] * 17), NAME, SEEDS[:3] + [7])
+    assert got == [1, 0, X, X]  # a world with no episode is not reached
+
+
+class FakeAgents:
+    """A stand-in for the run's agents: the slow agent's model answers with a fixed
+    revision (moving every sub-action to RL), so the slow agent's own rule is tested."""
+
+    async def call(self, role: str, purpose: str, request: dict) -> dict:
+        self.request = request
+        changes = [{"subaction": s["name"], "change": "to_rl"} for s in request["subactions"]]
+        return {"changes": changes, "reason": "fake"}
+
+
+def test_a_stage_never_reached_is_not_sent_to_rl_for_its_predecessors():
+    wood = SubAction("collect_wood", Subtask(name="collect_wood"), "code")
+    stone = SubAction("collect_stone", Subtask(name=NAME), "code", depends=["collect_wood"])
+    plan = Plan(task="t", version=1, subactions=[wood, stone])
+    outcomes = {
+        "collect_wood": [outcome("code", [1] * 2 + [0] * 18)],
+        "collect_stone": [outcome("code", [1] * 2 + [X] * 18)],
+    }
+    outcomes["collect_stone"][0] = outcome("code", [X] * 20)
+    assert _unreached(outcomes["collect_stone"]) and not _unreached(outcomes["collect_wood"])
+    slow = SlowAgent.__new__(SlowAgent)
+    slow.agents = FakeAgents()
+    task = RunTask("t", "stone", 0.5, 3, 10_000, eval_seeds=[], code_seeds=SEEDS)
+    revised = trio.run(slow._revise, task, plan, outcomes, 0.0, 1, 0)
+    assert revised is not None
+    new, redo = revised
+    modes = {s.name: s.mode for s in new.subactions}
+    assert modes == {"collect_wood": "rl", "collect_stone": "code"}
+    assert list(redo) == ["collect_wood"]
+    stone_summary = slow.agents.request["subactions"][1]
+    assert stone_summary["reached"] is False and stone_summary["exhausted"] is False
+
+
+def test_wilson_interval_by_hand():
+    # 16 of 50: p = 0.32; Wilson: (0.32 + 0.038415 ± 1.96·sqrt(0.004352 + 0.000384)) / 1.07683
+    low, high = wilson_interval(16, 50)
+    assert low == pytest.approx(0.2076, abs=1e-3) and high == pytest.approx(0.4581, abs=1e-3)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert wilson_interval(5, 5)[1] == pytest.approx(1.0)
