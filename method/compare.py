@@ -52,7 +52,9 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)  # exact at the ends
+    return low, high
 
 
 def newcombe(a: tuple[int, int], b: tuple[int, int]) -> tuple[float, float, float]:
@@ -198,7 +200,9 @@ def plot(runs: list[Run], path: Path) -> Path:
     for i, r in enumerate(runs):
         low, high = wilson(r.successes, r.episodes)
         p = r.summary["final_success"]
-        ax_success.bar(i, p, color=colours(i), yerr=[[p - low], [high - p]], capsize=6)
+        ax_success.bar(
+            i, p, color=colours(i), yerr=[[max(0.0, p - low)], [max(0.0, high - p)]], capsize=6
+        )
         ax_success.text(i, high + 0.03, f"{p:.0%}", ha="center", fontsize=8)
     ax_success.set_xticks(xs, [f"run {i + 1}" for i in xs])
     ax_success.set_ylim(0, 1.15)

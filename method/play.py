@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from method.bundle import Bundle, BundleError, load_bundle, versions
@@ -35,7 +37,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--episodes", type=int, default=1, help="episodes, on seeds SEED, SEED+1, ...")
     p.add_argument("--video", default="", metavar="OUT.gif", help="write the episodes as a GIF")
-    p.add_argument("--json", action="store_true", help="one JSON object per episode on stdout")
+    p.add_argument(
+        "--records",
+        default="",
+        metavar="OUT.jsonl",
+        help="also write each episode as one JSON object (seed, success, steps, cause, "
+        "achievements, and whether it is the final evaluation's record) to this file",
+    )
     return p
 
 
@@ -55,32 +63,29 @@ def main(argv: list[str]) -> int:
         first = int(seeds[0])
     for line in _version_warnings(bundle):
         print(f"play warning: {line}", file=sys.stderr)
-    if not args.json:
-        kinds = ", ".join(
-            f"{s.subtask.name} ({'learned' if s.policy_path else 'coded'})" for s in bundle.stages
-        )
-        print(f"policy of run {bundle.manifest.get('run', '?')}: {kinds}")
-    played = play(bundle, range(first, first + args.episodes), video=bool(args.video))
-    clips = []
-    for episode, clip in played:
-        record = describe(bundle, episode)
-        if args.json:
-            print(json.dumps(record))
-        else:
-            print(_line(record))
+    kinds = ", ".join(
+        f"{s.subtask.name} ({'learned' if s.policy_path else 'coded'})" for s in bundle.stages
+    )
+    print(f"policy of run {bundle.manifest.get('run', '?')}: {kinds}", flush=True)
+    records, clips = [], []
+    for episode, clip in play(bundle, range(first, first + args.episodes), video=bool(args.video)):
+        records.append(describe(bundle, episode))
+        print(_line(records[-1]), flush=True)
         if clip is not None:
             clips.append(clip)
+    if args.records:
+        out = Path(args.records)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(json.dumps(r) + "\n" for r in records))
     if args.video:
         from method.video import write_labelled_gif
 
-        path = write_labelled_gif(clips, args.video)
-        if not args.json:
-            print(f"video: {path}")
+        print(f"video: {write_labelled_gif(clips, args.video)}")
     return 0
 
 
-def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> list[tuple[Any, Any]]:
-    """Play one episode per seed: [(ComposedEpisode, Clip or None)]."""
+def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> Iterator[tuple[Any, Any]]:
+    """Play one episode per seed, yielding (ComposedEpisode, Clip or None) as each ends."""
     from envs.composite import prepare_stages, run_composed
     from envs.crafter_world import CrafterWorld
     from envs.trace import TracingSkills
@@ -89,7 +94,6 @@ def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> list[tuple[Any, 
     world = CrafterWorld()
     stages = prepare_stages(bundle.stages, world)
     need_stages = prepare_stages([n.stage for n in bundle.needs], world)
-    out = []
     for seed in seeds:
         frames: list | None = [] if video else None
         unlocked = _Unlocked()
@@ -119,8 +123,7 @@ def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> list[tuple[Any, 
                 achievements=list(episode.achievements),
                 unlocked_at=unlocked.at,
             )
-        out.append((episode, clip))
-    return out
+        yield episode, clip
 
 
 class _Unlocked:
