@@ -158,11 +158,14 @@ def write_report(
     if summary.get("policy"):
         lines += [
             "",
-            "## Replay",
+            "## Replay and TensorBoard",
             "",
             f"The final policy is bundled in `{summary['policy']}`: "
             f"`python run.py play {run_dir}` replays it on any seed (`--seed N --episodes K"
             " --video out.gif`).",
+            "",
+            f"TensorBoard (the PPO jobs' curves and the run's figures): "
+            f"`tensorboard --logdir {run_dir}/tensorboard`.",
         ]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
