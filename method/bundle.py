@@ -27,6 +27,7 @@ This module never imports torch (the head writes the bundle); :mod:`method.play`
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import platform
@@ -38,7 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from envs.artifacts import sha256_of
+from envs.artifacts import inside, sha256_of
 from messages.base import SchemaError, build, to_wire
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import CodedAction, Need, RLConfig, Stage, Subtask
@@ -183,10 +184,13 @@ def _write_stage(put: Any, base: str, stage: Stage, run_dir: Path) -> dict[str, 
         return entry
     if stage.config is None:
         raise ValueError(f"learned stage {stage.subtask.name!r} has no RL config")
-    source = Path(stage.policy_path)
-    if not source.is_absolute():
-        source = Path(run_dir) / source
-    entry["policy"] = put(f"{base}/policy.zip", source.read_bytes())
+    # As the environment actors read it (a relative path is relative to the working
+    # directory, envs.artifacts.inside), and only from inside the run.
+    source = inside(run_dir, stage.policy_path)
+    data = source.read_bytes()
+    if hashlib.sha256(data).hexdigest() != stage.policy_sha256:
+        raise ValueError(f"{source} does not match the sha256 its learner reported")
+    entry["policy"] = put(f"{base}/policy.zip", data)
     entry["policy_sha256"] = stage.policy_sha256
     config = to_wire(stage.config)
     options = {}

@@ -203,7 +203,7 @@ def plot(runs: list[Run], path: Path) -> Path:
         ax_success.bar(
             i, p, color=colours(i), yerr=[[max(0.0, p - low)], [max(0.0, high - p)]], capsize=6
         )
-        ax_success.text(i, high + 0.03, f"{p:.0%}", ha="center", fontsize=8)
+        ax_success.text(i, 0.04, f"{p:.0%}", ha="center", fontsize=9, color="white")
     ax_success.set_xticks(xs, [f"run {i + 1}" for i in xs])
     ax_success.set_ylim(0, 1.15)
     ax_success.set_title("final success (95 % interval)", fontsize=10)
@@ -211,22 +211,21 @@ def plot(runs: list[Run], path: Path) -> Path:
     for i, r in enumerate(runs):
         values = [r.summary.get("score_final", 0.0), r.summary.get("score_all_episodes", 0.0)]
         offsets = [k + (i - (len(runs) - 1) / 2) * width for k in range(2)]
-        ax_score.bar(offsets, values, width, color=colours(i), label=f"run {i + 1}: {r.label}")
+        ax_score.bar(offsets, values, width, color=colours(i))
     ax_score.set_xticks([0, 1], ["final policy", "all episodes"])
     ax_score.set_ylabel("Crafter score (%)")
     ax_score.set_title("Crafter score", fontsize=10)
-    ax_score.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), frameon=False)
     height = 0.8 / max(1, len(runs))
     ys = list(range(len(names)))[::-1]
     for i, r in enumerate(runs):
         rates = [100 * r.summary.get("final_achievements", {}).get(n, 0.0) for n in names]
-        ax_ach.barh(
-            [y + ((len(runs) - 1) / 2 - i) * height for y in ys], rates, height, color=colours(i)
-        )
+        at = [y + ((len(runs) - 1) / 2 - i) * height for y in ys]
+        ax_ach.barh(at, rates, height, color=colours(i), label=f"run {i + 1}: {r.label}")
     ax_ach.set_yticks(ys, names, fontsize=8)
     ax_ach.set_xlim(0, 105)
     ax_ach.set_xlabel("% of final evaluation episodes")
     ax_ach.set_title("achievements of the final policy", fontsize=10)
+    ax_ach.legend(fontsize=8, loc="lower right", frameon=False)
     for ax in (ax_success, ax_score, ax_ach):
         ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()

@@ -157,8 +157,14 @@ def _bundle(head: Head, final: tuple | None, task: RunTask) -> str:
     run folder ('' with no final policy)."""
     if head.run_dir is None or final is None:
         return ""
+    from envs.artifacts import PolicyUnusable
     from method.bundle import MANIFEST, write_bundle
 
-    folder = write_bundle(head.run_dir, *final, run_id=head.run_dir.name, task=task.task)
+    try:
+        folder = write_bundle(head.run_dir, *final, run_id=head.run_dir.name, task=task.task)
+    except (OSError, ValueError, PolicyUnusable) as exc:
+        # The run's results stand without it: report it, write the report anyway.
+        log.error("policy_bundle_failed", detail=f"{type(exc).__name__}: {exc}"[:500])
+        return ""
     log.info("policy_bundled", path=str(folder), stages=len(final[0].stages))
     return f"{folder.name}/{MANIFEST}"
