@@ -5,6 +5,9 @@
     python run.py tail [RUN_DIR]                 follow a run's events (default: latest)
     python run.py attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR]
     python run.py keys [--dir keys]              create CURVE keys for non-loopback use
+    python run.py play RUN_DIR [--seed N] [--episodes K] [--video out.gif]
+                                                 replay a run's final policy (RUN_DIR/policy/)
+    python run.py compare RUN_A RUN_B ...        compare finished runs (table and plot)
     python run.py actor ROLE --connect ADDR ...  (started by the head; not for people)
 
 Exit status: 0 the run finished; 1 it failed; 2 bad config or arguments; 128+N
@@ -23,15 +26,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from messages.codec import DEFAULT_MAX_FRAME  # noqa: E402  (after the path is set)
 
-COMMANDS = ("actor", "attach", "tail", "keys")
+COMMANDS = ("actor", "attach", "tail", "keys", "play", "compare")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:
-        return {"actor": cmd_actor, "attach": cmd_actor, "tail": cmd_tail, "keys": cmd_keys}[
-            argv[0]
-        ](argv[0], argv[1:])
+        return {
+            "actor": cmd_actor,
+            "attach": cmd_actor,
+            "tail": cmd_tail,
+            "keys": cmd_keys,
+            "play": cmd_play,
+            "compare": cmd_compare,
+        }[argv[0]](argv[0], argv[1:])
     return cmd_run(argv)
 
 
@@ -246,6 +254,18 @@ def cmd_keys(command: str, argv: list[str]) -> int:
         f"Attach: python run.py attach learner --connect tcp://HEAD:5555 --keys {folder}"
     )
     return 0
+
+
+def cmd_play(command: str, argv: list[str]) -> int:
+    from method.play import main as play
+
+    return play(argv)
+
+
+def cmd_compare(command: str, argv: list[str]) -> int:
+    from method.compare import main as compare
+
+    return compare(argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from messages.task import CodedAction, RLConfig, Stage
 from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
-from method.compare import compare, reached, stage_outcomes
+from method.paired import compare, reached, stage_outcomes
 from method.journal import job_key
 from method.settings import MethodSettings
 from method.split import rollout_split
@@ -135,7 +135,7 @@ def _trimmed(result: RolloutResult) -> RolloutResult:
 class _Best:
     """The version of a sub-action kept so far in one mode (the incumbent): the first
     measured, replaced only by a version measurably better on the same worlds
-    (:func:`method.compare.compare`), never on a tie."""
+    (:func:`method.paired.compare`), never on a tie."""
 
     rate: float = -1.0
     """Its success rate among the evaluation worlds that reached it (-1: no version)."""

@@ -31,6 +31,7 @@ from envs.held_out import held_out
 from messages import Envelope
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
 from method import seeds
+from method.tboard import LOG_DIR
 from runtime.actor import Actor, handles
 from runtime.devices import check_device
 from runtime.events import log
@@ -113,6 +114,8 @@ class LearnerActor(Actor):
         folder.mkdir(parents=True, exist_ok=True)
         attempts = folder / "attempts.jsonl"
         reached = _furthest(attempts)
+        # Beside the run-level figures: one TensorBoard log dir for the whole run.
+        curves = base / LOG_DIR / req.name
         vec = make_vec_env(
             req.config,
             req.n_envs,
@@ -132,7 +135,7 @@ class LearnerActor(Actor):
                 resumed_from = 0
                 model = make_ppo(
                     req.ppo, vec, seed=req.seed, device=device,
-                    tensorboard_log=str(folder / "tensorboard"),
+                    tensorboard_log=str(curves),
                 )  # fmt: skip
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
@@ -181,7 +184,7 @@ class LearnerActor(Actor):
                 eval_primitive_steps=held["world_steps"] - held["setup_steps"],
                 resumed_from=resumed_from,
                 steps_lost=steps_lost,
-                tensorboard_dir=str(folder / "tensorboard"),
+                tensorboard_dir=str(curves),
                 wall_s=round(time.monotonic() - started, 3),
                 train_s=round(train_s, 3),
                 device=str(model.device),

@@ -21,14 +21,15 @@ import trio
 from llm.errors import TokenBudgetSpent
 from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
-from messages.rollout import RolloutRequest
+from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
-from method.compare import compare
+from method.paired import compare
 from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
+from method.video import video_episodes
 from runtime.actor import Actor, handles
 from runtime.events import log
 
@@ -56,6 +57,9 @@ class SlowAgent(Actor):
         """Every critique the critic streamed, in arrival order."""
         self._need_list: list[Need] = []
         """The survival needs of the current plan, served in every composed episode."""
+        self.final: tuple[RolloutRequest, RolloutResult] | None = None
+        """The final evaluation's request and result (None before it, or with no stage):
+        the head bundles the policy and picks the report's video episodes from it."""
 
     @handles(Critique)
     def on_critique(self, critique: Critique, env: Envelope) -> None:
@@ -326,6 +330,7 @@ class SlowAgent(Actor):
                 # whose lines replace these (the ledger's ids) instead of going missing.
                 ledger.append(self.run_dir, ledger.rollout_lines("final", result, job_key(req)))
                 self.agents.journal.record_job(req, result, name="final")
+            self.final = (req, result)
             rate, eval_steps = result.success_rate, result.steps
             counts: dict[str, int] = {}
             for e in result.episodes:
@@ -341,9 +346,9 @@ class SlowAgent(Actor):
             if self.settings.task.play_to_budget:
                 used = spent.total + eval_steps
                 mean = eval_steps / max(1, len(result.episodes))
-                # One episode's worth is kept for the report's video (re-played after).
-                longest = max((e.steps for e in result.episodes), default=0)
-                await self._play(req, task.env_steps - used - longest, mean)
+                # The report's video episodes are kept out (re-played after).
+                video = sum(e.steps for e in video_episodes(result.episodes))
+                await self._play(req, task.env_steps - used - video, mean)
         return TaskReport(
             plans=plans,
             outcomes=final,
@@ -477,7 +482,7 @@ class SlowAgent(Actor):
     def _chosen(outs: list[SubActionOutcome]) -> SubActionOutcome:
         """The version the final policy uses: the first usable one (a stage with code or
         a policy), replaced by a later one only when it is measurably better on the same
-        worlds (:func:`method.compare.compare`: the lower bound of the paired difference
+        worlds (:func:`method.paired.compare`: the lower bound of the paired difference
         above 0). A tie keeps the incumbent: no preference for learned or for newer.
         Only when no version is usable is the first outcome returned (its stage empty:
         :meth:`_finish` leaves such a stage out and says so)."""

@@ -1,105 +1,269 @@
-"""Choosing between two versions of a stage by measured confidence, never by a coin flip.
+"""``python run.py compare RUN_A RUN_B …``: finished runs side by side, from their folders.
 
-Both versions are evaluated on the same worlds (the run's *code* seeds, composed after
-the same stages): each world gives a pair of outcomes, 1 (the stage succeeded), 0 (it
-failed) or :data:`NOT_REACHED` (the episode never got to the stage: a predecessor's
-fault, which says nothing about the stage). Only worlds where both versions reached the
-stage are compared.
+Reads each run's ``summary.json`` (what the run computed when it finished: the final
+evaluation's success and achievement rates, the Crafter scores, env steps, tokens,
+wall time) and nothing else — no run is re-played. Prints one table, a column per run
+and a difference column per run after the first (that run minus the first), and writes
+one figure (``--plot``, default ``compare.png``).
 
-The paired difference in success is ``(n10 − n01) / n``: ``n10`` worlds where only the
-challenger succeeded, ``n01`` where only the incumbent did, ``n`` compared worlds. The
-worlds where both agree carry no information on which is better; the discordant ones
-are a binomial sample of "the challenger wins a disagreement" (McNemar's framing). Its
-95 % Wilson score interval gives a lower bound ``p_lo`` on that share, and the lower
-bound of the paired difference is ``(n10 + n01) / n × (2·p_lo − 1)``. A challenger
-replaces the incumbent only when that bound is above 0 — four disagreements, all won,
-are the least that can do it; 7 won of 8 do, 6 of 8 do not — and a tie keeps the
-incumbent, whatever its mode or age.
+The final success carries its 95 % interval (Wilson's score interval over the final
+evaluation's episodes), and each difference of final success Newcombe's interval for a
+difference of two proportions built from the two Wilson intervals: a difference whose
+interval holds 0 is not one the evaluations can tell apart.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
+import json
 import math
-from collections.abc import Sequence
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-NOT_REACHED = -1
-"""A world whose episode never reached the stage."""
-Z95 = 1.959963984540054
-"""The normal quantile of a two-sided 95 % interval."""
+from method.paired import wilson_interval
+
+Z95 = 1.959964
+"""The standard normal's 97.5 % quantile: two-sided 95 % intervals."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Comparison:
-    """What the paired comparison of a challenger with the incumbent measured."""
+class CompareError(Exception):
+    """A folder that is not a finished run."""
 
-    worlds: int
-    """Worlds where both versions reached the stage (the pairs compared)."""
-    challenger_only: int
-    """Worlds where only the challenger succeeded."""
-    incumbent_only: int
-    """Worlds where only the incumbent succeeded."""
-    difference: float
-    """Paired difference in success rate, challenger minus incumbent (0 with no pairs)."""
-    lower: float
-    """Lower bound of its 95 % interval (−1 with no disagreement to go on)."""
+
+@dataclass
+class Run:
+    label: str
+    folder: Path
+    summary: dict[str, Any]
 
     @property
-    def challenger_wins(self) -> bool:
-        """Whether the challenger should replace the incumbent: the bound is above 0."""
-        return self.lower > 0.0
+    def successes(self) -> int:
+        return round(self.summary["final_success"] * self.summary["final_episodes"])
+
+    @property
+    def episodes(self) -> int:
+        return int(self.summary["final_episodes"])
 
 
-def wilson_lower(successes: int, trials: int, z: float = Z95) -> float:
-    """Lower end of the Wilson score interval of a binomial share (0 with no trials)."""
-    if trials <= 0:
-        return 0.0
-    p = successes / trials
-    centre = p + z * z / (2 * trials)
-    spread = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
-    return max(0.0, (centre - spread) / (1 + z * z / trials))
+def wilson(successes: int, n: int) -> tuple[float, float]:
+    """Wilson's 95 % score interval for a proportion ((0, 1) with no episode): the one
+    the run's report uses (:func:`method.paired.wilson_interval`)."""
+    return wilson_interval(successes, n)
 
 
-def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a binomial share ((0, 1) with no trials)."""
-    if trials <= 0:
-        return 0.0, 1.0
-    upper = 1.0 - wilson_lower(trials - successes, trials, z)
-    return wilson_lower(successes, trials, z), upper
+def newcombe(a: tuple[int, int], b: tuple[int, int]) -> tuple[float, float, float]:
+    """(difference, low, high) of proportion b − a, each given as (successes, n):
+    Newcombe's hybrid score interval (his method 10) from the Wilson intervals."""
+    pa, pb = a[0] / max(a[1], 1), b[0] / max(b[1], 1)
+    la, ua = wilson(*a)
+    lb, ub = wilson(*b)
+    d = pb - pa
+    return d, d - math.hypot(pb - lb, ua - pa), d + math.hypot(ub - pb, pa - la)
 
 
-def compare(incumbent: Sequence[int], challenger: Sequence[int]) -> Comparison:
-    """The paired comparison of two versions' per-world outcomes (1, 0 or
-    :data:`NOT_REACHED`, world for world: the same worlds in the same order)."""
-    if len(incumbent) != len(challenger):
-        raise ValueError(
-            f"paired outcomes need the same worlds: {len(incumbent)} against {len(challenger)}"
+REQUIRED = ("final_success", "final_episodes")
+
+
+def load_run(folder: str | Path) -> Run:
+    folder = Path(folder)
+    path = folder / "summary.json"
+    if not path.is_file():
+        raise CompareError(
+            f"{folder} is not a finished run: {path} is missing (a run writes it when it"
+            " finishes; --resume an unfinished one first)"
         )
-    pairs = [(a, b) for a, b in zip(incumbent, challenger, strict=True) if min(a, b) >= 0]
-    n = len(pairs)
-    wins = sum(1 for a, b in pairs if b > a)
-    losses = sum(1 for a, b in pairs if a > b)
-    disagreements = wins + losses
-    if n == 0 or disagreements == 0:
-        return Comparison(n, wins, losses, 0.0, -1.0)
-    share = wilson_lower(wins, disagreements)
-    lower = disagreements / n * (2 * share - 1)
-    return Comparison(n, wins, losses, (wins - losses) / n, lower)
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CompareError(f"{path} is not readable JSON ({exc})") from None
+    missing = [k for k in REQUIRED if not isinstance(summary.get(k), (int, float))]
+    if missing:
+        raise CompareError(f"{path} has no number for {', '.join(missing)}")
+    return Run(folder.name, folder, summary)
 
 
-def stage_outcomes(result: Any, stage: str, seeds: Sequence[int]) -> list[int]:
-    """Per world of ``seeds`` (in that order), how the episode of a
-    :class:`~messages.rollout.RolloutResult` went for ``stage``: 1 success, 0 failure,
-    :data:`NOT_REACHED` (or no episode for that world)."""
-    by_seed = {e.seed: e for e in result.episodes}
-    outcomes = []
-    for seed in seeds:
-        e = by_seed.get(seed)
-        outcomes.append(NOT_REACHED if e is None or not e.reached(stage) else int(e.success))
-    return outcomes
+def _labels(runs: list[Run]) -> None:
+    """Folder names, or their paths where two runs share a name."""
+    names = [r.label for r in runs]
+    for r in runs:
+        if names.count(r.label) > 1:
+            r.label = str(r.folder)
 
 
-def reached(outcomes: Sequence[int]) -> int:
-    """Worlds whose episode reached the stage."""
-    return sum(1 for o in outcomes if o >= 0)
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("Crafter score, final policy (%)", "score_final", "{:.2f}"),
+    ("Crafter score, all episodes (%)", "score_all_episodes", "{:.2f}"),
+    ("env steps, all episodes", "env_steps", "{:,.0f}"),
+    ("env steps, training", "env_steps_training", "{:,.0f}"),
+    ("env steps, code evaluation", "env_steps_code", "{:,.0f}"),
+    ("env steps, final evaluation", "env_steps_final", "{:,.0f}"),
+    ("wall time (s)", "wall_s", "{:,.1f}"),
+    ("tokens in", "tokens_in", "{:,.0f}"),
+    ("tokens out", "tokens_out", "{:,.0f}"),
+    ("agent calls", "model_calls", "{:,.0f}"),
+    ("stages learned / coded", "", ""),
+)
+
+
+def table(runs: list[Run]) -> list[list[str]]:
+    """The comparison as rows of cells: a header, then one row per figure."""
+    base = runs[0]
+    header = ["", *(r.label for r in runs), *(f"Δ {r.label}" for r in runs[1:])]
+    rows = [header]
+
+    success = ["final success (95 % interval)"]
+    for r in runs:
+        low, high = wilson(r.successes, r.episodes)
+        success.append(f"{r.summary['final_success']:.0%} [{low:.0%}, {high:.0%}] of {r.episodes}")
+    for r in runs[1:]:
+        d, low, high = newcombe((base.successes, base.episodes), (r.successes, r.episodes))
+        success.append(f"{d:+.0%} [{low:+.0%}, {high:+.0%}]")
+    rows.append(success)
+
+    for title, key, fmt in ROWS:
+        if not key:
+            cells = [
+                f"{r.summary.get('learned_stages', '?')} / {r.summary.get('coded_stages', '?')}"
+                for r in runs
+            ]
+            rows.append([title, *cells, *("" for _ in runs[1:])])
+            continue
+        values = [r.summary.get(key) for r in runs]
+        cells = [fmt.format(v) if isinstance(v, (int, float)) else "–" for v in values]
+        diffs = []
+        for v in values[1:]:
+            ok = isinstance(v, (int, float)) and isinstance(values[0], (int, float))
+            diffs.append(
+                (
+                    "+" + fmt.format(v - values[0])
+                    if v - values[0] >= 0
+                    else fmt.format(v - values[0])
+                )
+                if ok
+                else "–"
+            )
+        rows.append([title, *cells, *diffs])
+
+    names = achievement_names(runs)
+    for name in names:
+        rates = [r.summary.get("final_achievements", {}).get(name, 0.0) for r in runs]
+        cells = [f"{v:.0%}" for v in rates]
+        diffs = [f"{v - rates[0]:+.0%}" for v in rates[1:]]
+        rows.append([f"  {name}", *cells, *diffs])
+    return rows
+
+
+def achievement_names(runs: list[Run]) -> list[str]:
+    """Every achievement some run's final policy unlocked, commonest first."""
+    best: dict[str, float] = {}
+    for r in runs:
+        for name, rate in r.summary.get("final_achievements", {}).items():
+            best[name] = max(best.get(name, 0.0), float(rate))
+    return sorted(best, key=lambda n: (-best[n], n))
+
+
+def render(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+        if k == 1 + len(ROWS):
+            lines.append("final evaluation, achievement rates:")
+    return "\n".join(lines)
+
+
+def plot(runs: list[Run], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = achievement_names(runs)
+    colours = plt.get_cmap("tab10")
+    fig = plt.figure(figsize=(11, max(4.0, 1.4 + 0.3 * len(names) * max(1, len(runs) / 2))))
+    grid = fig.add_gridspec(2, 2, width_ratios=[1, 1.4])
+    ax_success = fig.add_subplot(grid[0, 0])
+    ax_score = fig.add_subplot(grid[1, 0])
+    ax_ach = fig.add_subplot(grid[:, 1])
+    xs = list(range(len(runs)))
+    for i, r in enumerate(runs):
+        low, high = wilson(r.successes, r.episodes)
+        p = r.summary["final_success"]
+        ax_success.bar(
+            i, p, color=colours(i), yerr=[[max(0.0, p - low)], [max(0.0, high - p)]], capsize=6
+        )
+        ax_success.text(i, 0.04, f"{p:.0%}", ha="center", fontsize=9, color="white")
+    ax_success.set_xticks(xs, [f"run {i + 1}" for i in xs])
+    ax_success.set_ylim(0, 1.15)
+    ax_success.set_title("final success (95 % interval)", fontsize=10)
+    width = 0.8 / max(1, len(runs))
+    for i, r in enumerate(runs):
+        values = [r.summary.get("score_final", 0.0), r.summary.get("score_all_episodes", 0.0)]
+        offsets = [k + (i - (len(runs) - 1) / 2) * width for k in range(2)]
+        ax_score.bar(offsets, values, width, color=colours(i))
+    ax_score.set_xticks([0, 1], ["final policy", "all episodes"])
+    ax_score.set_ylabel("Crafter score (%)")
+    ax_score.set_title("Crafter score", fontsize=10)
+    height = 0.8 / max(1, len(runs))
+    ys = list(range(len(names)))[::-1]
+    for i, r in enumerate(runs):
+        rates = [100 * r.summary.get("final_achievements", {}).get(n, 0.0) for n in names]
+        at = [y + ((len(runs) - 1) / 2 - i) * height for y in ys]
+        ax_ach.barh(at, rates, height, color=colours(i), label=f"run {i + 1}: {r.label}")
+    ax_ach.set_yticks(ys, names, fontsize=8)
+    ax_ach.set_xlim(0, 105)
+    ax_ach.set_xlabel("% of final evaluation episodes")
+    ax_ach.set_title("achievements of the final policy", fontsize=10)
+    ax_ach.legend(fontsize=8, loc="lower right", frameon=False)
+    for ax in (ax_success, ax_score, ax_ach):
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run.py compare",
+        description="Compare finished runs from their folders (summary.json): final success "
+        "with its 95 %% interval, Crafter score, achievement rates, env steps, wall time, "
+        "tokens, and each run's difference from the first.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="two or more run folders")
+    p.add_argument("--plot", default="compare.png", help="figure to write (default: compare.png)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    if len(args.runs) < 2:
+        print("compare error: give at least two run folders", file=sys.stderr)
+        return 2
+    try:
+        runs = [load_run(r) for r in args.runs]
+    except CompareError as exc:
+        print(f"compare error: {exc}", file=sys.stderr)
+        return 2
+    _labels(runs)
+    for i, r in enumerate(runs, 1):
+        s = r.summary
+        print(f"run {i}: {r.folder} ({s.get('task', '?')}, backend {s.get('backend', '?')})")
+    print()
+    print(render(table(runs)))
+    print()
+    print(f"plot: {plot(runs, Path(args.plot))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

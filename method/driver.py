@@ -8,21 +8,16 @@ policy and writes ``report.md`` (with plots) beside ``report.json``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from messages.plan import RunTask, TaskReport
-from messages.rollout import RolloutRequest
-from messages.task import Subtask
 from method import ledger, seeds
 from method.agents import Agents, make_backend
-from method.compare import wilson_interval
+from method.paired import wilson_interval
 from method.journal import job_key
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from runtime.actor import RemoteFailure
@@ -93,7 +88,7 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
     report: TaskReport = await head.client.ask("@slow", task)
     if report.stop_reason == "planning_failed":
         raise RuntimeError("the slow agent could not plan: see agent_call_failed in events.jsonl")
-    video = await _video(head, task, report)
+    shown = await _video(head, slow.final)
     totals = agents.journal.totals
     summary = {
         "task": task.task,
@@ -112,7 +107,9 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
         "tokens_out": totals.tokens_out,
         "learned_stages": sum(1 for st in report.stages if st.policy_path),
         "coded_stages": sum(1 for st in report.stages if not st.policy_path),
-        "video": video,
+        "video": "episode.gif" if shown else "",
+        "video_episodes": shown,
+        "policy": _bundle(head, slow.final, task),
     }
     summary.update(scores(head.run_dir, task.target_item, report, budget=task.env_steps))
     wins = round(report.final_success * report.final_episodes)
@@ -125,6 +122,10 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
     from method.report import write_report
 
     write_report(head.run_dir, s, task, report, summary, slow.critiques)
+    if head.run_dir is not None:
+        from method.tboard import write_run_events
+
+        write_run_events(head.run_dir, report, summary)
     return summary
 
 
@@ -160,36 +161,29 @@ def scores(
     }
 
 
-async def _video(head: Head, task: RunTask, report: TaskReport) -> str:
-    """One evaluation episode of the final policy, rendered as a GIF ('' when none)."""
-    if not report.stages or not task.eval_seeds:
-        return ""
-    req = RolloutRequest(
-        subtask=Subtask(name="video", max_steps=head.settings.task.episode_steps),
-        seeds=[task.eval_seeds[0]],
-        wall_s=FINAL_WALL_S,
-        frames=True,
-        stages=list(report.stages),
-        needs=list(report.needs),
-        skip_failed=task.target_item == ALL_ACHIEVEMENTS,
-    )
-    goal = report.stages[-1].subtask
-    req = dataclasses.replace(
-        req, subtask=dataclasses.replace(goal, max_steps=head.settings.task.episode_steps)
-    )
-    try:
-        with trio.fail_after(FINAL_WALL_S + 60):
-            result = await head.client.ask("@environment", req)
-    except (RemoteFailure, trio.TooSlowError) as exc:
-        log.warning("video_failed", detail=str(exc))
-        return ""
-    if not result.frames:
-        return ""
-    from envs.video import write_gif
+async def _video(head: Head, final: tuple | None) -> list[dict]:
+    """One successful and one failed episode of the final evaluation, rendered again and
+    written labelled to ``episode.gif`` (:mod:`method.video`); what each shows."""
+    if head.run_dir is None:
+        return []
+    from method.video import render_report_video
 
-    # Booked by the request's key: a resume of a finished run renders the same episode
-    # again, and its line replaces this one instead of being counted twice.
-    ledger.append(head.run_dir, ledger.rollout_lines("video", result, job_key(req)))
-    path = write_gif(result.frames, head.run_dir / "episode.gif")
-    log.info("video_written", path=str(path), seed=req.seeds[0])
-    return path.name
+    return await render_report_video(head, final, head.run_dir / "episode.gif")
+
+
+def _bundle(head: Head, final: tuple | None, task: RunTask) -> str:
+    """The final policy as a bundle (:mod:`method.bundle`): its manifest's path in the
+    run folder ('' with no final policy)."""
+    if head.run_dir is None or final is None:
+        return ""
+    from envs.artifacts import PolicyUnusable
+    from method.bundle import MANIFEST, write_bundle
+
+    try:
+        folder = write_bundle(head.run_dir, *final, run_id=head.run_dir.name, task=task.task)
+    except (OSError, ValueError, PolicyUnusable) as exc:
+        # The run's results stand without it: report it, write the report anyway.
+        log.error("policy_bundle_failed", detail=f"{type(exc).__name__}: {exc}"[:500])
+        return ""
+    log.info("policy_bundled", path=str(folder), stages=len(final[0].stages))
+    return f"{folder.name}/{MANIFEST}"

@@ -49,7 +49,9 @@ def write_report(
     summary: dict[str, Any],
     critiques: list[Critique],
 ) -> Path:
-    plots = _plots(run_dir, report)
+    from method.plots import report_plots
+
+    plots = report_plots(run_dir, report, summary)
     lines = [
         f"# {task.task}: run {run_dir.name}",
         "",
@@ -184,45 +186,23 @@ def write_report(
         for title, name in plots:
             lines.append(f"![{title}]({name})")
         if summary.get("video"):
-            lines.append(f"![one evaluation episode]({summary['video']})")
+            shown = "; ".join(
+                f"seed {e['seed']}: {'success' if e['success'] else 'failed'}, {e['steps']} steps"
+                for e in summary.get("video_episodes", [])
+            )
+            lines.append(f"![evaluation episodes ({shown})]({summary['video']})")
+    if summary.get("policy"):
+        lines += [
+            "",
+            "## Replay and TensorBoard",
+            "",
+            f"The final policy is bundled in `{summary['policy']}`: "
+            f"`python run.py play {run_dir}` replays it on any seed (`--seed N --episodes K"
+            " --video out.gif`).",
+            "",
+            f"TensorBoard (the PPO jobs' curves and the run's figures): "
+            f"`tensorboard --logdir {run_dir}/tensorboard`.",
+        ]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def _plots(run_dir: Path, report: TaskReport) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    made = []
-    if report.history:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        names = sorted({k for h in report.history for k in h})
-        xs = list(range(1, len(report.history) + 1))
-        for name in names:
-            ys = [h.get(name, float("nan")) for h in report.history]
-            ax.plot(xs, ys, marker="o", label=name, linewidth=2.5 if name == "task" else 1)
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("success rate")
-        ax.set_ylim(-0.05, 1.05)
-        ax.set_xticks(xs)
-        ax.legend(fontsize=7, loc="best")
-        ax.set_title("Success per sub-action per iteration")
-        fig.tight_layout()
-        fig.savefig(run_dir / "success.png", dpi=100)
-        plt.close(fig)
-        made.append(("success per iteration", "success.png"))
-    if report.achievements:
-        fig, ax = plt.subplots(figsize=(7, 4))
-        items = sorted(report.achievements.items(), key=lambda kv: -kv[1])
-        ax.barh([k for k, _ in items][::-1], [v * 100 for _, v in items][::-1])
-        ax.set_xlabel("% of final evaluation episodes")
-        ax.set_xlim(0, 100)
-        ax.set_title("Achievements of the final policy")
-        fig.tight_layout()
-        fig.savefig(run_dir / "achievements.png", dpi=100)
-        plt.close(fig)
-        made.append(("achievements", "achievements.png"))
-    return made

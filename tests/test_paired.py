@@ -1,4 +1,4 @@
-"""Selection by measured confidence: the paired comparison (``method.compare``) on
+"""Selection by measured confidence: the paired comparison (``method.paired``) on
 hand-made outcomes, and the rules the fast and slow agents follow with it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from actors.slow import SlowAgent, _unreached
 from messages.plan import Plan, RunTask, SubAction, SubActionOutcome
 from messages.rollout import EpisodeReport, RolloutResult, StageRun
 from messages.task import Stage, Subtask
-from method.compare import NOT_REACHED, compare, stage_outcomes, wilson_interval, wilson_lower
+from method.paired import NOT_REACHED, compare, stage_outcomes, wilson_interval, wilson_lower
 
 X = NOT_REACHED
 

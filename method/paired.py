@@ -1,0 +1,105 @@
+"""Choosing between two versions of a stage by measured confidence, never by a coin flip.
+
+Both versions are evaluated on the same worlds (the run's *code* seeds, composed after
+the same stages): each world gives a pair of outcomes, 1 (the stage succeeded), 0 (it
+failed) or :data:`NOT_REACHED` (the episode never got to the stage: a predecessor's
+fault, which says nothing about the stage). Only worlds where both versions reached the
+stage are compared.
+
+The paired difference in success is ``(n10 − n01) / n``: ``n10`` worlds where only the
+challenger succeeded, ``n01`` where only the incumbent did, ``n`` compared worlds. The
+worlds where both agree carry no information on which is better; the discordant ones
+are a binomial sample of "the challenger wins a disagreement" (McNemar's framing). Its
+95 % Wilson score interval gives a lower bound ``p_lo`` on that share, and the lower
+bound of the paired difference is ``(n10 + n01) / n × (2·p_lo − 1)``. A challenger
+replaces the incumbent only when that bound is above 0 — four disagreements, all won,
+are the least that can do it; 7 won of 8 do, 6 of 8 do not — and a tie keeps the
+incumbent, whatever its mode or age.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+NOT_REACHED = -1
+"""A world whose episode never reached the stage."""
+Z95 = 1.959963984540054
+"""The normal quantile of a two-sided 95 % interval."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """What the paired comparison of a challenger with the incumbent measured."""
+
+    worlds: int
+    """Worlds where both versions reached the stage (the pairs compared)."""
+    challenger_only: int
+    """Worlds where only the challenger succeeded."""
+    incumbent_only: int
+    """Worlds where only the incumbent succeeded."""
+    difference: float
+    """Paired difference in success rate, challenger minus incumbent (0 with no pairs)."""
+    lower: float
+    """Lower bound of its 95 % interval (−1 with no disagreement to go on)."""
+
+    @property
+    def challenger_wins(self) -> bool:
+        """Whether the challenger should replace the incumbent: the bound is above 0."""
+        return self.lower > 0.0
+
+
+def wilson_lower(successes: int, trials: int, z: float = Z95) -> float:
+    """Lower end of the Wilson score interval of a binomial share (0 with no trials)."""
+    if trials <= 0:
+        return 0.0
+    p = successes / trials
+    centre = p + z * z / (2 * trials)
+    spread = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    return max(0.0, (centre - spread) / (1 + z * z / trials))
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a binomial share ((0, 1) with no trials)."""
+    if trials <= 0:
+        return 0.0, 1.0
+    upper = 1.0 - wilson_lower(trials - successes, trials, z)
+    return wilson_lower(successes, trials, z), upper
+
+
+def compare(incumbent: Sequence[int], challenger: Sequence[int]) -> Comparison:
+    """The paired comparison of two versions' per-world outcomes (1, 0 or
+    :data:`NOT_REACHED`, world for world: the same worlds in the same order)."""
+    if len(incumbent) != len(challenger):
+        raise ValueError(
+            f"paired outcomes need the same worlds: {len(incumbent)} against {len(challenger)}"
+        )
+    pairs = [(a, b) for a, b in zip(incumbent, challenger, strict=True) if min(a, b) >= 0]
+    n = len(pairs)
+    wins = sum(1 for a, b in pairs if b > a)
+    losses = sum(1 for a, b in pairs if a > b)
+    disagreements = wins + losses
+    if n == 0 or disagreements == 0:
+        return Comparison(n, wins, losses, 0.0, -1.0)
+    share = wilson_lower(wins, disagreements)
+    lower = disagreements / n * (2 * share - 1)
+    return Comparison(n, wins, losses, (wins - losses) / n, lower)
+
+
+def stage_outcomes(result: Any, stage: str, seeds: Sequence[int]) -> list[int]:
+    """Per world of ``seeds`` (in that order), how the episode of a
+    :class:`~messages.rollout.RolloutResult` went for ``stage``: 1 success, 0 failure,
+    :data:`NOT_REACHED` (or no episode for that world)."""
+    by_seed = {e.seed: e for e in result.episodes}
+    outcomes = []
+    for seed in seeds:
+        e = by_seed.get(seed)
+        outcomes.append(NOT_REACHED if e is None or not e.reached(stage) else int(e.success))
+    return outcomes
+
+
+def reached(outcomes: Sequence[int]) -> int:
+    """Worlds whose episode reached the stage."""
+    return sum(1 for o in outcomes if o >= 0)

@@ -1,0 +1,268 @@
+"""Labelled episode videos: which evaluation episodes the report shows, and their frames
+with the seed, the step, the outcome and the achievements drawn above the game.
+
+The report's video (``runs/<id>/episode.gif``) shows one successful and one failed
+episode of the final evaluation when it has both (else the first one or two of what it
+has): :func:`video_episodes` picks them, the environment actors render them again (the
+same seed plays the same episode), and :func:`write_labelled_gif` writes them one after
+the other. ``run.py play --video`` labels the episodes it plays the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SCALE = 4
+"""Crafter's 64×64 frames drawn 4× (256×256, nearest-neighbour): big enough for the
+label's text to sit above the game without covering it."""
+BANNER_PX = 76
+"""Height of the label strip above the frame: five lines of 12-pixel text."""
+FONT_PX = 12
+FPS = 15
+MAX_FRAMES_PER_EPISODE = 300
+"""Frames kept per episode (evenly thinned, the last always kept): 20 s at 15 fps, so
+two long episodes make a GIF of a few MB."""
+HOLD_FRAMES = 15
+"""The last frame of each episode is held this long (1 s) so its outcome can be read."""
+SUCCESS_RGB = (90, 200, 90)
+FAILURE_RGB = (230, 90, 80)
+TEXT_RGB = (235, 235, 235)
+BANNER_RGB = (25, 25, 30)
+
+
+def video_episodes(episodes: Sequence) -> list:
+    """The episodes the report's video shows: the first successful and the first failed
+    (in seed order) when there are both, else the first two (or the one there is).
+    ``episodes`` are :class:`~messages.rollout.EpisodeReport` (anything with ``seed``,
+    ``success``)."""
+    ordered = sorted(episodes, key=lambda e: e.seed)
+    won = [e for e in ordered if e.success]
+    lost = [e for e in ordered if not e.success]
+    if won and lost:
+        return [won[0], lost[0]]
+    return ordered[:2]
+
+
+@dataclass
+class Clip:
+    """One episode's frames and what to write above them."""
+
+    frames: np.ndarray
+    """T×H×W×3 uint8: the reset frame, then one per step (possibly cut short)."""
+    seed: int
+    steps: int
+    """The episode's length in steps (the frames may stop earlier: a capped recording)."""
+    success: bool
+    cause: str = ""
+    """Why it ended (``success``, ``episode_done``, ...)."""
+    achievements: list[str] = field(default_factory=list)
+    """Unlocked in the episode, in order (repeats allowed)."""
+    unlocked_at: list[int] | None = None
+    """The step at which each of ``achievements`` happened, when known: the label then
+    lists only what was unlocked up to the frame shown."""
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1 has one bitmap font
+        return ImageFont.load_default()
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def _wrap(text: str, font, width: int, lines: int) -> list[str]:
+    """``text`` in at most ``lines`` lines of at most ``width`` pixels (the last one
+    ends in '…' when the text does not fit)."""
+    out: list[str] = []
+    words = text.split(" ")
+    while words and len(out) < lines:
+        line = words.pop(0)
+        while words and font.getlength(f"{line} {words[0]}") <= width:
+            line = f"{line} {words.pop(0)}"
+        out.append(line)
+    if words:
+        last = out[-1]
+        while last and font.getlength(last + " …") > width:
+            last = last[:-1]
+        out[-1] = last + " …"
+    return out
+
+
+def label_clip(clip: Clip, max_frames: int = MAX_FRAMES_PER_EPISODE) -> np.ndarray:
+    """``clip``'s frames enlarged and labelled (T'×(H·SCALE+BANNER)×(W·SCALE)×3), thinned
+    to at most ``max_frames`` (the step shown is each kept frame's own) plus the held last
+    frame."""
+    from PIL import Image, ImageDraw
+
+    frames = np.asarray(clip.frames)
+    if frames.ndim != 4 or len(frames) == 0:
+        raise ValueError(f"a clip needs T×H×W×3 frames, not shape {frames.shape}")
+    keep = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), max_frames)).round())
+    height, width = frames.shape[1] * SCALE, frames.shape[2] * SCALE
+    font = _font(FONT_PX)
+    colour = SUCCESS_RGB if clip.success else FAILURE_RGB
+    outcome = "episode: success" if clip.success else f"episode: failed ({clip.cause or '?'})"
+    out = []
+    for index in keep.astype(int):
+        step = int(index)  # frame 0 is the reset, frame k follows step k
+        if clip.unlocked_at is not None:
+            pairs = zip(clip.achievements, clip.unlocked_at, strict=True)
+            got = [a for a, at in pairs if at <= step]
+            heading = "unlocked so far: "
+        else:
+            got = list(clip.achievements)
+            heading = "unlocked in the episode: "
+        image = Image.new("RGB", (width, height + BANNER_PX), BANNER_RGB)
+        game = Image.fromarray(np.ascontiguousarray(frames[index]).astype(np.uint8), "RGB")
+        image.paste(game.resize((width, height), Image.Resampling.NEAREST), (0, BANNER_PX))
+        draw = ImageDraw.Draw(image)
+        draw.text((4, 2), f"seed {clip.seed}   step {step} of {clip.steps}", TEXT_RGB, font=font)
+        draw.text((4, 16), outcome, colour, font=font)
+        text = heading + (", ".join(_unique(got)) or "none")
+        for i, line in enumerate(_wrap(text, font, width - 8, lines=3)):
+            draw.text((4, 30 + 14 * i), line, TEXT_RGB, font=font)
+        out.append(np.asarray(image))
+    out.extend([out[-1]] * HOLD_FRAMES)
+    return np.stack(out)
+
+
+def write_labelled_gif(clips: Sequence[Clip], path: str | Path) -> Path:
+    """Write ``clips`` one after the other as one labelled GIF that loops; returns the
+    path."""
+    if not clips:
+        raise ValueError("no clip to write")
+    labelled = [label_clip(c) for c in clips]
+    size = {c.shape[1:] for c in labelled}
+    if len(size) > 1:
+        raise ValueError(f"clips of different frame sizes: {sorted(size)}")
+    return save_gif(np.concatenate(labelled), path)
+
+
+PALETTE_SAMPLES = 24
+"""Frames the shared palette is drawn from, evenly spread (day, night, every clip)."""
+
+
+def save_gif(frames: np.ndarray, path: str | Path, fps: float = FPS) -> Path:
+    """Write T×H×W×3 frames as they are, with one 256-colour palette for all of them.
+
+    One palette, drawn from frames spread over the video, then each frame mapped to it
+    without dithering: ~6× faster than a palette per frame and a third of the size, and
+    the game's flat pixel art loses nothing visible."""
+    import os
+
+    from PIL import Image
+
+    images = [Image.fromarray(np.ascontiguousarray(f), "RGB") for f in frames]
+    picks = np.unique(np.linspace(0, len(images) - 1, PALETTE_SAMPLES).round().astype(int))
+    sample = np.concatenate([frames[i] for i in picks], axis=0)
+    palette = Image.fromarray(np.ascontiguousarray(sample), "RGB").quantize(
+        colors=256, method=Image.Quantize.FASTOCTREE
+    )
+    indexed = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in images]
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    indexed[0].save(
+        tmp,
+        format="GIF",
+        save_all=True,
+        append_images=indexed[1:],
+        duration=max(20, round(1000 / fps)),  # browsers treat < 20 ms as 100 ms
+        loop=0,
+        disposal=1,
+    )
+    os.replace(tmp, out)
+    return out
+
+
+async def render_report_video(head, final: tuple | None, path: Path) -> list[dict]:
+    """Render the report's video episodes of the final evaluation (``final``: its
+    request and result, see :func:`video_episodes`) on the environment actors, book
+    their steps in the ledger (kind ``video``) and write them labelled to ``path``.
+    Returns what each shows (seed, steps, success, cause, achievements); [] when there
+    is nothing to show or rendering failed (logged)."""
+    import dataclasses
+
+    import trio
+
+    from envs.video import frames_from_npz
+    from method import ledger
+    from method.journal import job_key
+    from method.settings import FINAL_WALL_S
+    from runtime.actor import RemoteFailure
+    from runtime.events import log
+
+    if final is None:
+        return []
+    request, result = final
+    chosen = video_episodes(result.episodes)
+    if not chosen:
+        return []
+    rendered: dict[int, object] = {}
+
+    async def render(seed: int) -> None:
+        req = dataclasses.replace(request, seeds=[seed], frames=True)
+        got = await head.client.ask("@environment", req)
+        # Booked by the request's key: a resume of a finished run renders the same
+        # episodes again, and their lines replace these instead of being counted twice.
+        ledger.append(head.run_dir, ledger.rollout_lines("video", got, job_key(req)))
+        rendered[seed] = got
+
+    try:
+        with trio.fail_after(FINAL_WALL_S + 60):
+            async with trio.open_nursery() as nursery:
+                for episode in chosen:
+                    nursery.start_soon(render, episode.seed)
+    except (RemoteFailure, trio.TooSlowError) as exc:
+        log.warning("video_failed", detail=str(exc))
+        return []
+    clips, shown = [], []
+    for recorded in chosen:
+        got = rendered[recorded.seed]
+        episode = got.episodes[0]
+        if not got.frames:
+            log.warning("video_failed", detail=f"no frames for seed {recorded.seed}")
+            return []
+        if (episode.success, episode.steps, episode.achievements) != (
+            recorded.success,
+            recorded.steps,
+            recorded.achievements,
+        ):
+            # The same seed should play the same episode; the label shows what was played.
+            log.warning(
+                "video_episode_differs",
+                seed=recorded.seed,
+                recorded_steps=recorded.steps,
+                played_steps=episode.steps,
+            )
+        clips.append(
+            Clip(
+                frames_from_npz(got.frames),
+                seed=episode.seed,
+                steps=episode.steps,
+                success=episode.success,
+                cause=episode.cause,
+                achievements=list(episode.achievements),
+            )
+        )
+        shown.append(
+            {
+                "seed": episode.seed,
+                "steps": episode.steps,
+                "success": episode.success,
+                "cause": episode.cause,
+                "achievements": _unique(episode.achievements),
+            }
+        )
+    written = write_labelled_gif(clips, path)
+    log.info("video_written", path=str(written), seeds=[s["seed"] for s in shown])
+    return shown
