@@ -139,7 +139,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
     level = "warning" if args.quiet else "info"
     console = views.make_view(settings, run_dir, quiet=args.quiet, plain=args.plain)
-    code = trio.run(run_head, settings, run_dir, run_id, driver, level, console)
+    try:
+        code = trio.run(run_head, settings, run_dir, run_id, driver, level, console)
+    finally:
+        console.close()  # the head closes it on its way out; this covers a crash before
     views.print_summary(run_dir, code, command=command_name())
     return code
 
