@@ -138,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
     level = "warning" if args.quiet else "info"
-    console = views.make_view(settings, run_dir, quiet=args.quiet, plain=args.plain)
+    console = views.make_view(settings, quiet=args.quiet, plain=args.plain)
     try:
         code = trio.run(run_head, settings, run_dir, run_id, driver, level, console)
     finally:

@@ -4,7 +4,7 @@ On a terminal, :class:`LiveView` keeps one status panel in place at the bottom â
 iteration, each sub-action's mode, version and current success, jobs in flight per
 actor, env steps against the budget, tokens, elapsed time and an estimate of what is
 left â€” and scrolls the event lines that matter above it (decisions, critiques, results,
-warnings). Elsewhere (CI, a pipe, ``--plain``) :class:`LineView` prints the same lines
+warnings). Elsewhere (CI, a pipe, ``--plain``) :class:`PlainView` prints the same lines
 and the training progress, without escapes. ``--quiet`` shows warnings only. Either way
 :func:`print_summary` ends the run with where its report, figures and video are and how
 to replay its policy.
@@ -284,7 +284,7 @@ def _clock(seconds: float) -> str:
 # --------------------------------------------------------------------- views
 
 
-class LineView:
+class PlainView:
     """Plain lines (CI, pipes, ``--plain``, ``--quiet``): the events that matter, each
     training progress report once; colour only on a terminal."""
 
@@ -350,13 +350,13 @@ class LiveView:
                 if text is not None:
                     style = {30: "yellow", 40: "red", 50: "bold red"}.get(_level(item), "")
                     self.console.print(Text(text, style=style), soft_wrap=True)
-            self.live.update(self._panel(), refresh=not isinstance(item, Status))
+            self.live.update(self._panel())  # drawn by the refresh thread, at most 4 times a second
         return None
 
     def _after_close(self, item: Item) -> str | None:
         if isinstance(item, dict):
             return line_of(item, progress=False)
-        return LineView().show(item)
+        return PlainView().show(item)
 
     def close(self) -> None:
         with self.lock:
@@ -426,7 +426,7 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def make_view(settings: Any, run_dir: Path, *, quiet: bool, plain: bool) -> events.View:
+def make_view(settings: Any, *, quiet: bool, plain: bool) -> events.View:
     """The console view for a run of ``settings``: the live panel on a terminal, plain
     lines otherwise (see :func:`use_live`)."""
     if use_live(quiet=quiet, plain=plain):
@@ -439,7 +439,7 @@ def make_view(settings: Any, run_dir: Path, *, quiet: bool, plain: bool) -> even
             token_budget=int(getattr(getattr(settings, "agents", None), "token_budget", 0)),
         )
         return LiveView(state, sys.stderr)
-    return LineView(color=_isatty(sys.stderr) and "NO_COLOR" not in os.environ)
+    return PlainView(color=_isatty(sys.stderr) and "NO_COLOR" not in os.environ)
 
 
 # ------------------------------------------------------------------- summary

@@ -241,9 +241,9 @@ def test_an_actors_output_reaches_the_head_console_as_whole_lines() -> None:
 
 
 def test_the_console_shows_a_failure_in_one_line_and_each_progress_once() -> None:
-    from rlgpt.view import LineView
+    from rlgpt.view import PlainView
 
-    view = LineView()
+    view = PlainView()
     failed = {"ts": "2026-01-01T00:00:01.000000Z", "level": "error", "actor": "learner-0"}
     failed |= {"event": "handler_failed", "exception": "Traceback ...\n  ...\nValueError: bad"}
     line = view.show(failed)
