@@ -254,3 +254,18 @@ def test_the_console_shows_a_failure_in_one_line_and_each_progress_once() -> Non
     stop = {"level": "info", "event": "actor_lost", "reason": "exit status 0"}
     assert view.show(stop) is None
     assert view.show({**stop, "level": "warning"}) is not None  # warnings always show
+
+
+def test_a_command_that_parses_its_own_arguments_is_one_registry_line(monkeypatch) -> None:
+    from rlgpt import cli
+
+    seen: list = []
+
+    def cmd_echo(command: str, argv: list[str]) -> int:
+        seen.append((command, argv))
+        return 7
+
+    monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, cli.passthrough("echo", "say", cmd_echo)])
+    assert "echo" in cli.build_parser("rlgpt").format_help()
+    assert cli.main(["echo", "--help", "x"]) == 7
+    assert seen == [("echo", ["--help", "x"])]
