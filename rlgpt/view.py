@@ -392,7 +392,7 @@ class LiveView:
                 version = f"v{sub.version}" if sub.version else "—"
                 table.add_row(sub.name, mode, version, success, sub.state)
             rows.append(table)
-        workers = [a for a in s.actors if a[1] not in ("slow", "fast", "critic")]
+        workers = sorted(a for a in s.actors if a[1] not in ("slow", "fast", "critic"))
         if workers or s.queued:
             jobs = " · ".join(f"{name} {busy}/{cap}" for name, _, busy, cap in workers)
             rows.append(Text(f"jobs in flight: {jobs or 'no workers'} · queued {s.queued}"))

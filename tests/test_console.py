@@ -269,3 +269,32 @@ def test_a_command_that_parses_its_own_arguments_is_one_registry_line(monkeypatc
     assert "echo" in cli.build_parser("rlgpt").format_help()
     assert cli.main(["echo", "--help", "x"]) == 7
     assert seen == [("echo", ["--help", "x"])]
+
+
+def test_the_panel_state_counts_env_steps_and_names_the_budget_its_estimate_follows() -> None:
+    from rlgpt.view import RunState
+
+    state = RunState(task="t", iterations=4, env_budget=10_000, wall_s=0.0)
+    feed = [
+        {"event": "task_started", "task": "t"},
+        {"event": "plan_made", "version": 1, "subactions": ["wood:code", "table:rl"]},
+        {"event": "iteration_started", "iteration": 1, "plan_version": 1},
+        {"event": "evaluation_finished", "subaction": "wood", "success_rate": 0.5, "steps": 400},
+        {"event": "training_requested", "job": "table-1", "subaction": "table"},
+        {"event": "training_started", "job": "table-1", "steps": 1024, "role": "learner"},
+        {"event": "training_progress", "job": "table-1", "steps": 600, "success_rate": 0.25},
+    ]
+    for event in feed:
+        state.feed(event)
+    assert list(state.subactions) == ["wood", "table"]
+    assert state.subactions["table"].state == "training 600/1,024"
+    assert state.env_steps == 1000  # 400 evaluated + 600 trained so far
+    assert state.task_started is not None
+    # A tenth of the budget spent: nine times as long to go, by the env-step budget.
+    eta = state.eta(state.task_started + 10.0)
+    assert eta.startswith("≤ 1m30s (env-step budget"), eta
+    state.feed({"event": "training_result", "job": "table-1", "world_steps": 1500})
+    state.feed({"event": "iteration_finished", "iteration": 1, "env_steps": 1900})
+    assert state.env_steps == 1900 and "table-1" not in state.job_steps
+    state.feed({"event": "final_evaluation_started"})
+    assert state.eta(time.monotonic()) == "—"
