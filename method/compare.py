@@ -24,7 +24,6 @@ from typing import Any
 
 from method.paired import wilson_interval
 
-Z95 = 1.959964
 """The standard normal's 97.5 % quantile: two-sided 95 % intervals."""
 
 

@@ -82,6 +82,10 @@ LOCAL_IDENTITY_BYTES = 16
 the first connection that claims an id, and these are claimed before any actor starts)."""
 
 
+CLEAN_EXIT = "exit status 0"
+"""How the supervisor describes a child that exited by itself with status 0."""
+
+
 @dataclass
 class BrokerSettings:
     heartbeat_interval: float = 1.0
@@ -385,7 +389,12 @@ class Broker:
         del self.peers[peer.actor_id]
         self.by_identity.pop(peer.identity, None)
         self.roles[peer.role].remove(peer)
-        log.info("actor_lost", actor_id=peer.actor_id, reason=reason, jobs=len(peer.inflight))
+        # A clean exit with nothing in hand (a stopped run) loses nothing: the supervisor's
+        # actor_process_exited says it already, so this stays out of the way.
+        quiet = reason == CLEAN_EXIT and not peer.inflight
+        (log.debug if quiet else log.info)(
+            "actor_lost", actor_id=peer.actor_id, reason=reason, jobs=len(peer.inflight)
+        )
         if reason == "heartbeat_missed" and self.settings.on_lost is not None:
             self.settings.on_lost(peer.actor_id, reason)
         for job in peer.inflight.values():

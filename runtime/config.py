@@ -22,8 +22,10 @@ from typing import Any, TypeVar
 
 from messages.codec import DEFAULT_MAX_FRAME
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-"""Where a bare config name (``diamond.toml``) is also looked up."""
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "rlgpt" / "configs"
+"""Where a bare config name (``diamond``, ``diamond.toml``) is also looked up: the configs
+that ship inside the ``rlgpt`` package. A path, not an import (``rlgpt`` is the top
+floor): the top-level packages are siblings both in a checkout and once installed."""
 
 
 S = TypeVar("S", bound="Settings")
@@ -359,12 +361,17 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def find_config(name: str) -> Path:
-    """A path as given, or a bare name looked up in ``configs/``."""
+    """A path as given, or a bare name looked up in :data:`CONFIG_DIR` (``.toml`` may be
+    left off: ``diamond``)."""
     path = Path(name)
-    if path.exists():
+    if path.is_file():
         return path
-    if not path.is_absolute() and (CONFIG_DIR / path).exists():
-        return CONFIG_DIR / path
+    if not path.is_absolute() and path.parent == Path("."):
+        for candidate in (CONFIG_DIR / path, CONFIG_DIR / f"{name}.toml"):
+            if candidate.is_file():
+                return candidate
+    if path.exists():
+        return path  # not a file: loading it says so, naming it
     raise ConfigError(
         name,
         "",

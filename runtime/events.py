@@ -9,6 +9,11 @@ console is not read (``run.py ... | less`` left paused, a full stderr pipe) line
 bounded backlog are dropped and counted in a ``console_dropped`` event in the file — the
 file always gets every event.
 
+What the console shows is up to a *view* (:class:`LineView` by default: every event as
+one line; :class:`JsonView` in an actor process whose output the head reads and shows in
+its own view; the command line brings a curated view and a live status panel). Views run
+in the console's thread, never in the caller's.
+
 Use it like structlog anywhere::
 
     from runtime.events import log
@@ -25,8 +30,9 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import structlog
 
@@ -54,16 +60,87 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
+@dataclass(frozen=True)
+class Output:
+    """A line an actor process wrote that is not an event (a traceback, a library's
+    warning), relayed by the head's supervisor to the head's console."""
+
+    actor: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Status:
+    """What the broker holds now, for a view that shows it (:func:`status`): per actor
+    (id, role, jobs in flight, capacity), and the jobs waiting for an actor."""
+
+    actors: tuple[tuple[str, str, int, int], ...]
+    queued: int
+
+
+Item = dict[str, Any] | Output | Status
+"""What goes through the console's queue: an event record, a relayed line, a status."""
+
+
+class View(Protocol):
+    """Turns console items into what the console shows; called from the console's
+    thread only. ``show`` returns the text to write (without its newline), or None when
+    the item is not shown or the view drew it itself."""
+
+    wants_status: bool
+
+    def show(self, item: Item) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
+class LineView:
+    """Every event as one readable line (:func:`render`), relayed lines as they came."""
+
+    wants_status = False
+
+    def __init__(self, *, color: bool = False) -> None:
+        self.color = color
+
+    def show(self, item: Item) -> str | None:
+        if isinstance(item, Output):
+            return f"{item.actor:<14} | {item.text}"
+        if isinstance(item, dict):
+            return render(item, color=self.color)
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class JsonView:
+    """Every event as one JSON line: the console of an actor process the head started,
+    whose output the head's supervisor reads and hands to the head's own view."""
+
+    wants_status = False
+
+    def show(self, item: Item) -> str | None:
+        if isinstance(item, dict):
+            return json.dumps(item, default=_json_default, separators=(",", ":"))
+        return None
+
+    def close(self) -> None:
+        pass
+
+
 class _Console:
     """Writes console lines from a daemon thread through a bounded queue, so a console
     that stops reading never blocks the caller (the head's trio loop above all): past
-    :data:`CONSOLE_BACKLOG` waiting lines, new ones are dropped and counted, and once the
+    :data:`CONSOLE_BACKLOG` waiting items, new ones are dropped and counted, and once the
     console catches up a ``console_dropped`` line says how many, on the console and in
-    the events file. Streams without a file descriptor (tests' StringIO) are written
-    directly."""
+    the events file. The thread hands each item to the :class:`View`, so rendering costs
+    the caller nothing either. Streams without a file descriptor (tests' StringIO) are
+    written directly."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, view: View) -> None:
         self.stream = stream
+        self.view = view
+        self.owner = os.getpid()
         try:
             self.fd: int | None = stream.fileno()
         except (AttributeError, OSError, ValueError):
@@ -71,17 +148,19 @@ class _Console:
         self.dropped = 0
         self.lock = threading.Lock()
         self.pid = -1
-        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.lines: queue.Queue[Item | None] = queue.Queue()
 
-    def write(self, line: str) -> None:
+    def write(self, item: Item) -> None:
         if self.fd is None:
-            self.stream.write(line + "\n")
-            self.stream.flush()
+            text = self.view.show(item)
+            if text is not None:
+                self.stream.write(text + "\n")
+                self.stream.flush()
             return
         if self.pid != os.getpid():
             self._start()  # first use, or a forked child (which has no writer thread)
         try:
-            self.lines.put_nowait(line)
+            self.lines.put_nowait(item)
         except queue.Full:
             with self.lock:
                 self.dropped += 1
@@ -92,16 +171,24 @@ class _Console:
         self.dropped = 0
         threading.Thread(target=self._drain, args=(self.lines,), daemon=True).start()
 
-    def _drain(self, lines: queue.Queue[str | None]) -> None:
-        while (line := lines.get()) is not None:
-            self._write_fd(line + "\n")
+    def _drain(self, lines: queue.Queue[Item | None]) -> None:
+        while (item := lines.get()) is not None:
+            self._show(item)
             if lines.empty():
                 with self.lock:
                     dropped, self.dropped = self.dropped, 0
                 if dropped:
                     record = _sink.record("warning", {"event": "console_dropped", "lines": dropped})
                     _sink.write_file(record)
-                    self._write_fd(render(record) + "\n")
+                    self._show(record)
+
+    def _show(self, item: Item) -> None:
+        try:
+            text = self.view.show(item)
+        except Exception as exc:  # a view's bug must not end the thread: lines would stop
+            text = f"(console view failed: {exc!r}) {item!r}"
+        if text is not None:
+            self._write_fd(text + "\n")
 
     def _write_fd(self, text: str) -> None:
         data = text.encode(errors="replace")
@@ -119,17 +206,20 @@ class _Console:
             pass  # a console nobody reads: its thread stays blocked, as it would anyway
 
     def close(self) -> None:
-        """Let the backlog drain for up to :data:`CONSOLE_CLOSE_S`; book what is left."""
-        if self.fd is None or self.pid != os.getpid():
-            return
-        deadline = time.monotonic() + CONSOLE_CLOSE_S
-        while not self.lines.empty() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        with self.lock:
-            dropped, self.dropped = self.dropped + self.lines.qsize(), 0
-        if dropped:
-            event = {"event": "console_dropped", "lines": dropped, "at": "close"}
-            _sink.write_file(_sink.record("warning", event))
+        """Let the backlog drain for up to :data:`CONSOLE_CLOSE_S` and book what is left;
+        then let the view finish (a live panel draws its last state) — in the process
+        that made it only, not in a forked child that inherited it."""
+        if self.fd is not None and self.pid == os.getpid():
+            deadline = time.monotonic() + CONSOLE_CLOSE_S
+            while not self.lines.empty() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            with self.lock:
+                dropped, self.dropped = self.dropped + self.lines.qsize(), 0
+            if dropped:
+                event = {"event": "console_dropped", "lines": dropped, "at": "close"}
+                _sink.write_file(_sink.record("warning", event))
+        if os.getpid() == self.owner:
+            self.view.close()
 
 
 class _Sink:
@@ -141,7 +231,6 @@ class _Sink:
         self.static: dict[str, Any] = {}
         self.console_level = LEVELS["info"]
         self.file_level = LEVELS["info"]
-        self.color = False
         self.console: _Console | None = None
         self.fd_lock = threading.Lock()
         """Held while the file descriptor is written or closed: the console's thread
@@ -155,7 +244,7 @@ class _Sink:
         if level >= self.file_level:
             self.write_file(record)
         if self.console is not None and level >= self.console_level:
-            self.console.write(render(record, color=self.color))
+            self.console.write(record)
         raise structlog.DropEvent  # written above; structlog's own printer never blocks us
 
     def record(self, level: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -194,10 +283,12 @@ def configure(
     console: TextIO | None = sys.stderr,
     console_level: str = "info",
     file_level: str = "info",
+    view: View | None = None,
     **static: Any,
 ) -> None:
     """Set where events go for this process. ``static`` fields (run, actor, role) are
-    added to every event that does not set them itself."""
+    added to every event that does not set them itself. ``view`` decides what the
+    console shows (default: a :class:`LineView`, coloured on a terminal)."""
     _close_file()
     if events_file is not None:
         events_file.parent.mkdir(parents=True, exist_ok=True)
@@ -205,13 +296,13 @@ def configure(
         _sink.path = events_file
     _sink.static = {k: v for k, v in static.items() if v is not None}
     _sink.console_level = LEVELS[console_level] if console is not None else 1000
-    if _sink.console is not None and _sink.console.stream is not console:
+    if _sink.console is not None and (_sink.console.stream is not console or view is not None):
         _sink.console.stop()
         _sink.console = None
     if console is not None and _sink.console is None:
-        _sink.console = _Console(console)
+        color = console.isatty() and "NO_COLOR" not in os.environ
+        _sink.console = _Console(console, view if view is not None else LineView(color=color))
     _sink.file_level = LEVELS[file_level]
-    _sink.color = bool(console is not None and console.isatty() and "NO_COLOR" not in os.environ)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -227,6 +318,19 @@ def configure(
 def bind(**fields: Any) -> None:
     """Add fields to every event from the current task (and tasks it starts)."""
     structlog.contextvars.bind_contextvars(**fields)
+
+
+def relay(item: dict[str, Any] | Output) -> None:
+    """Show on this process's console what another process logged (an event record it
+    already wrote to the events file, or a plain line of its output). Never blocks."""
+    if _sink.console is not None:
+        _sink.console.write(item)
+
+
+def status(item: Status) -> None:
+    """Hand the broker's state to a view that shows it; nothing otherwise."""
+    if _sink.console is not None and _sink.console.view.wants_status:
+        _sink.console.write(item)
 
 
 def close() -> None:

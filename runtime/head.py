@@ -191,11 +191,24 @@ def _write_json(path: Path, data: object) -> None:
     os.replace(tmp, path)  # never leave a half-written file behind
 
 
+# How often the broker's state (jobs in flight per actor) goes to a console view that
+# shows it: a live panel redraws a few times a second; once a second reads as live.
+STATUS_INTERVAL_S = 1.0
+
+
 async def run_head(
-    settings: Settings, run_dir: Path, run_id: str, driver: Driver, console_level: str = "info"
+    settings: Settings,
+    run_dir: Path,
+    run_id: str,
+    driver: Driver,
+    console_level: str = "info",
+    view: events.View | None = None,
 ) -> int:
-    """Run one head to completion; returns the process exit status."""
-    events.configure(events_file=run_dir / "events.jsonl", run=run_id, console_level=console_level)
+    """Run one head to completion; returns the process exit status. ``view`` is what the
+    console shows (default: every event as a line)."""
+    events.configure(
+        events_file=run_dir / "events.jsonl", run=run_id, console_level=console_level, view=view
+    )
     os.environ[CONSOLE_ENV] = console_level  # actor processes inherit the head's verbosity
     events.bind(actor="head", role="head")
     _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
@@ -252,6 +265,8 @@ async def run_head(
             nursery.start_soon(_watch_signals, nursery.cancel_scope, status)
             nursery.start_soon(auth.run)
             await nursery.start(broker.serve)
+            if view is not None and view.wants_status:
+                nursery.start_soon(_report_status, broker)
             client = Client(max_frame_bytes=rt.max_frame_bytes, name="head")
             await nursery.start(
                 functools.partial(
@@ -331,6 +346,20 @@ def _root_cause(exc: BaseException) -> BaseException:
             return leaf
     real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
     return (real or leaves or [exc])[0]
+
+
+async def _report_status(broker: Broker) -> None:
+    """Hand the console view the jobs in flight per actor, every :data:`STATUS_INTERVAL_S`
+    (through the console's queue: this never waits on the terminal)."""
+    while True:
+        actors = tuple(
+            (p.actor_id, p.role, len(p.inflight), p.capacity)
+            for p in broker.peers.values()
+            if p.actor_id != "head"
+        )
+        queued = sum(len(q) for q in broker.queues.values())
+        events.status(events.Status(actors, queued))
+        await trio.sleep(STATUS_INTERVAL_S)
 
 
 def _scalar(value: object) -> bool:

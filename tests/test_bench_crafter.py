@@ -206,9 +206,9 @@ def test_markdown_keeps_published_anchors_apart():
 def test_rlgpt_config_passes_the_strict_loader(tmp_path):
     from method import settings as config
 
-    base = ROOT / "configs" / "crafter.toml"
+    base = ROOT / "rlgpt" / "configs" / "crafter.toml"
     if not base.exists():
-        base = ROOT / "configs" / "diamond.toml"
+        base = ROOT / "rlgpt" / "configs" / "diamond.toml"
     text = bc.rlgpt_config(base, tmp_path / "runs", 30000, 7, quick=True, seed=3)
     path = tmp_path / "bench.toml"
     path.write_text(text)

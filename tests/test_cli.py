@@ -185,10 +185,11 @@ def test_missing_config_lists_the_configs_that_exist(tmp_path: Path) -> None:
     assert done.returncode == 2 and "diamond.toml" in done.stderr
 
 
-def test_bare_config_name_resolves_in_configs(tmp_path: Path) -> None:
+def test_bare_config_name_resolves_in_the_package_configs(tmp_path: Path) -> None:
     from runtime.config import find_config
 
-    assert find_config("diamond.toml") == ROOT / "configs" / "diamond.toml"
+    assert find_config("diamond.toml") == ROOT / "rlgpt" / "configs" / "diamond.toml"
+    assert find_config("diamond") == ROOT / "rlgpt" / "configs" / "diamond.toml"
 
 
 def test_attach_refuses_a_device_this_machine_lacks(tmp_path: Path) -> None:

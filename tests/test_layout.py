@@ -21,6 +21,7 @@ FLOORS = {
     "llm": 3,  # the model layer (the offline backend reads knowledge)
     "method": 4,  # the method's machinery: driver, settings, journal, ledger, seeds
     "actors": 5,  # the roles
+    "rlgpt": 6,  # the command line, the terminal's view, the shipped configs
 }
 """Floor of each package: imports go down (or stay inside a package), never up or
 sideways."""

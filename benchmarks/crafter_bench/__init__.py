@@ -13,7 +13,7 @@ same budget of env steps (``--budget``, Crafter's 1M by default) and the same
 observation (the local 9×7 view one-hot, inventory and vitals: what the system's
 learners see, ``envs.rl_env``):
 
-``rlgpt``  the full system: ``run.py --config configs/crafter.toml`` in a subprocess,
+``rlgpt``  the full system: ``run.py --config crafter`` in a subprocess,
            with ``[task] env_steps`` set to the budget and runs written under a folder of
            this benchmark. The run writes ``episodes.jsonl`` (one line per episode it
            stepped: kind code/train/final, seed, steps, achievements unlocked) and

@@ -1,0 +1,397 @@
+"""The command line: ``rlgpt``, ``python -m rlgpt`` and ``python run.py`` are the same.
+
+    rlgpt --config diamond                  run (a bare name is found in rlgpt/configs/)
+    rlgpt run --config diamond              the same, with the command named
+    rlgpt tail [RUN_DIR]                    follow a run's events (default: latest)
+    rlgpt attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR]
+    rlgpt keys [--dir keys]                 create CURVE keys for non-loopback use
+    rlgpt play RUN_DIR [--seed N]           replay a run's final policy (its policy/ bundle)
+    rlgpt compare RUN_A RUN_B ...           compare finished runs
+    rlgpt actor ROLE --connect ADDR ...     (started by the head; not for people)
+
+Without a command, ``run`` is meant: ``python run.py --config X`` works as it always did.
+
+Every command is one :class:`Command` in :data:`COMMANDS`: its name, its line in
+``--help``, a function that adds its arguments to its argparse subparser, and the
+function that runs it with the parsed arguments. A command whose function parses its
+own arguments (``cmd_x(command, argv) -> int``) is added with :func:`passthrough`.
+
+Exit status: 0 the run finished; 1 it failed; 2 bad config or arguments; 128+N
+stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from messages.codec import DEFAULT_MAX_FRAME
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    """What follows the program's name: ``rlgpt NAME ...``."""
+    help: str
+    """Its line in ``rlgpt --help``."""
+    arguments: Callable[[argparse.ArgumentParser], None] | None
+    """Adds its arguments to its subparser; None: the command parses its own (``run``
+    gets the rest of the command line as ``(name, argv)``)."""
+    run: Callable[..., int]
+    """Runs it: ``run(args)`` with the parsed namespace, or ``run(name, argv)``."""
+    description: str = ""
+    """The paragraph at the top of ``rlgpt NAME --help`` (default: ``help``)."""
+
+
+def passthrough(name: str, help: str, run: Callable[[str, list[str]], int]) -> Command:
+    """A command whose function parses its own argument list, ``run(name, argv) -> int``."""
+    return Command(name, help, None, run)
+
+
+def prog_name() -> str:
+    """How the user called us, for usage lines: ``run.py``, ``python -m rlgpt`` or ``rlgpt``."""
+    called = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if called == "run.py":
+        return "run.py"
+    if called == "__main__.py":
+        return "python -m rlgpt"
+    return "rlgpt"
+
+
+def command_name() -> str:
+    """How to write our command in a hint: ``python run.py``, ``python -m rlgpt``, ``rlgpt``."""
+    prog = prog_name()
+    return "python run.py" if prog == "run.py" else prog
+
+
+# -------------------------------------------------------------------------- run
+
+
+def run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        default="diamond.toml",
+        help="TOML file, or a name in rlgpt/configs/ (diamond, crafter); default: diamond",
+    )
+    parser.add_argument(
+        "--resume", default="", metavar="RUN_DIR", help="continue a run whose head was stopped"
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="console shows warnings only, then the final summary",
+    )
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="event lines without the live status panel (the default when not on a terminal)",
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import trio
+
+    from actors import ROLES
+    from method import settings as method_settings
+    from rlgpt import view as views
+    from runtime import config
+    from runtime.head import EXIT_CONFIG, check_run_dir, new_run_dir, run_head
+
+    try:
+        if args.resume:
+            run_dir = Path(args.resume)
+            if not (run_dir / "config.json").is_file():
+                raise config.ConfigError(
+                    args.resume, "", "a run folder with config.json", "none",
+                    "pass a folder under runs/ made by an earlier `run.py --config ...`",
+                )  # fmt: skip
+            settings = method_settings.load_resolved(run_dir / "config.json", ROLES)
+        else:
+            settings = method_settings.load(args.config, ROLES)
+        method_settings.check_runnable(settings)
+        _check_backend(settings)
+        # Last: a bad config leaves no run folder behind.
+        if args.resume:
+            check_run_dir(run_dir)
+        else:
+            run_id, run_dir = new_run_dir(settings)
+    except config.ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    # After the config check (the head never imports torch: tests/test_layout.py).
+    if settings.run.driver == "checkup":
+        from method.checkup import checkup as driver
+    else:
+        import functools
+
+        from actors import agent_classes
+        from method.driver import run_method
+
+        driver = functools.partial(run_method, agent_classes=agent_classes())
+
+    if args.resume:
+        run_id = run_dir.name
+        print(f"run {run_id} resumed: events in {run_dir}/events.jsonl", file=sys.stderr)
+    else:
+        print(f"run {run_id}: events in {run_dir}/events.jsonl", file=sys.stderr)
+    level = "warning" if args.quiet else "info"
+    console = views.make_view(settings, quiet=args.quiet, plain=args.plain)
+    try:
+        code = trio.run(run_head, settings, run_dir, run_id, driver, level, console)
+    finally:
+        console.close()  # the head closes it on its way out; this covers a crash before
+    views.print_summary(run_dir, code, command=command_name())
+    return code
+
+
+def _check_backend(settings) -> None:
+    """Fail fast (status 2) when the model endpoint the config names cannot be used."""
+    agents = settings.agents
+    if agents.backend != "openai" or not agents.check_endpoint:
+        return
+    import trio
+
+    from llm.errors import BackendConfigError, ModelUnavailable
+    from method.agents import make_backend
+    from runtime.config import ConfigError
+
+    try:
+        backend = make_backend(agents)
+        trio.run(backend.check)
+    except (ModelUnavailable, BackendConfigError) as exc:  # they name what went wrong
+        raise ConfigError(
+            settings.source, "agents.base_url", "an endpoint that answers", str(exc),
+            "check base_url, model and the API key variable, or use backend = \"offline\"",
+        ) from None  # fmt: skip
+
+
+# ----------------------------------------------------------------- actor, attach
+
+
+def actor_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("role", help="actor role, e.g. learner")
+    parser.add_argument("--connect", required=True, help="broker endpoint (tcp://HOST:PORT)")
+    parser.add_argument("--name", default="", help="actor id (default: the broker picks)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--capacity", type=int, default=1, help="jobs worked on at once")
+    parser.add_argument("--keys", default="", help="keys folder (CURVE) for a remote head")
+    parser.add_argument("--run-dir", default="", help="append events to RUN_DIR/events.jsonl")
+    parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
+    # "json": events as JSON lines, for a head that reads this process's output.
+    parser.add_argument(
+        "--console", default="lines", choices=["lines", "json"], help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME, help="largest message accepted"
+    )
+    parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
+
+
+def cmd_actor(args: argparse.Namespace) -> int:
+    command = args.command.name
+    import trio
+
+    from actors import actor_class
+    from runtime import events
+    from runtime.devices import DeviceError, check_device
+    from runtime.security import CurveClient, KeysMissing, is_loopback
+
+    try:
+        cls = actor_class(args.role)
+        check_device(args.device)
+        curve = CurveClient.load(Path(args.keys)) if args.keys else None
+    except (ValueError, DeviceError, KeysMissing) as exc:
+        print(f"{command} error: {exc}", file=sys.stderr)
+        return 2
+    if curve is None and not is_loopback(args.connect):
+        print(
+            f"{command} error: {args.connect} is not loopback; pass --keys DIR with the "
+            "head's server.key and your client.key_secret (python run.py keys)",
+            file=sys.stderr,
+        )
+        return 2
+    events.configure(
+        events_file=Path(args.run_dir) / "events.jsonl" if args.run_dir else None,
+        console_level="warning" if args.quiet else os.environ.get("RLGPT_CONSOLE_LEVEL", "info"),
+        view=events.JsonView() if args.console == "json" else None,
+        role=cls.role,
+    )
+    limits = getattr(cls, "apply_process_limits", None)
+    if limits is not None:
+        events.log.info("process_limits", **limits())
+    actor = cls(
+        name=args.name,
+        capacity=args.capacity,
+        device=args.device,
+        parent_pid=args.parent_pid,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        max_frame_bytes=args.max_frame_bytes,
+    )
+
+    async def serve() -> None:
+        async with trio.open_nursery() as nursery:
+
+            async def on_signal() -> None:
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for signum in signals:
+                        actor.stop(signal.Signals(signum).name)
+                        return
+
+            nursery.start_soon(on_signal)
+            await actor.run(args.connect, curve=curve)
+            nursery.cancel_scope.cancel()
+
+    from runtime.actor import ActorRefused
+
+    try:
+        trio.run(serve)
+    except BaseException as exc:  # nurseries wrap errors in exception groups
+        refused = _find(exc, ActorRefused)
+        if refused is None:
+            raise
+        print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _find(exc: BaseException, kind: type) -> BaseException | None:
+    """The first ``kind`` inside ``exc`` and any exception groups it wraps."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _find(inner, kind)) is not None:
+                return found
+    return None
+
+
+# ----------------------------------------------------------------------- tail
+
+
+def tail_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", nargs="?", default="", help="run folder (default: latest)")
+    parser.add_argument("--runs-dir", default="runs", help="where runs live")
+    parser.add_argument("--no-follow", action="store_true", help="print what is there and exit")
+    parser.add_argument("--level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from runtime.tail import TailError, follow
+
+    try:
+        return follow(
+            args.run_dir, args.runs_dir, keep_following=not args.no_follow, level=args.level
+        )
+    except TailError as exc:
+        print(f"tail error: {exc}", file=sys.stderr)
+        return 2
+
+
+# ----------------------------------------------------------------------- keys
+
+
+def keys_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", default="keys", help="folder to write (default: keys)")
+    parser.add_argument("--force", action="store_true", help="replace existing keys")
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from runtime.security import KeysMissing, create_keys
+
+    try:
+        folder = create_keys(Path(args.dir), force=args.force)
+    except KeysMissing as exc:
+        print(f"keys error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {folder}/server.key_secret (stays on the head), {folder}/server.key and "
+        f"{folder}/client.key_secret (copy both to attaching machines), "
+        f"{folder}/authorized/client.key (accepted clients).\n"
+        f'Head: set [runtime] keys_dir = "{folder}" and listen = "tcp://0.0.0.0:5555".\n'
+        f"Attach: python run.py attach learner --connect tcp://HEAD:5555 --keys {folder}"
+    )
+    return 0
+
+
+def cmd_play(command: str, argv: list[str]) -> int:
+    from method.play import main as play
+
+    return play(argv)
+
+
+def cmd_compare(command: str, argv: list[str]) -> int:
+    from method.compare import main as compare
+
+    return compare(argv)
+
+
+# ------------------------------------------------------------------ the registry
+
+COMMANDS: list[Command] = [
+    Command(
+        "run", "run RL-GPT from a config (the default: `rlgpt --config X` means `rlgpt run "
+        "--config X`)", run_arguments, cmd_run, "Run RL-GPT from a config.",
+    ),
+    Command("tail", "follow a run's events, readably", tail_arguments, cmd_tail,
+            "Follow a run's events."),
+    Command(
+        "attach", "add an actor (e.g. a learner on another GPU) to a running head",
+        actor_arguments, cmd_actor,
+    ),
+    Command("keys", "create CURVE keys for actors on other machines", keys_arguments, cmd_keys,
+            "Create CURVE keys."),
+    passthrough("play", "replay a finished run's final policy on chosen seeds", cmd_play),
+    passthrough("compare", "compare finished runs: a table, differences and a plot", cmd_compare),
+    Command(
+        "actor", "one actor process, as the head starts it (use attach to add one yourself)",
+        actor_arguments, cmd_actor,
+    ),
+]  # fmt: skip
+"""Every command, in the order ``--help`` lists them. Adding one is one line here."""
+
+DEFAULT_COMMAND = "run"
+"""What a command line without a command means (``rlgpt --config X``)."""
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    prog = prog or prog_name()
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="RL-GPT as an actor system: slow and fast agents, code-as-policy and RL "
+        "on Crafter.",
+        epilog=f"Without a command, `{DEFAULT_COMMAND}` is meant: `{prog} --config diamond`. "
+        f"`{prog} COMMAND --help` shows a command's options. Exit status: 0 finished, 1 failed, "
+        "2 bad config or arguments, 130/143 stopped by Ctrl-C/SIGTERM.",
+    )
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for command in COMMANDS:
+        if command.arguments is None:
+            # Parses its own arguments: listed here, dispatched before argparse (main).
+            sub.add_parser(command.name, help=command.help, add_help=False)
+            continue
+        child = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description or command.help,
+            prog=f"{prog} {command.name}",
+        )
+        command.arguments(child)
+        child.set_defaults(command=command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    by_name = {c.name: c for c in COMMANDS}
+    if not argv or (argv[0] not in by_name and argv[0] not in ("-h", "--help")):
+        argv = [DEFAULT_COMMAND, *argv]
+    command = by_name[argv[0]] if argv[0] in by_name else None
+    if command is not None and command.arguments is None:
+        return command.run(command.name, argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.command.run(args)
