@@ -97,6 +97,9 @@ def cmd_run(argv: list[str]) -> int:
 def _check_backend(settings) -> None:
     """Fail fast (status 2) when the model endpoint the config names cannot be used."""
     agents = settings.agents
+    if agents.backend == "local":
+        _check_local(settings)
+        return
     if agents.backend != "openai" or not agents.check_endpoint:
         return
     import trio
@@ -113,6 +116,26 @@ def _check_backend(settings) -> None:
             settings.source, "agents.base_url", "an endpoint that answers", str(exc),
             "check base_url, model and the API key variable, or use backend = \"offline\"",
         ) from None  # fmt: skip
+
+
+def _check_local(settings) -> None:
+    """The local backend's model file and server are there (status 2 otherwise)."""
+    from llm import models
+    from llm.local_server import INSTALL_HINT, missing_modules
+    from runtime.config import ConfigError
+
+    try:
+        models.resolve(settings.agents.model)
+    except models.ModelError as exc:
+        raise ConfigError(
+            settings.source, "agents.model", "a fetched model or a .gguf file", str(exc),
+            "fetch it, or name another model (python run.py models list)",
+        ) from None  # fmt: skip
+    if missing := missing_modules():
+        raise ConfigError(
+            settings.source, "agents.backend", "the local model server installed",
+            f"missing {', '.join(missing)}", INSTALL_HINT,
+        )  # fmt: skip
 
 
 def _actor_parser(command: str) -> argparse.ArgumentParser:
