@@ -251,3 +251,85 @@ def test_smollm2s_broken_replies_are_repaired_then_given_up_with_the_documented_
     failed = [e for e in recorded if e["event"] == "llm_call_failed"]
     assert failed and failed[-1]["reason"] == "invalid_reply" and failed[-1]["repairs"] == 2
     print(f"SmolLM2: 3 requests in {seconds:.1f} s")
+
+
+TINY_RUN = """
+[run]
+name = "local-0.5b"
+runs_dir = "{runs}"
+
+[agents]
+backend = "local"
+model = "{model}"
+n_ctx = 8192
+timeout_s = 1200        # CPU calls take a minute; queued ones wait for the one before
+max_retries = 1
+fast_capacity = 1       # the server answers one request at a time
+critic_capacity = 1
+
+[task]
+task = "place a crafting table"
+target = "place_table"  # two sub-actions: collect_wood, place_table
+iterations = 1
+revisions = 1
+code_episodes = 2
+eval_episodes = 2
+episode_steps = 300
+sub_target = 1.0        # anything short of every episode asks the critic for a revision
+env_steps = 50000
+wall_s = 1500
+
+[runtime]
+heartbeat_interval = 1.0
+heartbeat_timeout = 30.0
+
+[actors.environment]
+count = 1
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_short_real_run_with_the_0_5b_model_plans_codes_evaluates_and_critiques(
+    tmp_path: Path,
+) -> None:
+    """``run.py`` with Qwen2.5-Coder-0.5B: the head starts the server, the slow agent
+    plans, the fast agent codes each sub-action, the environment evaluates it, the critic
+    reviews it, a "revise" verdict gets a revision, and the server stops with the run.
+    Asserted on what the run recorded, not on the model's quality."""
+    require(CODER)
+    config = tmp_path / "tiny-local.toml"
+    config.write_text(TINY_RUN.format(runs=tmp_path / "runs", model=CODER))
+    done = subprocess.run(
+        [sys.executable, "run.py", "--config", str(config), "--quiet"], cwd=ROOT,
+        capture_output=True, text=True, timeout=1700,
+    )  # fmt: skip
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    recorded = read_events(run_dir)
+    names = [e["event"] for e in recorded]
+    assert done.returncode == 0, f"{done.stderr[-3000:]}\n{names}"
+    calls = [json.loads(line) for line in (run_dir / "calls.jsonl").read_text().splitlines()]
+    kinds = [(c["role"], c["purpose"]) for c in calls]
+    assert kinds[0] == ("slow", "plan")
+    assert ("fast", "code") in kinds and ("critic", "review") in kinds
+    assert all(c["tokens_in"] > 0 and c["tokens_out"] > 0 and c["latency_s"] > 0 for c in calls)
+    for event in ("model_server_ready", "plan_made", "code_written", "evaluation_finished"):
+        assert event in names, event
+    critiques = [e for e in recorded if e["event"] == "critique"]
+    assert critiques
+    # A "revise" verdict with a revision left gets a revision: version 2 of that code.
+    written = {(e["subaction"], e["version"]) for e in recorded if e["event"] == "code_written"}
+    for c in critiques:
+        if c["verdict"] == "revise" and c["version"] == 1:
+            assert (c["subaction"], 2) in written, c
+    stopped = [e for e in recorded if e["event"] == "model_server_stopped"]
+    assert stopped and gone(stopped[-1]["pid"])
+    assert (run_dir / "model-server.log").stat().st_size > 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["model_calls"] == len(calls)
+    seconds = [c["latency_s"] for c in calls]
+    print(
+        f"0.5B run: {len(calls)} calls, {sum(seconds) / len(seconds):.1f} s a call, "
+        f"tokens in/out {summary['tokens_in']}/{summary['tokens_out']}, "
+        f"final success {summary['final_success']}"
+    )
