@@ -154,3 +154,22 @@ def test_models_command_lists_the_table_and_refuses_an_unknown_name(tmp_path: Pa
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 1 and "unknown model 'nope'" in bad.stderr
+
+
+def test_diamond_local_config_names_a_verified_model_and_a_local_model_needs_a_name(
+    tmp_path: Path,
+) -> None:
+    from actors import ROLES
+    from method import settings
+    from runtime.config import ConfigError
+
+    s = settings.load("diamond-local.toml", ROLES)
+    assert s.agents.backend == "local" and s.agents.model in models.MODELS
+    assert s.agents.timeout_s >= 600  # CPU calls take a minute; queued ones longer
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[agents]\nbackend = "local"\n')
+    with pytest.raises(ConfigError, match="agents.model"):
+        settings.load(str(bad), ROLES)
+    bad.write_text('[agents]\nbackend = "local"\nmodel = "m.gguf"\nn_ctx = 100\n')
+    with pytest.raises(ConfigError, match="agents.n_ctx"):
+        settings.load(str(bad), ROLES)
