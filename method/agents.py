@@ -47,10 +47,14 @@ def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> B
         if endpoint is None:
             raise BackendConfigError("the local backend needs its server's endpoint")
         os.environ.setdefault(LOCAL_KEY_ENV, "local")
-        settings = dataclasses.replace(
-            settings, backend="openai", base_url=endpoint.base_url, model=endpoint.alias,
-            api_key_env=LOCAL_KEY_ENV,
+        backend = make_backend(
+            dataclasses.replace(
+                settings, backend="openai", base_url=endpoint.base_url, model=endpoint.alias,
+                api_key_env=LOCAL_KEY_ENV,
+            )
         )  # fmt: skip
+        backend.name = "local"  # recorded with every call and shown in the report
+        return backend
     if settings.backend == "openai":
         from llm.openai_backend import OpenAIBackend
 

@@ -70,6 +70,21 @@ def gone(pid: int) -> bool:
     return "\nState:\tZ" in status
 
 
+def test_the_local_backend_is_the_openai_backend_pointed_at_the_started_server() -> None:
+    from llm.errors import BackendConfigError
+    from method.agents import make_backend
+    from method.settings import AgentSettings
+
+    settings = AgentSettings(backend="local", model=SMALL, api_key_env="UNSET_VARIABLE_X")
+    with pytest.raises(BackendConfigError, match="endpoint"):
+        make_backend(settings)
+    backend = make_backend(settings, Endpoint("http://127.0.0.1:9/v1", SMALL))
+    assert (backend.name, backend.base_url, backend.model) == (
+        "local", "http://127.0.0.1:9/v1", SMALL,
+    )  # fmt: skip
+    assert backend.timeout_s == settings.timeout_s  # the openai keys apply
+
+
 def test_the_server_answers_is_restarted_after_kill_9_and_stops_with_the_run(
     tmp_path: Path,
 ) -> None:
