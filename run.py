@@ -3,7 +3,7 @@
 (``rlgpt/cli.py``, where every command is defined).
 
     python run.py --config diamond               run (a bare name is found in rlgpt/configs/)
-    python run.py --help                         every command: run, tail, attach, keys, actor
+    python run.py --help                         every command: run, tail, play, compare, ...
 """
 
 from __future__ import annotations

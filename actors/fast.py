@@ -26,8 +26,8 @@ from messages.task import CodedAction, RLConfig, Stage
 from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
-from method.paired import compare, reached, stage_outcomes
 from method.journal import job_key
+from method.paired import compare, reached, stage_outcomes
 from method.settings import MethodSettings
 from method.split import rollout_split
 from runtime.actor import Actor, RemoteFailure, handles

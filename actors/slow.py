@@ -25,8 +25,8 @@ from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
-from method.paired import compare
 from method.journal import job_key
+from method.paired import compare
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
 from method.video import video_episodes

@@ -11,14 +11,19 @@ and the token budget is kept here, once, for every backend.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm.backend import Backend
-from llm.errors import ModelReplyError, ModelUnavailable, TokenBudgetSpent
+from llm.errors import BackendConfigError, ModelReplyError, ModelUnavailable, TokenBudgetSpent
 from method.journal import Journal
-from method.settings import AgentSettings
+from method.settings import LOCAL_N_CTX, AgentSettings
 from runtime.events import log
+
+if TYPE_CHECKING:
+    from llm.local_server import Endpoint
 
 
 class AgentCallFailed(Exception):
@@ -29,9 +34,27 @@ class AgentCallFailed(Exception):
         self.role, self.purpose, self.cause, self.detail = role, purpose, cause, detail
 
 
-def make_backend(settings: AgentSettings) -> Backend:
+LOCAL_KEY_ENV = "RLGPT_LOCAL_API_KEY"
+"""The key variable the ``local`` backend's client reads: the local server ignores keys,
+but the ``openai`` client wants a non-empty one (set to ``local`` unless already set)."""
+
+
+def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> Backend:
     """The backend the config names (imported only when chosen: ``openai`` pulls in its
-    client, ``offline`` the skill library)."""
+    client, ``offline`` the skill library). ``local`` is ``openai`` pointed at the
+    ``endpoint`` of the server the driver started (:mod:`llm.local_server`)."""
+    if settings.backend == "local":
+        if endpoint is None:
+            raise BackendConfigError("the local backend needs its server's endpoint")
+        os.environ.setdefault(LOCAL_KEY_ENV, "local")
+        backend = make_backend(
+            dataclasses.replace(
+                settings, backend="openai", base_url=endpoint.base_url, model=endpoint.alias,
+                api_key_env=LOCAL_KEY_ENV, n_ctx=settings.n_ctx or LOCAL_N_CTX,
+            )
+        )  # fmt: skip
+        backend.name = "local"  # recorded with every call and shown in the report
+        return backend
     if settings.backend == "openai":
         from llm.openai_backend import OpenAIBackend
 

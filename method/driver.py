@@ -12,17 +12,20 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import trio
 
 from messages.plan import RunTask, TaskReport
 from method import ledger, seeds
 from method.agents import Agents, make_backend
 from method.paired import wilson_interval
-from method.journal import job_key
-from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
-from runtime.actor import RemoteFailure
+from method.settings import LOCAL_N_CTX, MethodSettings
 from runtime.events import log
 from runtime.head import Head
+
+if TYPE_CHECKING:  # imported when a run uses it
+    from llm.local_server import LocalServer
 
 SLOW_CAPACITY = 1
 """The slow agent runs the one task a run asks of it: a second would be a second run."""
@@ -43,10 +46,39 @@ def task_of(settings: MethodSettings) -> RunTask:
 
 async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
     """The method end to end; ``agent_classes`` are the slow, fast and critic actors by
-    role (``actors.agent_classes()``, handed over by ``run.py``)."""
+    role (``actors.agent_classes()``, handed over by ``run.py``). With ``[agents]
+    backend = "local"`` the model server runs beside it, started first, stopped last."""
+    if head.settings.agents.backend != "local":
+        return await _run_method(head, agent_classes, None)
+    async with trio.open_nursery() as nursery:
+        endpoint = await nursery.start(local_server(head).run)
+        try:
+            return await _run_method(head, agent_classes, endpoint)
+        finally:
+            nursery.cancel_scope.cancel()  # the server stops with the run
+
+
+def local_server(head: Head) -> LocalServer:
+    """The ``local`` backend's server for this run, its output in ``model-server.log``."""
+    from llm import models
+    from llm.local_server import LocalServer
+
+    a = head.settings.agents
+    path = models.resolve(a.model)
+    alias = path.stem if models.is_path(a.model) else a.model
+    return LocalServer(
+        path,
+        alias,
+        head.run_dir / "model-server.log",
+        n_ctx=a.n_ctx or LOCAL_N_CTX,
+        n_threads=a.n_threads,
+    )
+
+
+async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: Any) -> dict:
     s = head.settings
     started = time.monotonic()
-    agents = Agents(make_backend(s.agents), head.run_dir, s.agents.token_budget)
+    agents = Agents(make_backend(s.agents, endpoint), head.run_dir, s.agents.token_budget)
     if agents.journal.loaded_calls or agents.journal.loaded_jobs:
         log.info(
             "run_resumed",

