@@ -109,7 +109,7 @@ MODELS: dict[str, ModelSpec] = {
             size=1_117_320_768,
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             licence=UNKNOWN_UPLOADER,
-            about="Qwen2.5-Coder-1.5B-Instruct Q4_K_M: configs/diamond-local.toml's model",
+            about="Qwen2.5-Coder-1.5B-Instruct Q4_K_M: rlgpt/configs/diamond-local.toml's model",
         ),
     )
 }

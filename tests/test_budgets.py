@@ -15,7 +15,7 @@ SAFETY_S = 3600
 
 @pytest.mark.parametrize("name", ["diamond.toml", "crafter.toml"])
 def test_shipped_configs_keep_the_wall_clock_as_a_safety_limit_only(name: str) -> None:
-    settings = load(str(ROOT / "configs" / name))
+    settings = load(str(ROOT / "rlgpt" / "configs" / name))
     assert settings.task.wall_s == 0 or settings.task.wall_s >= SAFETY_S
 
 
@@ -27,7 +27,7 @@ def _report(tmp_path, stop_reason: str) -> str:
     from messages.plan import RunTask, TaskReport
     from method.report import write_report
 
-    settings = load(str(ROOT / "configs" / "diamond.toml"))
+    settings = load(str(ROOT / "rlgpt" / "configs" / "diamond.toml"))
     task = RunTask("t", "diamond", 0.3, 1, 10_000, eval_seeds=[2_000_000, 2_000_001], code_seeds=[])
     report = TaskReport([], [], 0.5, 2, [], stop_reason)
     summary = {

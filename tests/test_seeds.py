@@ -71,7 +71,7 @@ def test_every_benchmark_variant_reports_on_the_runs_final_worlds() -> None:
     from method.settings import load
 
     assert protocol.final_worlds(3, 100) == seeds.final_seeds(3, 100)
-    settings = load(str(ROOT / "configs" / "crafter.toml"))
+    settings = load(str(ROOT / "rlgpt" / "configs" / "crafter.toml"))
     assert task_of(settings).eval_seeds == protocol.final_worlds(settings.run.seed, 100)
     for row in seeds.table(0):
         if row.name != "final":
