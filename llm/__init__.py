@@ -2,13 +2,14 @@
 
 Public names live here; modules hold one concern each:
 
-- :mod:`llm.contracts` — :data:`PURPOSES`, each purpose's reply contract (:data:`SCHEMAS`)
-  and :func:`validate`.
+- :mod:`llm.contracts` — :data:`PURPOSES`, each purpose's reply contract (:data:`SCHEMAS`,
+  and as JSON Schemas for structured output), :func:`validate`, and Crafter's names for
+  what a model calls a sub-action (:func:`~llm.contracts.resolve_achievement`).
 - :mod:`llm.backend` — the :class:`Backend` protocol and the one :class:`CallResult`.
 - :mod:`llm.prompts` — the prompt files (beside the module) rendered with
   ``string.Template``; JSON extraction from a reply.
 - :mod:`llm.openai_backend` — :class:`OpenAIBackend`, calls answered by an
-  OpenAI-compatible endpoint (repair-and-retry, backoff, token budget).
+  OpenAI-compatible endpoint (repair-and-retry, backoff, real servers' quirks).
 - :mod:`llm.offline` — :class:`OfflineBackend`, the same calls answered by deterministic
   code over the game's data and the skill library: no model.
 - :mod:`llm.errors` — the failures, each named for what the caller does about it.
@@ -18,6 +19,7 @@ from llm.backend import Backend, CallResult
 from llm.contracts import PURPOSES, SCHEMAS, validate
 from llm.errors import (
     BackendConfigError,
+    ContextOverflow,
     ContractError,
     LLMError,
     ModelReplyError,
@@ -33,6 +35,7 @@ __all__ = [
     "SCHEMAS",
     "BackendConfigError",
     "CallResult",
+    "ContextOverflow",
     "ContractError",
     "LLMError",
     "ModelReplyError",

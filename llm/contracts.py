@@ -533,7 +533,9 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 def json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """Each contract as a JSON Schema, for servers that constrain their output to one
     (structured output). Looser than :func:`validate` where a schema cannot say it (code
-    that compiles, names of earlier sub-actions): the validator still checks every reply."""
+    that compiles, names of earlier sub-actions, a goal or an achievement), stricter where
+    that helps a constrained model (optional keys required, achievements by name): the
+    validator still checks every reply."""
     steps = {"type": "integer", "minimum": 1, "maximum": MAX_STEPS_LIMIT}
     subaction = _object(
         {
@@ -542,14 +544,18 @@ def json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
             "mode": {"type": "string", "enum": list(MODES)},
             "depends": _STRS,
             "goal": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}},
-            "achievement": _STR,
+            "achievement": {"type": "string", "enum": ["", *_achievements()]},
             "max_steps": steps,
             "target": {"type": "number", "minimum": 0, "maximum": 1},
             "options": _STRS,
             "reason": _STR,
         },
-        ["name", "description", "mode", "max_steps"],
-    )
+        # More required than the validator asks: a model whose output a server holds to
+        # the schema writes only what is required, and a plan step without its goal and
+        # achievement is refused (the 0.5B model did exactly that on llama-cpp-python).
+        ["name", "description", "mode", "depends", "goal", "achievement", "max_steps",
+         "target", "reason"],
+    )  # fmt: skip
     change = _object(
         {
             "subaction": _STR,
@@ -557,7 +563,7 @@ def json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
             "options": _STRS,
             "reason": _STR,
         },
-        ["subaction", "change"],
+        ["subaction", "change", "reason"],
     )
     return {
         ("slow", "plan"): _object(
@@ -566,7 +572,7 @@ def json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
                 "needs": {"type": "array", "items": {"type": "string", "enum": list(NEEDS)}},
                 "reason": _STR,
             },
-            ["subactions"],
+            ["subactions", "needs", "reason"],
         ),
         ("slow", "revise"): _object(
             {
@@ -591,7 +597,7 @@ def json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
                 "max_steps": steps,
                 "note": _STR,
             },
-            ["options", "primitives", "max_steps"],
+            ["options", "primitives", "observation", "reward_code", "max_steps"],
         ),
         ("critic", "review"): _object(
             {"verdict": {"type": "string", "enum": list(VERDICTS)}, "advice": _STR},

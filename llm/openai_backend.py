@@ -252,6 +252,7 @@ class OpenAIBackend:
         self.prompts = PromptSet(prompts_dir)
         self.schemas = json_schemas()
         self._endpoint = _Endpoint()
+        self._listed = False  # whether the model listing was read for the context
         self._limiter = trio.CapacityLimiter(self.max_concurrent)
         # max_retries=0: the client's own retries would hide attempts from our count and
         # ignore our backoff settings.
@@ -315,6 +316,8 @@ class OpenAIBackend:
         ``max_repairs`` repairs, or cut off twice).
         """
         messages = self.render(role, purpose, request)
+        if not self.n_ctx and not self._listed:
+            await self._learn_context()
         start = time.monotonic()
         tokens_in = tokens_out = attempts = repairs = local = 0
         estimated, reasoning = False, []
@@ -520,8 +523,24 @@ class OpenAIBackend:
         served = [m.id for m in page.data]
         if served and self.model not in served:
             log.warning("llm_model_not_listed", model=self.model, served=served[:20])
-        for entry in page.data:
-            if entry.id == self.model or len(page.data) == 1:
+        self._take_context(page.data)
+
+    async def _learn_context(self) -> None:
+        """Once per backend, before its first call: the model's context from the server's
+        listing where it states one (no listing, no context: left to the server)."""
+        self._listed = True
+        try:
+            with trio.move_on_after(min(self.timeout_s, 10.0)):
+                async with self._limiter:
+                    page = await self._client.models.list()
+                self._take_context(page.data)
+        except openai.OpenAIError:
+            pass  # the call itself will say what is wrong with the endpoint
+
+    def _take_context(self, entries: list[Any]) -> None:
+        self._listed = True
+        for entry in entries:
+            if entry.id == self.model or len(entries) == 1:
                 context = _listed_context(entry)
                 if context and not self.n_ctx:
                     self.n_ctx = context

@@ -317,6 +317,13 @@ def test_the_servers_context_overflow_is_reported_as_such_not_as_a_model_name() 
     assert fake.count == 1
 
 
+def test_the_first_call_takes_the_context_from_the_model_listing() -> None:
+    with FakeOpenAI(responder=lambda m: REVIEW_TEXT, model_extra={"max_model_len": 500}) as fake:
+        with pytest.raises(ContextOverflow, match="context of 500 tokens"):
+            ask(backend(fake, max_tokens=200))
+    assert fake.count == 0 and [r["path"] for r in fake.requests] == ["/v1/models"]
+
+
 def test_check_takes_the_context_from_the_model_listing() -> None:
     with FakeOpenAI(model_extra={"max_model_len": 4096}) as fake:  # vLLM's field
         b = backend(fake)

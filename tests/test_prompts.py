@@ -137,6 +137,17 @@ def test_each_prompt_renders_from_a_real_request_within_a_small_models_context(
         assert estimate_tokens(messages) + 2048 <= 8192, (role, purpose)
 
 
+def test_the_longest_plan_the_game_has_fits_a_small_models_context() -> None:
+    for target, steps in [
+        ("diamond", recipes.chain("diamond")),
+        ("achievements", recipes.curriculum()),  # all 22 achievements
+    ]:
+        task = RunTask(target, target, 0.3, 3, 10**6, [1], [2])
+        request = plan_request(task, MethodSettings(), recipes.describe(steps), needs_table())
+        tokens = estimate_tokens(PromptSet().render("slow", "plan", request))
+        assert tokens + 2048 <= 8192, (target, tokens)
+
+
 def test_the_plan_request_carries_no_policy_source() -> None:
     (request,) = real_requests()["slow", "plan"]
     assert all("code" not in need for need in request["needs"])
