@@ -2,10 +2,13 @@
 
 One actor process owns one world (Crafter by default) and serves one rollout request at
 a time. Policy code is untrusted: it is compiled and driven by :mod:`sandbox`, in a
-worker thread so the actor keeps heartbeating. Every failure of the code is an episode
-outcome, never an exception. If the worker thread stops answering its own budget (a
-single C call that runs away), the actor answers with a ``timeout`` result and then
-exits, so that the supervisor replaces it with a clean process.
+worker thread so the actor keeps heartbeating; a code compiles once per process (the
+sandbox keeps it by sha256), so a request that repeats the stages of the last one
+compiles nothing (``rollout_finished`` counts it). Torch, loaded only for learned
+stages, runs one thread per actor process (:func:`limit_torch`). Every failure of the
+code is an episode outcome, never an exception. If the worker thread stops answering
+its own budget (a single C call that runs away), the actor answers with a ``timeout``
+result and then exits, so that the supervisor replaces it with a clean process.
 
 A request with ``stages`` (and ``needs``) runs a composed policy instead: the task
 planner of :mod:`envs.composite` runs coded and learned sub-policies in turn inside each

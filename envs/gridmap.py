@@ -45,22 +45,36 @@ class GridMap:
         # recomputed): the frontier, and the near set of each kind asked for.
         self._frontier: np.ndarray | None = None
         self._near: dict[tuple[str, int], np.ndarray] = {}
+        self._kind_luts: dict[str, np.ndarray] = {}
 
-    def observe(self, view: np.ndarray, left: int, top: int, now: int) -> None:
-        """Take in ``view`` (tile ids) whose top-left tile is at position (left, top)."""
+    def observe(
+        self, view: np.ndarray, left: int, top: int, now: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Take in ``view`` (tile ids) whose top-left tile is at position (left, top).
+        Returns the cells whose tile changed, row by row — positions x and y, the ids
+        before (UNKNOWN: never seen) and after — or None when none did."""
         rows, cols = view.shape
         x0, y0 = left + self.ox, top + self.oy
         height, width = self.tiles.shape
         if x0 < BORDER or y0 < BORDER or x0 + cols + BORDER > width or y0 + rows + BORDER > height:
             self._grow(left, top, cols, rows)
             x0, y0 = left + self.ox, top + self.oy
-        self.tiles[y0 : y0 + rows, x0 : x0 + cols] = view
         self.seen[y0 : y0 + rows, x0 : x0 + cols] = now
-        if self._frontier is not None:  # a tile's frontier bit depends on its neighbours
+        here = self.tiles[y0 : y0 + rows, x0 : x0 + cols]
+        changed = here != view
+        if not changed.any():
+            return None  # the kept masks depend on the tiles alone
+        before, after = here[changed], view[changed]
+        revealed = bool((before == UNKNOWN).any())
+        here[...] = view
+        if self._frontier is not None and revealed:  # known-ness alone moves the frontier
             self._frontier[y0 - 1 : y0 + rows + 1, x0 - 1 : x0 + cols + 1] = _frontier_of(
                 self.tiles[y0 - 2 : y0 + rows + 2, x0 - 2 : x0 + cols + 2]
             )
         for (kind, radius), near in self._near.items():
+            lut = self._lut_of(kind)
+            if not (lut[before].any() or lut[after].any()):
+                continue  # no tile of this kind came or went
             if BORDER < 2 * radius:
                 near[:] = self._near_of(kind, radius)  # no window fits: all of it
                 continue
@@ -68,8 +82,16 @@ class GridMap:
                 y0 - 2 * radius : y0 + rows + 2 * radius, x0 - 2 * radius : x0 + cols + 2 * radius
             ]
             near[y0 - radius : y0 + rows + radius, x0 - radius : x0 + cols + radius] = _square(
-                self.lut({kind})[window], radius
+                lut[window], radius
             )[radius:-radius, radius:-radius]
+        ys, xs = np.nonzero(changed)
+        return xs + left, ys + top, before, after
+
+    def _lut_of(self, kind: str) -> np.ndarray:
+        lut = self._kind_luts.get(kind)
+        if lut is None:
+            lut = self._kind_luts[kind] = self.lut({kind})
+        return lut
 
     def _grow(self, left: int, top: int, cols: int, rows: int) -> None:
         height, width = self.tiles.shape
@@ -112,7 +134,7 @@ class GridMap:
         return near
 
     def _near_of(self, kind: str, radius: int) -> np.ndarray:
-        padded = np.pad(self.lut({kind})[self.tiles], radius)
+        padded = np.pad(self._lut_of(kind)[self.tiles], radius)
         return _square(padded, radius)[radius:-radius, radius:-radius]
 
     def stale(self, before: int) -> np.ndarray:

@@ -79,7 +79,7 @@ class Navigator:
         self._grid: gridmap.GridMap | None = gridmap.GridMap(obs.names)
         self._luts: dict[frozenset[str], np.ndarray] = {}
         self.creature_map: dict[Pos, str] = {}  # position → creature in view now
-        self._seen: dict[Pos, int] = {}  # position → step it was last in view
+        self._seen: dict[Pos, int] = {}  # position → step last in view (grid: grid.seen)
         self._tile_counts: dict[str, int] = {}  # tile → how many are remembered
         self._no_path: dict[object, int] = {}  # walk key → step its search last failed
         self._plan: Plan = []
@@ -100,7 +100,7 @@ class Navigator:
         # A map put in by hand (tests) may change behind observe()'s back: search it
         # as a dict from now on.
         self._memory = memory
-        self._grid = None
+        self._drop_grid()
 
     def observe(self, obs: Observation, now: int) -> None:
         """Take in the observation made at step ``now``: the view joins the map."""
@@ -109,7 +109,25 @@ class Navigator:
         px, py = obs.position
         self.creature_map = {(px + dx, py + dy): kind for kind, dx, dy in obs.creatures}
         (cx, cy), names = obs.center, obs.names
-        memory, counts, seen = self._memory, self._tile_counts, self._seen
+        memory, counts = self._memory, self._tile_counts
+        grid = self._grid
+        if grid is not None and not (obs.names is grid.names or obs.names == grid.names):
+            self._drop_grid()  # a world whose tile ids changed meaning: keep to the dict
+            grid = None
+        if grid is not None:
+            # The grid says which tiles changed (and keeps when each was last seen).
+            changes = grid.observe(obs.view, px - cx, py - cy, now)
+            if changes is not None:
+                for x, y, _, new_id in zip(*(a.tolist() for a in changes), strict=True):
+                    name = names[new_id]
+                    old = memory.get((x, y))
+                    if old != name:
+                        memory[(x, y)] = name
+                        counts[name] = counts.get(name, 0) + 1
+                        if old is not None:
+                            counts[old] -= 1
+            return
+        seen = self._seen
         for row_index, row in enumerate(obs.view.tolist()):
             y = py + row_index - cy
             for col_index, tile in enumerate(row):
@@ -121,12 +139,21 @@ class Navigator:
                     counts[name] = counts.get(name, 0) + 1
                     if old is not None:
                         counts[old] -= 1
+
+    def _drop_grid(self) -> None:
+        """Search the dict from now on: it takes over when each tile was last seen."""
+        if self._grid is not None:
+            self._seen.update(self._grid_seen())
+            self._grid = None
+
+    def _grid_seen(self) -> dict[Pos, int]:
+        """Position → step last in view, for every known position, from the grid."""
         grid = self._grid
-        if grid is not None:
-            if obs.names is grid.names or obs.names == grid.names:
-                grid.observe(obs.view, px - cx, py - cy, now)
-            else:  # a world whose tile ids changed meaning: keep to the dict
-                self._grid = None
+        assert grid is not None
+        ys, xs = np.nonzero(grid.known())
+        steps = grid.seen[ys, xs].tolist()
+        xs, ys = (xs - grid.ox).tolist(), (ys - grid.oy).tolist()
+        return {(x, y): step for x, y, step in zip(xs, ys, steps, strict=True)}
 
     def creature_at(self, pos: Pos) -> str | None:
         return self.creature_map.get(pos)

@@ -88,6 +88,9 @@ class CompiledCode:
 # few hundred KB compiled; 64 of them (a run's stages and their latest revisions) stay
 # well under the actor's memory cap.
 COMPILE_CACHE_SIZE = 64
+# And at most this much source in all (a composed setup module may be several times a
+# stage's size): 4M characters is ~200 diamond-chain stage modules' worth.
+COMPILE_CACHE_CHARS = 4_000_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,6 +109,7 @@ _cache: collections.OrderedDict[tuple[str, str, Limits], CompiledCode] = collect
 _cache_lock = threading.Lock()  # environment actors compile in worker threads
 _compiled = 0
 _hits = 0
+_cached_chars = 0
 
 
 def compile_stats() -> CompileStats:
@@ -121,9 +125,10 @@ def compile_code(
 
     The same source (by sha256), filename and limits compile once per process: the
     result is immutable and every run loads it into a fresh namespace. The cache keeps
-    the COMPILE_CACHE_SIZE most recently used; refused sources are not kept.
+    the COMPILE_CACHE_SIZE most recently used, COMPILE_CACHE_CHARS of source at most;
+    refused sources are not kept.
     """
-    global _compiled, _hits
+    global _compiled, _hits, _cached_chars
     limits = limits or Limits()
     if not isinstance(source, str):
         raise SandboxError("syntax", "source must be a str")
@@ -140,10 +145,13 @@ def compile_code(
         _compiled += 1
     compiled = _compile(source, filename, limits)
     with _cache_lock:
-        _cache[key] = compiled
+        if key not in _cache:  # another thread may have compiled it meanwhile
+            _cache[key] = compiled
+            _cached_chars += len(source)
         _cache.move_to_end(key)
-        while len(_cache) > COMPILE_CACHE_SIZE:
-            _cache.popitem(last=False)
+        while len(_cache) > COMPILE_CACHE_SIZE or _cached_chars > COMPILE_CACHE_CHARS:
+            _, dropped = _cache.popitem(last=False)
+            _cached_chars -= len(dropped.source)
     return compiled
 
 

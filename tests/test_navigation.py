@@ -66,6 +66,7 @@ def test_coded_episodes_walk_exactly_as_recorded_before_the_fast_paths(world, se
 
 def explore_plans(nav: Navigator, toward: str | None) -> tuple:
     order = [nav._heading] + [d for d in DIRECTIONS if d != nav._heading]
+    nav._seen = nav._grid_seen()  # the dict search's own record (the grid keeps it)
     return nav._explore_grid(toward, order), nav._explore_dict(toward, order)
 
 
@@ -113,7 +114,6 @@ def test_the_stale_goals_match_once_everything_in_reach_is_known(world) -> None:
     tiles = {name: i for i, name in enumerate(obs.names)}
     for (x, y), name in nav._memory.items():
         nav._grid.observe(np.array([[tiles[name]]], np.int16), x, y, 0)
-        nav._seen[(x, y)] = 0
     nav._tile_counts = {"grass": 81, "stone": 88}
     nav.now = 500
     nav.creature_map = {}
@@ -142,9 +142,17 @@ def test_the_grid_grows_past_its_first_size_and_keeps_what_it_knew() -> None:
 def test_a_map_set_by_hand_is_searched_as_a_dict(world) -> None:
     obs = world.reset(0)
     nav = Navigator(crafter_rules(), obs)
+    for _ in range(5):
+        obs = world.step("move_left")[0]
+        nav.observe(obs, nav.now + 1)
+    seen = nav._grid_seen()
+    assert len(seen) == len(nav.memory) and max(seen.values()) == 5
     nav.memory = dict(nav.memory)
-    assert nav._grid is None
+    assert nav._grid is None and nav._seen == seen  # the dict takes over when each was seen
     assert nav.explore_action() is not None
+    obs = world.step("move_left")[0]
+    nav.observe(obs, 6)
+    assert nav._seen[obs.position] == 6
 
 
 def test_the_nook_array_holds_exactly_where_skills_find_a_nook(world) -> None:

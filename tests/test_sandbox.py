@@ -404,6 +404,15 @@ def test_the_same_source_compiles_once_and_the_cache_stays_bounded() -> None:
     for i in range(compiler.COMPILE_CACHE_SIZE + 5):
         sandbox.compile_code(f"def run(skills):\n    yield 'noop'  # {i}\n", filename="<cache>")
     assert sandbox.compile_stats().cached == compiler.COMPILE_CACHE_SIZE
+    # Big sources are bounded by their characters too.
+    big = compiler.COMPILE_CACHE_CHARS // 3
+    roomy = Limits(max_source_chars=big + 100)  # a composed setup's larger limit
+    for i in range(4):
+        padding = "# " + "x" * (big - 40) + "\n"
+        source = f"{padding}def run(skills):\n    yield 'noop'  # {i}\n"
+        sandbox.compile_code(source, filename="<cache>", limits=roomy)
+    assert sandbox.compile_stats().cached < compiler.COMPILE_CACHE_SIZE
+    assert compiler._cached_chars <= compiler.COMPILE_CACHE_CHARS
     # Refused code is refused every time, and not kept.
     for _ in range(2):
         with pytest.raises(sandbox.SandboxError):
