@@ -238,6 +238,8 @@ def test_the_report_video_shows_labelled_final_evaluation_episodes(
         assert len(np.unique(banner, axis=0)) > 2  # text drawn on the label strip
     text = (learned_run / "report.md").read_text()
     assert f"seed {shown[0]['seed']}: " in text and "run.py play" in text
+    for picture in ("success.png", "achievements.png", "coded_vs_learned.png", "episode.gif"):
+        assert (learned_run / picture).is_file() and f"]({picture})" in text, picture
 
 
 def test_video_episodes_are_one_success_and_one_failure_when_there_are_both() -> None:
