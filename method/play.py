@@ -120,6 +120,7 @@ def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> Iterator[tuple[A
                 steps=episode.steps,
                 success=episode.success,
                 cause=episode.cause,
+                detail=episode.detail,
                 achievements=list(episode.achievements),
                 unlocked_at=unlocked.at,
             )

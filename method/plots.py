@@ -154,6 +154,7 @@ def coded_vs_learned(report: TaskReport, path: Path) -> Path:
             )  # fmt: skip
             ax.text(rate + 0.01, at, f"{rate:.2f}", va="center", fontsize=8)
     ax.set_yticks(ys, names, fontsize=9)
+    ax.set_ylim(-0.6, len(names) - 0.4)  # room for the last row's lower bar
     ax.set_xlim(0, 1.12)
     ax.set_xlabel("success of the best version")
     ax.spines[["top", "right"]].set_visible(False)

@@ -19,8 +19,10 @@ import numpy as np
 SCALE = 4
 """Crafter's 64×64 frames drawn 4× (256×256, nearest-neighbour): big enough for the
 label's text to sit above the game without covering it."""
-BANNER_PX = 76
-"""Height of the label strip above the frame: five lines of 12-pixel text."""
+BANNER_PX = 90
+"""Height of the label strip above the frame: six lines of 12-pixel text."""
+ACHIEVEMENT_LINES = 4
+"""Lines of the label the achievements may fill (a diamond episode's dozen fit)."""
 FONT_PX = 12
 FPS = 15
 MAX_FRAMES_PER_EPISODE = 300
@@ -59,11 +61,28 @@ class Clip:
     success: bool
     cause: str = ""
     """Why it ended (``success``, ``episode_done``, ...)."""
+    detail: str = ""
+    """The failure's detail (``the player died``, ...)."""
     achievements: list[str] = field(default_factory=list)
     """Unlocked in the episode, in order (repeats allowed)."""
     unlocked_at: list[int] | None = None
     """The step at which each of ``achievements`` happened, when known: the label then
     lists only what was unlocked up to the frame shown."""
+
+
+READABLE_CAUSES = {
+    "step_budget": "out of steps",
+    "timeout": "out of wall time",
+    "policy_finished": "the policy gave up",
+    "policy_unusable": "a stage cannot run",
+}
+"""Short words for the commonest failure causes (the label has one line for it)."""
+
+
+def _why(clip: Clip) -> str:
+    if clip.cause == "episode_done":
+        return "the player died" if "died" in clip.detail else "the world ended it"
+    return READABLE_CAUSES.get(clip.cause, clip.cause or "no success")
 
 
 def _font(size: int):
@@ -79,21 +98,24 @@ def _unique(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _wrap(text: str, font, width: int, lines: int) -> list[str]:
-    """``text`` in at most ``lines`` lines of at most ``width`` pixels (the last one
-    ends in '…' when the text does not fit)."""
-    out: list[str] = []
-    words = text.split(" ")
-    while words and len(out) < lines:
-        line = words.pop(0)
-        while words and font.getlength(f"{line} {words[0]}") <= width:
-            line = f"{line} {words.pop(0)}"
-        out.append(line)
-    if words:
-        last = out[-1]
-        while last and font.getlength(last + " …") > width:
-            last = last[:-1]
-        out[-1] = last + " …"
+def _wrap(heading: str, names: list[str], font, width: int, lines: int) -> list[str]:
+    """``heading`` and then ``names``, comma-separated, in at most ``lines`` lines of at
+    most ``width`` pixels; names that do not fit are counted (``+3 more``) at the end."""
+    out = [heading.rstrip()]
+    for k, name in enumerate(names):
+        last = k == len(names) - 1
+        piece = name if last else name + ","
+        if font.getlength(f"{out[-1]} {piece}") <= width:
+            out[-1] = f"{out[-1]} {piece}"
+        elif len(out) < lines:
+            out.append(piece)
+        else:
+            more = len(names) - k
+            while out[-1] and font.getlength(f"{out[-1]} +{more} more") > width:
+                more += 1
+                out[-1] = out[-1].rsplit(" ", 1)[0] if " " in out[-1] else ""
+            out[-1] = f"{out[-1]} +{more} more".strip()
+            break
     return out
 
 
@@ -110,25 +132,25 @@ def label_clip(clip: Clip, max_frames: int = MAX_FRAMES_PER_EPISODE) -> np.ndarr
     height, width = frames.shape[1] * SCALE, frames.shape[2] * SCALE
     font = _font(FONT_PX)
     colour = SUCCESS_RGB if clip.success else FAILURE_RGB
-    outcome = "episode: success" if clip.success else f"episode: failed ({clip.cause or '?'})"
+    outcome = "episode: success" if clip.success else f"episode: failed, {_why(clip)}"
     out = []
     for index in keep.astype(int):
         step = int(index)  # frame 0 is the reset, frame k follows step k
         if clip.unlocked_at is not None:
             pairs = zip(clip.achievements, clip.unlocked_at, strict=True)
             got = [a for a, at in pairs if at <= step]
-            heading = "unlocked so far: "
+            heading = "unlocked so far:"
         else:
             got = list(clip.achievements)
-            heading = "unlocked in the episode: "
+            heading = "unlocked in the episode:"
         image = Image.new("RGB", (width, height + BANNER_PX), BANNER_RGB)
         game = Image.fromarray(np.ascontiguousarray(frames[index]).astype(np.uint8), "RGB")
         image.paste(game.resize((width, height), Image.Resampling.NEAREST), (0, BANNER_PX))
         draw = ImageDraw.Draw(image)
         draw.text((4, 2), f"seed {clip.seed}   step {step} of {clip.steps}", TEXT_RGB, font=font)
         draw.text((4, 16), outcome, colour, font=font)
-        text = heading + (", ".join(_unique(got)) or "none")
-        for i, line in enumerate(_wrap(text, font, width - 8, lines=3)):
+        names = _unique(got) or ["none"]
+        for i, line in enumerate(_wrap(heading, names, font, width - 8, ACHIEVEMENT_LINES)):
             draw.text((4, 30 + 14 * i), line, TEXT_RGB, font=font)
         out.append(np.asarray(image))
     out.extend([out[-1]] * HOLD_FRAMES)
@@ -251,6 +273,7 @@ async def render_report_video(head, final: tuple | None, path: Path) -> list[dic
                 steps=episode.steps,
                 success=episode.success,
                 cause=episode.cause,
+                detail=episode.detail,
                 achievements=list(episode.achievements),
             )
         )

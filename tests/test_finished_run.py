@@ -18,9 +18,11 @@ from helpers import ROOT
 from method import ledger
 from method.bundle import BundleError, load_bundle
 from method.compare import newcombe, wilson
-from method.video import video_episodes
+from method.video import BANNER_PX, SCALE, video_episodes
 
 RUN = [sys.executable, str(ROOT / "run.py")]
+LABELLED_SIZE = (64 * SCALE, 64 * SCALE + BANNER_PX)
+"""A labelled frame: Crafter's 64×64 enlarged, the label strip above it."""
 
 # The smallest run with every part in it: three steps of the recipe chain, one of them
 # learned with PPO (a few hundred steps: the coded place_table option makes it quick),
@@ -157,7 +159,7 @@ def test_play_reproduces_the_final_evaluation_on_its_seeds(
     from PIL import Image
 
     with Image.open(video) as gif:
-        assert gif.n_frames > 10 and gif.size == (256, 256 + 76)
+        assert gif.n_frames > 10 and gif.size == LABELLED_SIZE
 
 
 def test_a_tampered_bundle_is_refused_with_the_file_named(
@@ -232,12 +234,14 @@ def test_the_report_video_shows_labelled_final_evaluation_episodes(
     from PIL import Image
 
     with Image.open(learned_run / "episode.gif") as gif:
-        assert gif.size == (256, 256 + 76)
+        assert gif.size == LABELLED_SIZE
         gif.seek(1)
-        banner = np.asarray(gif.convert("RGB").crop((0, 0, 256, 76))).reshape(-1, 3)
+        banner = np.asarray(gif.convert("RGB").crop((0, 0, 256, BANNER_PX))).reshape(-1, 3)
         assert len(np.unique(banner, axis=0)) > 2  # text drawn on the label strip
     text = (learned_run / "report.md").read_text()
     assert f"seed {shown[0]['seed']}: " in text and "run.py play" in text
+    for picture in ("success.png", "achievements.png", "coded_vs_learned.png", "episode.gif"):
+        assert (learned_run / picture).is_file() and f"]({picture})" in text, picture
 
 
 def test_video_episodes_are_one_success_and_one_failure_when_there_are_both() -> None:
