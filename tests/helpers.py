@@ -17,7 +17,7 @@ from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings
 from runtime.head import Head, new_run_dir, run_head
 
 ROOT = Path(__file__).resolve().parent.parent
-"""The repository root (``run.py``, ``configs/``)."""
+"""The repository root (``run.py``, ``rlgpt/configs/``)."""
 
 POLL_S = 0.05
 """How often a wait re-checks its condition: short next to the seconds a process takes to
