@@ -64,8 +64,8 @@ def line_of(record: dict[str, Any], *, progress: bool) -> str | None:
     if name == "training_progress" and record.get("role") == "learner":
         return None  # the head logs each progress report too, naming the learner
     exception = record.get("exception")
-    if exception:
-        record = {k: v for k, v in record.items() if k != "exception"}
+    # Empty fields (revision_of="", hint="") say nothing on a console; the file keeps them.
+    record = {k: v for k, v in record.items() if k != "exception" and v not in ("", None)}
     text = events.render(record)
     if exception:
         last = str(exception).strip().splitlines()[-1:] or [""]

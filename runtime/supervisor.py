@@ -224,7 +224,7 @@ def _relay_line(raw: bytes, actor: str) -> None:
     if text.startswith("{"):
         try:
             record = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
             record = None
         if isinstance(record, dict) and "event" in record:
             events.relay(record)
