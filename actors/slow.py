@@ -44,9 +44,19 @@ class SlowAgent(Actor):
     role = "slow"
 
     def __init__(
-        self, *, agents: Agents, settings: MethodSettings, environments: int, **kwargs: Any
+        self,
+        *,
+        agents: Agents,
+        settings: MethodSettings,
+        environments: int,
+        can_learn: bool = True,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.can_learn = can_learn
+        """Whether a learner can take a training job: one is configured, or the head
+        listens for attached ones. Without, a sub-action a model puts on RL stays coded
+        (``plan_mode_refused``) instead of waiting for a learner that never comes."""
         self.agents = agents
         """The run's backend, journal and token budget."""
         self.settings = settings
@@ -245,7 +255,7 @@ class SlowAgent(Actor):
                 subs.append(sub)
                 continue
             kind = change["change"]
-            mode = {"to_rl": "rl", "to_code": "code"}.get(kind, sub.mode)
+            mode = self._mode({"to_rl": "rl", "to_code": "code"}.get(kind, sub.mode), sub.name)
             new = dataclasses.replace(
                 sub,
                 mode=mode,
@@ -434,7 +444,7 @@ class SlowAgent(Actor):
                         achievement="" if goal else s.get("achievement", ""),
                         max_steps=int(s.get("max_steps", 1000)),
                     ),
-                    mode=s.get("mode", "code"),
+                    mode=self._mode(s.get("mode", "code"), s["name"]),
                     depends=list(s.get("depends", [])),
                     # Every step answers to the sub-action target, the last one too: the
                     # task's success is the product of the steps' rates along the chain.
@@ -451,6 +461,17 @@ class SlowAgent(Actor):
             needs=sorted(stats),
             reason=reply.get("reason", ""),
         )
+
+    def _mode(self, mode: str, name: str) -> str:
+        """``mode`` as the plan may have it: ``rl`` only when a learner can train."""
+        if mode == "rl" and not self.can_learn:
+            log.warning(
+                "plan_mode_refused", subaction=name, mode="rl", kept="code",
+                reason="no learner actor: set [actors.learner] count = 1 (or [runtime] "
+                "listen and attach one) to let sub-actions learn",
+            )  # fmt: skip
+            return "code"
+        return mode
 
     def _log_plan(self, plan: Plan) -> None:
         log.info(

@@ -106,6 +106,7 @@ async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: A
         agents=agents,
         settings=s,
         environments=environments,
+        can_learn=bool(learners or s.runtime.listen),
         name="slow",
         capacity=SLOW_CAPACITY,
         **common,

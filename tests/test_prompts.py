@@ -335,3 +335,36 @@ def test_a_models_unchanged_flag_exhausts_the_code_and_the_slow_agent_moves_it_t
     slow = SlowAgent(agents=Agents(model, tmp_path), settings=MethodSettings(), environments=1)
     revised, redo = trio.run(slow._revise, TASK, plan, {table.name: [outcome]}, 0.0, 1, 0)
     assert [s.mode for s in revised.subactions] == ["code", "rl"] and "place_table" in redo
+
+
+def test_without_a_learner_a_models_rl_stays_code_instead_of_waiting_forever(
+    tmp_path: Any,
+) -> None:
+    """A model may put a step on RL in its plan or move it there in a revision; with no
+    learner configured and no endpoint to attach one, the job would wait in the queue
+    until the wall clock ends the run (seen with Qwen2.5-Coder-0.5B): the step stays
+    coded, said as ``plan_mode_refused``."""
+    from structlog.testing import capture_logs
+
+    from actors.slow import SlowAgent
+    from method.agents import Agents
+
+    table = _subaction("place_table")
+    plan = Plan(TASK.task, 1, [_subaction("collect_wood"), table])
+    change = {"subaction": "place_table", "change": "to_rl", "reason": "try learning"}
+    model = ScriptedModel({("slow", "revise"): {"changes": [change], "stop": False}})
+    slow = SlowAgent(
+        agents=Agents(model, tmp_path), settings=MethodSettings(), environments=1,
+        can_learn=False,
+    )  # fmt: skip
+    coded = Stage(table.subtask, code="def run(skills): ...")
+    outs = {table.name: [SubActionOutcome(table.name, "code", 0.0, False, coded, 1, reached=4)]}
+    with capture_logs() as logs:
+        revised, _ = trio.run(slow._revise, TASK, plan, outs, 0.0, 1, 0)
+        planned = slow._plan_from(
+            TASK, {"subactions": [{"name": "place_table", "mode": "rl"}]}, [], 1
+        )
+    assert [s.mode for s in revised.subactions] == ["code", "code"]
+    assert [s.mode for s in planned.subactions] == ["code"]
+    refused = [e for e in logs if e["event"] == "plan_mode_refused"]
+    assert len(refused) == 2 and "learner" in refused[0]["reason"]
