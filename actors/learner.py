@@ -6,7 +6,11 @@ builds the vectorized :class:`envs.rl_env.SubtaskEnv`, trains in a worker thread
 heartbeats and progress keep flowing), checkpoints every ``checkpoint_every`` decisions
 into ``<run dir>/learners/<job>/``, and answers with a ``train.result``: the SB3 zip
 (path and sha256, plus the bytes when the learner is remote), the success rate on
-held-out worlds and where the TensorBoard logs are.
+held-out worlds and where the TensorBoard logs are. The result reports every world step
+the job's worlds took — PPO's, the setup code's at every reset (failed attempts
+included) and the held-out evaluation's — and every world episode with what it unlocked
+(:meth:`envs.rl_env.SubtaskEnv.take_world_episodes`); a job whose setup code keeps
+failing answers with ``failure`` set and its steps all the same.
 
 A re-delivered job (its first learner died) finds the checkpoints of its earlier attempt
 and resumes from the newest; the result reports the decisions lost to the crash. An
