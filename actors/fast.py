@@ -20,6 +20,7 @@ from envs.artifacts import ArtifactRefused, store_artifact
 from envs.setup_code import compose_setup
 from llm.contracts import subtask_achievement
 from messages import Envelope
+from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from messages.task import CodedAction, RLConfig, Stage
@@ -129,6 +130,19 @@ def _trimmed(result: RolloutResult) -> RolloutResult:
         for e in result.episodes
     ]
     return dataclasses.replace(result, episodes=episodes, frames=b"", output=result.output[-2000:])
+
+
+class _TrainingFailed(RemoteFailure):
+    """A training job that stopped short (its setup kept failing): its steps count."""
+
+    def __init__(self, result: TrainResult) -> None:
+        super().__init__(Failure("training_failed", result.failure))
+        self.result = result
+
+
+def _train_steps(result: TrainResult) -> int:
+    """Every world step of a training job: PPO's, setup's, the held-out evaluation's."""
+    return result.primitive_steps + result.eval_primitive_steps + result.setup_steps
 
 
 @dataclasses.dataclass
@@ -387,10 +401,10 @@ class FastAgent(Actor):
                 log.error(
                     "training_failed", subaction=sub.name, version=version, detail=str(exc)[-500:]
                 )
+                if isinstance(exc, _TrainingFailed):
+                    loop.train_steps += _train_steps(exc.result)
                 break
-            loop.train_steps += (
-                train.primitive_steps + train.eval_primitive_steps + train.setup_steps
-            )
+            loop.train_steps += _train_steps(train)
             policy = store_artifact(self.run_dir, train)
             stage = Stage(
                 subtask=sub.subtask,
@@ -416,6 +430,10 @@ class FastAgent(Actor):
             return recorded
         log.info("training_requested", job=req.name, subaction=work.subaction.name)
         result: TrainResult = await self.ask("@learner", req)
+        if result.failure:
+            # No policy, but the steps its worlds took are the run's: booked all the same.
+            ledger.append(self.run_dir, [ledger.training_line(result, job_key(req))])
+            raise _TrainingFailed(result)
         path = store_artifact(self.run_dir, result)
         # Recorded without the bytes (they are on disk now) and with the local path.
         result = dataclasses.replace(result, policy_bytes=b"", policy_path=str(path))

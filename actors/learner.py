@@ -6,7 +6,11 @@ builds the vectorized :class:`envs.rl_env.SubtaskEnv`, trains in a worker thread
 heartbeats and progress keep flowing), checkpoints every ``checkpoint_every`` decisions
 into ``<run dir>/learners/<job>/``, and answers with a ``train.result``: the SB3 zip
 (path and sha256, plus the bytes when the learner is remote), the success rate on
-held-out worlds and where the TensorBoard logs are.
+held-out worlds and where the TensorBoard logs are. The result reports every world step
+the job's worlds took — PPO's, the setup code's at every reset (failed attempts
+included) and the held-out evaluation's — and every world episode with what it unlocked
+(:meth:`envs.rl_env.SubtaskEnv.take_world_episodes`); a job whose setup code keeps
+failing answers with ``failure`` set and its steps all the same.
 
 A re-delivered job (its first learner died) finds the checkpoints of its earlier attempt
 and resumes from the newest; the result reports the decisions lost to the crash. An
@@ -28,6 +32,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 from envs.artifacts import sha256_of
 from envs.held_out import held_out
+from envs.rl_env import SetupError
 from messages import Envelope
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
 from method import seeds
@@ -154,8 +159,31 @@ class LearnerActor(Actor):
             )
             remaining = max(0, req.total_steps - resumed_from)
             learn_started = time.monotonic()
-            if remaining:
-                model.learn(remaining, callback=callback, reset_num_timesteps=resumed_from == 0)
+            try:
+                if remaining:
+                    model.learn(remaining, callback=callback, reset_num_timesteps=resumed_from == 0)
+            except SetupError as exc:
+                # The config's setup died in every world a reset tried: no policy, but
+                # the steps its worlds took are still the run's, reported to be counted.
+                if req.subproc:
+                    raise  # the failed env's process is gone, and its counts with it
+                trained = world_tally(vec)
+                log.warning("training_setup_failed", job=req.name, detail=str(exc)[:300])
+                return TrainResult(
+                    name=req.name, policy_path="", sha256="", steps=int(model.num_timesteps),
+                    primitive_steps=trained["world_steps"] - trained["setup_steps"],
+                    eval_success_rate=0.0, eval_episodes=0, eval_primitive_steps=0,
+                    resumed_from=resumed_from, steps_lost=steps_lost,
+                    tensorboard_dir=str(folder / "tensorboard"),
+                    wall_s=round(time.monotonic() - started, 3),
+                    train_s=round(time.monotonic() - learn_started, 3),
+                    device=str(model.device), actor_id=self.actor_id,
+                    episodes=len(trained["episodes"]),
+                    achievement_episodes=_unlocked(trained["episodes"]),
+                    setup_steps=trained["setup_steps"],
+                    world_episodes=[WorldEpisode(*e) for e in trained["episodes"]],
+                    failure=str(exc)[:1000],
+                )  # fmt: skip
             train_s = time.monotonic() - learn_started
             if stop.is_set():
                 raise RuntimeError("training cancelled")
@@ -168,10 +196,7 @@ class LearnerActor(Actor):
             success, _ = evaluate(model, req, tally=held)
             setup = trained["setup_steps"] + held["setup_steps"]
             episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
-            unlocked: dict[str, int] = {}
-            for e in episodes:
-                for name in e.counts:
-                    unlocked[name] = unlocked.get(name, 0) + 1
+            unlocked = _unlocked(trained["episodes"] + held["episodes"])
             digest = sha256_of(policy)
             return TrainResult(
                 name=req.name,
@@ -191,7 +216,7 @@ class LearnerActor(Actor):
                 actor_id=self.actor_id,
                 policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
                 episodes=len(episodes),
-                achievement_episodes=dict(sorted(unlocked.items())),
+                achievement_episodes=unlocked,
                 setup_steps=setup,
                 world_episodes=episodes,
             )
@@ -248,6 +273,15 @@ def world_tally(vec: Any) -> dict[str, Any]:
         "setup_steps": sum(vec.get_attr("setup_steps_total")),
         "episodes": episodes,
     }
+
+
+def _unlocked(episodes: list) -> dict[str, int]:
+    """Achievement → world episodes (length, reward, counts) that unlocked it."""
+    unlocked: dict[str, int] = {}
+    for _, _, counts in episodes:
+        for name in counts:
+            unlocked[name] = unlocked.get(name, 0) + 1
+    return dict(sorted(unlocked.items()))
 
 
 def evaluate(

@@ -51,6 +51,12 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   function that fails (or returns a non-finite or non-number) gives 0 for that step and
   is counted in ``info["reward_failures"]``.
 
+- **counting** — every world step the env takes is counted (:attr:`SubtaskEnv.world_steps`;
+  of them, setup's in :attr:`SubtaskEnv.setup_steps_total`, failed attempts included),
+  and every world episode it started is kept as (length, world reward, achievement
+  counts), setup included, for :meth:`SubtaskEnv.take_world_episodes`: a learner books
+  them, so no step and no achievement of a training job goes unreported.
+
 - **attach** — ``attach(world, obs, skills)`` takes over an episode already under way
   instead of resetting one (a composed policy, :mod:`envs.composite`, hands the world to
   a learned sub-policy mid-episode): no reset, no setup; success, the step cap and the

@@ -149,3 +149,7 @@ class TrainResult:
     world_episodes: list[WorldEpisode] = field(default_factory=list)
     """Every world episode the job played (training, then held-out evaluation), setup
     included: what the run's ``stats.jsonl`` holds for the job."""
+    failure: str = ""
+    """Why training stopped short ('' when it did not): the config's setup code kept
+    failing at a reset. There is then no policy (``policy_path`` empty), but the steps
+    the job took are reported all the same, so that they are counted."""

@@ -97,7 +97,7 @@ def write_report(
         "",
         "## Final policy",
         "",
-        "| Stage | Kind | Success (sub-action) | Coded | Learned |",
+        "| Stage | Kind | Success (sub-action, chosen version) | Best coded | Best learned |",
         "|---|---|---|---|---|",
     ]
     by_name: dict[str, list[SubActionOutcome]] = {}
@@ -107,7 +107,10 @@ def write_report(
         name = stage.subtask.name
         outs = by_name.get(name, [])
         kind = "learned (PPO)" if stage.policy_path else "coded"
-        best = max((o.success_rate for o in outs), default=0.0)
+        # The chosen version's own rate (a better-looking one not measurably better
+        # was not chosen: method.compare).
+        chosen = [o.success_rate for o in outs if o.stage == stage]
+        best = chosen[-1] if chosen else max((o.success_rate for o in outs), default=0.0)
         lines.append(
             f"| {name} | {kind} | {best:.2f} | {_rate(_best(outs, 'code'))} | "
             f"{_rate(_best(outs, 'rl'))} |"

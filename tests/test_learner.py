@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import trio
 from helpers import ROOT, make_settings, run_head_with
 
-from actors.learner import random_success
+from actors.learner import LearnerActor, random_success
 from envs.artifacts import sha256_of, store_artifact
 from envs.configs import collect_wood_with_coded
 from messages.rollout import RolloutRequest
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
+from method import seeds
 from runtime.config import ActorSettings
 from runtime.head import Head
 from runtime.security import create_keys
@@ -181,3 +184,41 @@ def test_a_learner_killed_mid_job_resumes_from_its_checkpoint(tmp_path: Path) ->
     assert result.steps_lost <= every + 64
     assert run.named("training_resumed")
     assert [e for e in run.named("actor_process_exited") if e["cause"] == "signal SIGKILL"]
+
+
+def _learner_here(tmp_path: Path) -> LearnerActor:
+    """The real learner's ``train`` run in this process (no actor loop around it)."""
+    learner = LearnerActor.__new__(LearnerActor)
+    learner.workdir, learner.run_dir = tmp_path, tmp_path
+    learner.run_id, learner.actor_id = "r", "learner-test"
+    return learner
+
+
+def test_every_world_step_of_a_job_is_reported_setup_included(tmp_path: Path) -> None:
+    # Setup takes 2 steps at every reset: they are world steps of the job, with PPO's.
+    setup = "def run(skills):\n    yield 'noop'\n    yield 'noop'\n"
+    config = dataclasses.replace(tight_wood(), setup_code=setup)
+    req = dataclasses.replace(request("counted", 256, eval_episodes=3), config=config)
+    req = dataclasses.replace(req, progress_every_s=3600.0)  # no asker to tell here
+    result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
+    assert not result.failure and result.policy_path
+    lengths = [e.length for e in result.world_episodes]
+    total = result.primitive_steps + result.setup_steps + result.eval_primitive_steps
+    assert sum(lengths) == total and result.episodes == len(lengths)
+    # Two setup steps per episode, in training and in the held-out evaluation alike.
+    assert result.setup_steps == 2 * len(lengths)
+    assert result.primitive_steps >= 256 and result.eval_primitive_steps > 0
+
+
+def test_a_job_whose_setup_keeps_failing_still_reports_its_steps(tmp_path: Path) -> None:
+    # Setup walks 3 steps, then dies in every world: each reset tries SETUP_RETRIES more.
+    setup = "def run(skills):\n    yield 'noop'\n    yield 'noop'\n    yield 'noop'\n"
+    setup += "    raise ValueError('never')\n"
+    config = dataclasses.replace(tight_wood(), setup_code=setup)
+    req = dataclasses.replace(request("doomed", 256), config=config, progress_every_s=3600.0)
+    result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
+    assert "never" in result.failure and result.policy_path == ""
+    # The first reset of the first env fails on 1 + SETUP_RETRIES worlds of 3 steps.
+    tries = 1 + seeds.SETUP_RETRIES
+    assert result.setup_steps == 3 * tries and result.primitive_steps == 0
+    assert [e.length for e in result.world_episodes] == [3] * tries

@@ -143,3 +143,12 @@ def test_stats_file_holds_every_booked_episode_in_crafters_format(tmp_path):
 def test_a_split_that_does_not_add_up_is_refused(tmp_path):
     bad = dict(LINES[1], steps=111)
     assert "adds up to 110" in ledger.line_problem(bad)
+
+
+def test_a_training_line_from_before_the_episode_log_scores_as_its_aggregate():
+    old = {"id": "train:o", "kind": "train", "job": "o", "episodes": 4, "steps": 400,
+           "achievement_episodes": {"collect_wood": 3, "place_table": 1}}  # fmt: skip
+    board = ledger.scoreboard([old], ACHIEVEMENTS)
+    assert (board["episodes"], board["steps"]) == (4, 400)
+    assert board["rates"]["collect_wood"] == 0.75 and board["rates"]["place_table"] == 0.25
+    assert board["score"] == pytest.approx(0.41191, abs=1e-5)
