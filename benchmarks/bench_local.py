@@ -48,7 +48,7 @@ CALLS = [
 """The calls timed: a first version of code, and a review of a half-successful version."""
 
 
-async def bench(model: str, threads: int, n_ctx: int, calls: list) -> None:
+async def bench(model: str, threads: int, n_ctx: int, calls: list, modes: list[str]) -> None:
     from llm.openai_backend import OpenAIBackend
 
     os.environ.setdefault("RLGPT_LOCAL_API_KEY", "local")
@@ -59,21 +59,26 @@ async def bench(model: str, threads: int, n_ctx: int, calls: list) -> None:
         endpoint = await nursery.start(server.run)
         print(f"{model}, {server.n_threads} threads: server up in "
               f"{time.monotonic() - started:.1f} s (log {log})")  # fmt: skip
-        backend = OpenAIBackend(
-            endpoint.base_url, endpoint.alias, "RLGPT_LOCAL_API_KEY", timeout_s=3600,
-            max_retries=0,
-        )  # fmt: skip
+        # Each call once per JSON mode, the modes taking turns on the same server, so a
+        # busy machine slows them alike; a fresh backend per mode (it remembers refusals).
         for role, purpose, request in calls:
-            started = time.monotonic()
-            try:
-                result = await backend.call(role, purpose, request)
-            except Exception as exc:  # a benchmark reports every outcome and goes on
-                print(f"{role}/{purpose}: failed after {time.monotonic() - started:.1f} s: "
-                      f"{type(exc).__name__}: {str(exc)[:300]}")  # fmt: skip
-                continue
-            print(f"{role}/{purpose}: valid in {time.monotonic() - started:.1f} s, tokens in "
-                  f"{result.tokens_in} out {result.tokens_out}, repairs {result.repairs}\n"
-                  f"    {str(result.data)[:300]}")  # fmt: skip
+            for mode in modes:
+                backend = OpenAIBackend(
+                    endpoint.base_url, endpoint.alias, "RLGPT_LOCAL_API_KEY", timeout_s=3600,
+                    max_retries=0, json_mode=mode, max_tokens=2048, n_ctx=n_ctx,
+                )  # fmt: skip
+                started = time.monotonic()
+                try:
+                    result = await backend.call(role, purpose, request)
+                except Exception as exc:  # a benchmark reports every outcome and goes on
+                    print(f"{role}/{purpose} json_mode={mode}: failed after "
+                          f"{time.monotonic() - started:.1f} s: "
+                          f"{type(exc).__name__}: {str(exc)[:300]}")  # fmt: skip
+                    continue
+                print(f"{role}/{purpose} json_mode={mode}: valid in "
+                      f"{time.monotonic() - started:.1f} s, tokens in {result.tokens_in} out "
+                      f"{result.tokens_out}, repairs {result.repairs}\n"
+                      f"    {str(result.data)[:300]}")  # fmt: skip
         nursery.cancel_scope.cancel()
 
 
@@ -83,10 +88,15 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="server threads (0: every core)")
     parser.add_argument("--n-ctx", type=int, default=8192, help="server context in tokens")
     parser.add_argument("--quick", action="store_true", help="critic/review only")
+    parser.add_argument(
+        "--json-mode", default="schema", choices=["schema", "object", "off", "all"],
+        help="[agents] json_mode to time (all: the three, taking turns)",
+    )  # fmt: skip
     args = parser.parse_args()
     calls = CALLS[1:] if args.quick else CALLS
     try:
-        trio.run(bench, args.model, args.threads, args.n_ctx, calls)
+        modes = ["off", "object", "schema"] if args.json_mode == "all" else [args.json_mode]
+        trio.run(bench, args.model, args.threads, args.n_ctx, calls, modes)
     except (models.ModelError, LocalServerError) as exc:
         print(f"bench_local: {exc}", file=sys.stderr)
         return 1
