@@ -69,6 +69,12 @@ def write_gif(
         if size != (width, height):
             image = image.resize(size, resample)
         images.append(image)
+    return save_gif(images, path, fps)
+
+
+def save_gif(images: list, path: str | Path, fps: float) -> Path:
+    """Write PIL images as a looping GIF at ``fps``, atomically (a ``.part`` file renamed
+    into place: a reader never sees half a file)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")

@@ -60,14 +60,12 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
-import ipaddress
 import os
 import random
 import re
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import openai
 import trio
@@ -91,6 +89,7 @@ from llm.prompts import (
     text_tokens,
 )
 from runtime.events import log
+from runtime.security import is_loopback
 
 # Statuses worth another try: rate limited, request timeout, and the server's own errors.
 # Other 4xx say the request itself is wrong (key, model name, URL), which retrying repeats.
@@ -149,17 +148,6 @@ class _Endpoint:
     """Request parameters the model refused (``temperature``, ``max_tokens``)."""
     max_tokens_name: str = "max_tokens"
     """``max_completion_tokens`` where the server asks for that name instead."""
-
-
-def is_loopback(base_url: str) -> bool:
-    """Whether ``base_url`` points at this machine (localhost, 127.0.0.0/8, ::1)."""
-    host = urlparse(base_url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class OpenAIBackend:

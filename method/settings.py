@@ -322,7 +322,7 @@ def _check_openai(s: MethodSettings) -> None:
             repr(a.base_url),
             "e.g. http://localhost:8000/v1",
         )
-    from llm.openai_backend import is_loopback
+    from runtime.security import is_loopback
 
     if is_loopback(a.base_url):
         return  # a local server needs no key (one is sent if the variable is set)

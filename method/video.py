@@ -179,9 +179,9 @@ def save_gif(frames: np.ndarray, path: str | Path, fps: float = FPS) -> Path:
     One palette, drawn from frames spread over the video, then each frame mapped to it
     without dithering: ~6× faster than a palette per frame and a third of the size, and
     the game's flat pixel art loses nothing visible."""
-    import os
-
     from PIL import Image
+
+    from envs.video import save_gif
 
     images = [Image.fromarray(np.ascontiguousarray(f), "RGB") for f in frames]
     picks = np.unique(np.linspace(0, len(images) - 1, PALETTE_SAMPLES).round().astype(int))
@@ -190,20 +190,7 @@ def save_gif(frames: np.ndarray, path: str | Path, fps: float = FPS) -> Path:
         colors=256, method=Image.Quantize.FASTOCTREE
     )
     indexed = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in images]
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
-    indexed[0].save(
-        tmp,
-        format="GIF",
-        save_all=True,
-        append_images=indexed[1:],
-        duration=max(20, round(1000 / fps)),  # browsers treat < 20 ms as 100 ms
-        loop=0,
-        disposal=1,
-    )
-    os.replace(tmp, out)
-    return out
+    return save_gif(indexed, path, fps)
 
 
 async def render_report_video(head, final: tuple | None, path: Path) -> list[dict]:
