@@ -402,9 +402,10 @@ class SaveCheckpoints(BaseCallback):
 
 
 class ReportProgress(BaseCallback):
-    """Every ``req.progress_every_s`` seconds, tells the asker a :class:`TrainProgress`
-    (from ``counter`` and the last update's losses), records how far the attempt got and
-    logs it; sets ``stop`` when the head's trio run is gone."""
+    """Every ``req.progress_every_s`` seconds, and once more when training ends (so a job
+    shorter than that still reports), tells the asker a :class:`TrainProgress` (from
+    ``counter`` and the last update's losses), records how far the attempt got and logs
+    it; sets ``stop`` when the head's trio run is gone."""
 
     def __init__(
         self,
@@ -438,6 +439,10 @@ class ReportProgress(BaseCallback):
         if now - self.last_report >= self.req.progress_every_s:
             self._report(int(self.num_timesteps), now)
         return True
+
+    def _on_training_end(self) -> None:
+        if int(self.num_timesteps) > self.last_steps and not self.stop.is_set():
+            self._report(int(self.num_timesteps), time.monotonic())
 
     def _report(self, steps: int, now: float) -> None:
         rate = (steps - self.last_steps) / max(now - self.last_report, 1e-9)

@@ -42,6 +42,7 @@ class SlowAgent(Actor):
     """Role ``slow``: answers :class:`RunTask` with a :class:`TaskReport`."""
 
     role = "slow"
+    can_learn = True
 
     def __init__(
         self,

@@ -88,7 +88,9 @@ def test_help_lists_every_command_and_each_command_has_its_own() -> None:
         )
         assert done.returncode == 0, done.stderr
         listed = re.findall(r"^\s{4}(\w+)\s", done.stdout, re.MULTILINE)
-        assert listed == ["run", "tail", "attach", "keys", "actor"], done.stdout
+        assert listed == ["run", "tail", "attach", "keys", "models", "play", "compare", "actor"], (
+            done.stdout
+        )
         assert "--config diamond" in done.stdout  # the default command is explained
     tail = subprocess.run(
         [*RUN, "tail", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
