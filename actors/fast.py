@@ -84,6 +84,35 @@ def code_request(
     }
 
 
+def rl_config(
+    sub: SubAction,
+    reply: dict[str, Any],
+    offered: list[tuple[str, str, str]],
+    world_actions: list[str],
+    setup: list[Stage],
+) -> RLConfig:
+    """The RL config a ``fast/rl`` reply describes: the offered coded actions it chose,
+    the world's primitives it chose — less any that a chosen coded action shares a name
+    with (Crafter's ``place_table`` and the library's ``place_table`` option: one action
+    name, one meaning; the coded one, which walks to a place first, is kept)."""
+    sources = {n: src for n, _, src in offered}
+    options = [n for n in reply["options"] if n in sources]
+    return RLConfig(
+        subtask=dataclasses.replace(sub.subtask, max_steps=int(reply["max_steps"])),
+        observation=list(reply["observation"]),
+        primitives=[
+            p for p in dict.fromkeys(reply["primitives"]) if p in world_actions and p not in options
+        ],
+        coded_actions=[
+            CodedAction(n, sources[n], max_steps=OPTION_STEPS, description=d)
+            for n, d, _ in offered
+            if n in options
+        ],
+        reward_code=reply.get("reward_code", ""),
+        setup_code=compose_setup(setup),
+    )
+
+
 def rl_request(
     sub: SubAction,
     version: int,
@@ -367,20 +396,8 @@ class FastAgent(Actor):
         for version in range(1, work.revisions + 2):
             request = rl_request(sub, version, offered, world_actions, previous, critique)
             reply = await self.agents.call("fast", "rl", request)
-            sources = {n: src for n, _, src in offered}
-            options = [n for n in reply["options"] if n in sources]
-            config = RLConfig(
-                subtask=dataclasses.replace(sub.subtask, max_steps=int(reply["max_steps"])),
-                observation=list(reply["observation"]),
-                primitives=[p for p in reply["primitives"] if p in world_actions],
-                coded_actions=[
-                    CodedAction(n, sources[n], max_steps=OPTION_STEPS, description=d)
-                    for n, d, _ in offered
-                    if n in options
-                ],
-                reward_code=reply.get("reward_code", ""),
-                setup_code=compose_setup(work.setup or work.before),
-            )
+            config = rl_config(sub, reply, offered, world_actions, work.setup or work.before)
+            options = [a.name for a in config.coded_actions]
             loop.versions += 1
             log.info(
                 "rl_config_written",

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from actors.critic import statistics
-from actors.fast import code_request, rl_request
+from actors.fast import code_request, rl_config, rl_request
 from actors.slow import needs_table, plan_name, plan_request, revise_request
 from knowledge import recipes
 from knowledge.options import options_for
@@ -368,3 +368,27 @@ def test_without_a_learner_a_models_rl_stays_code_instead_of_waiting_forever(
     assert [s.mode for s in planned.subactions] == ["code"]
     refused = [e for e in logs if e["event"] == "plan_mode_refused"]
     assert len(refused) == 2 and "learner" in refused[0]["reason"]
+
+
+def test_a_coded_action_named_like_a_primitive_leaves_one_action_of_that_name() -> None:
+    """Qwen2.5-Coder-0.5B chose the library's ``place_table`` option and every primitive,
+    Crafter's ``place_table`` among them: the training env refused the duplicate action
+    name and the job failed with a traceback. The config keeps one action per name (the
+    coded one) and still builds a real training env."""
+    from actors.fast import _world_actions
+    from envs.rl_env import SubtaskEnv
+
+    table = _subaction("place_table")
+    offered = options_for(recipes.achievement_step("place_table"))
+    actions = _world_actions()
+    reply = {
+        "options": ["place_table", "explore"], "primitives": [*actions, "place_table"],
+        "observation": ["view", "inventory"], "max_steps": 100,
+    }  # fmt: skip
+    config = rl_config(table, reply, offered, actions, [])
+    names = [*config.primitives, *(a.name for a in config.coded_actions)]
+    assert len(names) == len(set(names)) and "place_table" in names
+    assert "place_table" not in config.primitives and "move_left" in config.primitives
+    env = SubtaskEnv(config, seed=0)
+    assert env.action_space.n == len(names)
+    env.close()
