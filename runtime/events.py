@@ -23,6 +23,7 @@ Use it like structlog anywhere::
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import logging
 import os
@@ -232,6 +233,10 @@ class _Sink:
         self.console_level = LEVELS["info"]
         self.file_level = LEVELS["info"]
         self.console: _Console | None = None
+        self.lost = 0
+        """Lines the events file refused since the last one it took."""
+        self.error: OSError | None = None
+        """The last error writing the events file (``file_error``)."""
         self.fd_lock = threading.Lock()
         """Held while the file descriptor is written or closed: the console's thread
         writes ``console_dropped`` too, and must never write to a reused descriptor."""
@@ -255,10 +260,52 @@ class _Sink:
         return record
 
     def write_file(self, record: dict[str, Any]) -> None:
+        """Append one record to the events file. Never raises: a write that fails (a
+        full disk above all) must not turn the event that reports a failure into a new
+        one. Lines that could not be written are counted; the first line that can be
+        written again is preceded by an ``events_lost`` record with the count."""
         line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
         with self.fd_lock:
-            if self.fd is not None:
-                os.write(self.fd, line.encode())
+            if self.fd is None:
+                return
+            if self.lost:
+                self._mend()
+                lost = {"ts": record.get("ts", _now()), "level": "warning"}
+                lost |= {"event": "events_lost", "lines": self.lost, "error": str(self.error)}
+                if not self._write(json.dumps(lost, separators=(",", ":")) + "\n"):
+                    self.lost += 1
+                    return
+                self.lost = 0
+            if not self._write(line):
+                self.lost += 1
+
+    def _mend(self) -> None:
+        """End a line torn by a full disk (this process's or another's: every actor
+        appends to one file), so the next record starts a line of its own."""
+        try:
+            size = os.fstat(self.fd).st_size  # type: ignore[arg-type]
+            if size and os.pread(self.fd, 1, size - 1) != b"\n":  # type: ignore[arg-type]
+                os.write(self.fd, b"\n")  # type: ignore[arg-type]
+        except OSError:
+            pass
+
+    def _write(self, line: str) -> bool:
+        data = line.encode()
+        try:
+            written = os.write(self.fd, data)  # type: ignore[arg-type]
+        except OSError as exc:
+            self.error = exc
+            return False
+        if written < len(data):  # a short write: the disk filled mid-line
+            self.error = OSError(errno.ENOSPC, "short write to the events file")
+            try:  # take the fragment back (nobody appends to a full disk meanwhile)
+                size = os.fstat(self.fd).st_size  # type: ignore[arg-type]
+                if size >= written:
+                    os.ftruncate(self.fd, size - written)  # type: ignore[arg-type]
+            except OSError:
+                pass  # mended later: the next line starts on a line of its own
+            return False
+        return True
 
 
 _sink = _Sink()
@@ -292,7 +339,7 @@ def configure(
     _close_file()
     if events_file is not None:
         events_file.parent.mkdir(parents=True, exist_ok=True)
-        _sink.fd = os.open(events_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        _sink.fd = os.open(events_file, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         _sink.path = events_file
     _sink.static = {k: v for k, v in static.items() if v is not None}
     _sink.console_level = LEVELS[console_level] if console is not None else 1000
@@ -337,6 +384,20 @@ def close() -> None:
     if _sink.console is not None:
         _sink.console.close()
     _close_file()
+
+
+def file_error() -> OSError | None:
+    """The last error writing this process's events file, or None if every line went in
+    (or the file took lines again after it)."""
+    with _sink.fd_lock:
+        return _sink.error if _sink.lost else None
+
+
+def mend_file() -> None:
+    """End a torn last line of the events file, if there is one (after a full disk)."""
+    with _sink.fd_lock:
+        if _sink.fd is not None:
+            _sink._mend()
 
 
 def _close_file() -> None:

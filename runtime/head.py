@@ -10,6 +10,7 @@ run's exit status says it did not finish.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -29,7 +30,7 @@ import zmq
 from messages import Envelope
 from messages.train import TrainProgress
 from runtime import events
-from runtime.actor import Actor, handles, wire_cap
+from runtime.actor import Actor, RemoteFailure, handles, wire_cap
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ConfigError, Settings
 from runtime.events import log
@@ -211,7 +212,6 @@ async def run_head(
     )
     os.environ[CONSOLE_ENV] = console_level  # actor processes inherit the head's verbosity
     events.bind(actor="head", role="head")
-    _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
     rt = settings.runtime
     ctx = zmq.Context()
     ipc_file = ipc_path(run_id)
@@ -224,7 +224,10 @@ async def run_head(
     sock.setsockopt(zmq.RCVHWM, 100_000)
     sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(rt.max_frame_bytes))
     status = {"code": EXIT_FAILED, "why": "did not finish"}
+    reserve = run_dir / RESERVE_FILE
     try:
+        _reserve_space(reserve)
+        _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
         curve = CurveServer.load(Path(rt.keys_dir)) if rt.keys_dir else None
         auth = Authenticator(ctx, curve)
         sock.bind(inproc)
@@ -313,13 +316,27 @@ async def run_head(
             with trio.move_on_after(rt.shutdown_grace):
                 await children_done.wait()
             nursery.cancel_scope.cancel()
+        reserve.unlink(missing_ok=True)
     except Exception as exc:
         cause = _root_cause(exc)
-        if isinstance(cause, RestartIntensityExceeded):
+        full = _disk_full(exc)
+        if full is not None:
+            # The reserve makes room for the last records (and the journal's last line).
+            reserve.unlink(missing_ok=True)
+            events.mend_file()
+            why = (
+                f"no space left on the disk that holds {run_dir} ({full}). Free space there,"
+                f" or move the run folder to a disk with room, then continue it with"
+                f" `python run.py --resume {run_dir}`; what was journalled is kept"
+            )
+            log.error("run_failed", reason="disk_full", detail=why)
+            status.update(code=EXIT_FAILED, why=why)
+        elif isinstance(cause, RestartIntensityExceeded):
             log.error("run_failed", reason="restart_intensity", detail=str(cause))
         else:
             log.error("run_failed", reason=type(cause).__name__, detail=str(cause), exc_info=exc)
-        status.update(code=EXIT_FAILED, why=str(cause))
+        if full is None:
+            status.update(code=EXIT_FAILED, why=str(cause))
     finally:
         ctx.destroy(linger=0)
         ipc_file.unlink(missing_ok=True)
@@ -327,6 +344,44 @@ async def run_head(
             log.error("run_stopped", status=status["code"], why=status["why"])
         events.close()
     return int(status["code"])
+
+
+RESERVE_FILE = ".space-reserve"
+RESERVE_BYTES = 256 * 1024
+"""Space the head holds in the run folder while it runs, given back when the disk fills
+so that the run's last records (``run_failed``, the journal's last line) still fit."""
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _reserve_space(path: Path) -> None:
+    with open(path, "wb") as f:
+        f.write(b"\0" * RESERVE_BYTES)
+
+
+def _disk_full(exc: BaseException) -> str | None:
+    """The message of a full-disk error inside ``exc`` (nested groups, causes and
+    contexts, the answer of an actor whose handler hit one) or of this process's events
+    file; None when the disk is not what failed."""
+    stack: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
+            return f"[Errno {e.errno}] {e.strerror}"
+        if isinstance(e, RemoteFailure):
+            for n in DISK_FULL_ERRNOS:
+                if f"[Errno {n}]" in str(e):
+                    return f"[Errno {n}] {os.strerror(n)}, in {e.failure.reason}"
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        stack.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    error = events.file_error()
+    if error is not None and error.errno in DISK_FULL_ERRNOS:
+        return f"the events file: [Errno {error.errno}] {error.strerror}"
+    return None
 
 
 def _root_cause(exc: BaseException) -> BaseException:
