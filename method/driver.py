@@ -21,6 +21,7 @@ from method import ledger, seeds
 from method.agents import Agents, make_backend
 from method.paired import wilson_interval
 from method.settings import LOCAL_N_CTX, MethodSettings
+from runtime.cpu import available_cores, tree_cpu_seconds
 from runtime.events import log
 from runtime.head import Head
 
@@ -78,6 +79,8 @@ def local_server(head: Head) -> LocalServer:
 async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: Any) -> dict:
     s = head.settings
     started = time.monotonic()
+    cpu_started = tree_cpu_seconds()
+    steps_before = _ledger_steps(head.run_dir)  # a resumed run's earlier sessions
     agents = Agents(make_backend(s.agents, endpoint), head.run_dir, s.agents.token_budget)
     if agents.journal.loaded_calls or agents.journal.loaded_jobs:
         log.info(
@@ -150,6 +153,14 @@ async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: A
     summary["final_success_interval"] = [round(low, 4), round(high, 4)]
     summary["wall_limit_reached"] = report.stop_reason == "wall_time"
     summary["wall_s"] = round(time.monotonic() - started, 1)
+    summary.update(
+        throughput(
+            summary["env_steps"] - steps_before,
+            time.monotonic() - started,
+            tree_cpu_seconds() - cpu_started,
+            resumed=steps_before > 0,
+        )
+    )
     if head.run_dir is not None:
         (head.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     from method.report import write_report
@@ -191,6 +202,25 @@ def scores(
         "score_final": round(ledger.crafter_score(report.achievements, names), 2),
         "final_achievements": dict(report.achievements),
         "final_ledger_episodes": final["episodes"],
+    }
+
+
+def _ledger_steps(run_dir: Path | None) -> int:
+    return ledger.tally(ledger.read(run_dir))["steps"] if run_dir is not None else 0
+
+
+def throughput(steps: int, wall_s: float, cpu_s: float, *, resumed: bool) -> dict[str, Any]:
+    """What this session of the run did per wall second and how busy it kept the
+    machine: counted env steps per second, busy core-seconds (the whole process tree:
+    head, actors, their workers, a model server) over ``cores × wall``."""
+    cores = available_cores()
+    return {
+        "session_env_steps": steps,
+        "session_resumed": resumed,
+        "env_steps_per_s": round(steps / wall_s, 1) if wall_s > 0 else 0.0,
+        "cpu_s": round(cpu_s, 1),
+        "cores": cores,
+        "core_utilisation": round(cpu_s / (cores * wall_s), 3) if wall_s > 0 else 0.0,
     }
 
 

@@ -85,6 +85,10 @@ def write_report(
             if summary.get("env_step_budget") is not None
             else ""
         ),
+        f"- Throughput: {summary.get('env_steps_per_s', 0):,.0f} counted env steps per wall "
+        f"second{' (this session of a resumed run)' if summary.get('session_resumed') else ''};"
+        f" {summary.get('core_utilisation', 0):.0%} of {summary.get('cores', 0)} cores busy "
+        f"({summary.get('cpu_s', 0):,.0f} CPU-seconds, every process of the run)",
         f"- Crafter score: {summary.get('score_all_episodes', 0):.1f}% over the "
         f"{summary.get('scoreboard_episodes', 0):,} episodes the run stepped within its budget "
         f"({summary.get('scoreboard_steps', 0):,} env steps; the scoreboard protocol, as "

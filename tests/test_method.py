@@ -148,6 +148,15 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     expected = crafter_read_metrics(stats, budget)
     assert summary["score_all_episodes"] == pytest.approx(expected, abs=0.005)
     assert f"{summary['score_all_episodes']:.1f}% over the" in text
+    # Throughput and how busy the run kept the machine (the whole process tree's CPU).
+    assert summary["session_env_steps"] == summary["env_steps"]
+    assert not summary["session_resumed"]
+    assert summary["env_steps_per_s"] == pytest.approx(
+        summary["env_steps"] / summary["wall_s"], rel=0.05
+    )
+    assert summary["cores"] >= 1 and summary["cpu_s"] > 0
+    # Actors worked (training alone took CPU seconds), and no more than the cores exist.
+    assert 0.05 < summary["core_utilisation"] <= 1.05
     # The wall clock did not decide this run, and the report says so.
     assert summary["wall_limit_reached"] is False and "(no wall-clock limit)" in text
     assert "Crafter score" in text
