@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Benchmark: the whole method against this machine's limit, in one command.
+
+    python benchmarks/bench_method.py                       the default diamond run
+    python benchmarks/bench_method.py --quick               a small run (~2 min)
+    python benchmarks/bench_method.py --config X.toml       any run config
+    python benchmarks/bench_method.py --json out.json
+
+1. **The bare-loop limit**: one process per core, each stepping ``CrafterWorld`` with
+   uniformly random actions and resetting at every episode's end (the world cache as a
+   run has it), for ``--limit-s`` seconds; the sum of their steps per second.
+2. **The run**: ``python run.py --config …`` in a fresh folder; from its ``summary.json``
+   the counted env steps per wall second (every world step any process took, by kind:
+   code evaluation, training, setup at training resets, held-out checks, final
+   evaluation, play, video) and the core utilisation (busy CPU-seconds of the run's whole
+   process tree over cores × wall, :mod:`runtime.cpu`).
+3. The ratios, side by side: run steps/s ÷ limit, and utilisation. Targets (the
+   throughput issue): ≥ 0.5 of the limit, ≥ 90 % of core-seconds busy.
+
+Steps by phase are the run's counted steps by kind grouped as code evaluation (``code``),
+training (``train``, ``setup``, ``held_out``) and the final policy (``final``, ``play``,
+``video``), each as a share of the steps and per wall second of the whole run (phases
+overlap in time, so per-phase wall time is not measured).
+
+Not a test: it prints numbers and exits 0 (1 if the run failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+QUICK = """
+[run]
+name = "bench-quick"
+seed = 0
+
+[task]
+task = "make a stone pickaxe"
+target = "stone_pickaxe"
+success_target = 0.9
+iterations = 2
+revisions = 1
+code_episodes = 8
+eval_episodes = 8
+train_steps = 2048
+learn = ["place_table"]
+env_steps = 40000
+
+[actors.environment]
+count = 2
+
+[actors.learner]
+count = 1
+"""
+
+PHASES = {
+    "code evaluation": ("code",),
+    "training": ("train", "setup", "held_out"),
+    "final policy": ("final", "play", "video"),
+}
+
+
+def _bare_loop(seconds: float, seed: int, out: multiprocessing.Queue) -> None:
+    import numpy as np
+
+    from envs.crafter_world import CrafterWorld
+
+    world, rng = CrafterWorld(), np.random.default_rng(seed)
+    names = list(world.action_names)
+    world.reset(seed)  # the world generator's JIT compile is not part of the limit
+    steps, episode = 0, seed * 1_000_000
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        world.reset(episode)
+        episode += 1
+        for _ in range(10_000):
+            steps += 1
+            if world.step(names[rng.integers(len(names))])[2]:
+                break
+    out.put(steps / (time.perf_counter() - start))
+
+
+def bare_limit(cores: int, seconds: float) -> float:
+    """Steps per second of ``cores`` bare loops at once."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_bare_loop, args=(seconds, i + 1, out)) for i in range(cores)]
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=seconds + 300) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def run_method(config: Path, workdir: Path) -> tuple[int, dict, str]:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
+    print(f"run finished in {time.monotonic() - started:.0f} s (status {proc.returncode})")
+    runs = sorted((workdir / "runs").glob("*/summary.json"))
+    if proc.returncode != 0 or not runs:
+        print(proc.stderr[-3000:])
+        return proc.returncode or 1, {}, ""
+    return 0, json.loads(runs[-1].read_text()), str(runs[-1].parent)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=ROOT / "rlgpt/configs/diamond.toml")
+    parser.add_argument("--quick", action="store_true", help="a small run instead (~2 min)")
+    parser.add_argument("--limit-s", type=float, default=20.0, help="bare-loop seconds")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    from runtime.cpu import available_cores
+
+    cores = available_cores()
+    print(
+        f"machine: {cores} cores, {platform.processor() or platform.machine()}, python "
+        f"{platform.python_version()}; load average {os.getloadavg()[0]:.2f} (other load "
+        "lowers both the limit and the run)"
+    )
+    limit = bare_limit(cores, args.limit_s)
+    print(f"bare-loop limit: {limit:,.0f} steps/s ({cores} processes, random actions, resets)")
+
+    # The run's folder is kept (its report, events and ledger back the figures).
+    workdir = Path(tempfile.mkdtemp(prefix="bench-method-"))
+    config = args.config
+    if args.quick:
+        config = workdir / "quick.toml"
+        config.write_text(QUICK)
+    print(f"run: python run.py --config {config} (in {workdir})")
+    status, summary, run_dir = run_method(config, workdir)
+    if status:
+        return 1
+    rate = summary["env_steps_per_s"]
+    by_kind = summary["env_steps_by_kind"]
+    total = max(1, summary["session_env_steps"])
+    wall = summary["wall_s"]
+    print()
+    print("| Measure | Value | Ratio |")
+    print("|---|---:|---:|")
+    print(f"| bare-loop limit ({cores} cores) | {limit:,.0f} steps/s | 1.00 |")
+    print(f"| the run: counted env steps / wall s | {rate:,.0f} steps/s | {rate / limit:.3f} |")
+    for phase, kinds in PHASES.items():
+        steps = sum(by_kind.get(k, 0) for k in kinds)
+        print(
+            f"| — {phase} ({', '.join(kinds)}) | {steps / wall:,.0f} steps/s, "
+            f"{steps:,} steps | {steps / total:.0%} of steps |"
+        )
+    print(
+        f"| core utilisation | {summary['cpu_s']:,.0f} CPU-s / ({cores} × {wall:,.0f} s) |"
+        f" {summary['core_utilisation']:.3f} |"
+    )
+    print(
+        f"\nrun: {summary['env_steps']:,} env steps in {wall:,.0f} s; final success "
+        f"{summary['final_success']:.2f} on {summary['final_episodes']} episodes; "
+        f"targets: ratio ≥ 0.5, utilisation ≥ 0.9"
+    )
+    if args.json:
+        figures = {
+            "cores": cores,
+            "limit_steps_per_s": round(limit, 1),
+            "run_steps_per_s": rate,
+            "ratio": round(rate / limit, 4),
+            "core_utilisation": summary["core_utilisation"],
+            "summary": summary,
+            "run_dir": run_dir,
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
