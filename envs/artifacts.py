@@ -304,17 +304,25 @@ def load_policy(
 
 
 def _affordable(path: Path, state: dict[str, Any], observation_space: Any, arch: list[int]) -> None:
-    """Refuses a ``net_arch`` whose policy layers alone outweigh the tensors the file
-    holds: building that network would allocate what the file never paid for."""
+    """Refuses a ``net_arch`` whose policy layers alone outweigh the float32 numbers the
+    file's tensors store: building that network would allocate what the file never paid
+    for. Storage bytes are counted, not shapes: a tensor can claim a large shape over a
+    small storage (stride 0)."""
+    import torch
     from gymnasium.spaces.utils import flatdim
 
     widths = [flatdim(observation_space), *arch]
     weights = sum(a * b for a, b in zip(widths, widths[1:], strict=False))
-    held = sum(int(t.numel()) for t in state.values() if hasattr(t, "numel"))
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+        for t in state.values()
+        if isinstance(t, torch.Tensor)
+    }
+    held = sum(storages.values()) // 4
     if weights > held:
         raise PolicyUnusable(
             f"{path}: net_arch {arch[:8]} needs {weights} weights in its policy layers"
-            f" alone, the file holds {held} numbers: it is not this config's policy"
+            f" alone, the file stores {held} numbers: it is not this config's policy"
         )
 
 

@@ -182,7 +182,8 @@ def _zip(path: Path, **members: bytes) -> None:
         ("other_actions", r"action_net.weight is \(\d+, 128\)"),
         ("other_net_arch", r"is \(128, \d+\) .* has \(64, \d+\)"),
         ("pickled_policy_kwargs", "policy_kwargs"),
-        ("huge_net_arch", "the file holds"),
+        ("huge_net_arch", "the file stores"),
+        ("huge_net_arch_over_a_tiny_storage", "the file stores"),
         ("no_config", "the RL config it was trained on"),
         ("not_tensors", "is a int, not a tensor"),
     ],
@@ -210,6 +211,12 @@ def test_a_file_that_is_not_this_configs_policy_is_policy_unusable(
     elif case == "huge_net_arch":
         data["policy_kwargs"] = {"net_arch": [1 << 20] * 8}
         rewrite(path, target, data=json.dumps(data).encode())
+    elif case == "huge_net_arch_over_a_tiny_storage":
+        # A tensor claiming 2**50 numbers over a storage of one (stride 0).
+        data["policy_kwargs"] = {"net_arch": [1 << 20] * 8}
+        buffer = io.BytesIO()
+        torch.save({**state, "claimed": torch.zeros(1).expand(1 << 50)}, buffer)
+        rewrite(path, target, data=json.dumps(data).encode(), **{"policy.pth": buffer.getvalue()})
     elif case == "no_config":
         kwargs["config"] = None
     elif case == "not_tensors":
