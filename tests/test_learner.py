@@ -28,6 +28,8 @@ from runtime.security import create_keys
 # without wasting the few steps there are. A random policy succeeds ~35% of the time.
 TIGHT_STEPS = 30
 SMALL_PPO = PPOSettings(n_steps=128, batch_size=64, n_epochs=4, learning_rate=1e-3)
+TINY_PPO = PPOSettings(n_steps=64, batch_size=64, n_epochs=2, learning_rate=1e-3)
+"""One update per 128 decisions (2 envs): for tests of mechanics, not of learning."""
 
 
 def tight_wood() -> RLConfig:
@@ -253,7 +255,7 @@ def test_a_checkpoint_is_resumed_without_unpickling_what_its_data_holds(tmp_path
     from test_safe_load import Touch
 
     req = dataclasses.replace(
-        request("poisoned", 512, eval_episodes=1),
+        request("poisoned", 256, eval_episodes=1, ppo=TINY_PPO),
         config=collect_wood_primitive(),  # one world step a decision: fast
         progress_every_s=3600.0,
     )
@@ -271,8 +273,8 @@ def test_a_checkpoint_is_resumed_without_unpickling_what_its_data_holds(tmp_path
 
     result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
     assert not marker.exists(), "the learner unpickled its checkpoint's data"
-    assert result.resumed_from == 256 and not result.failure
-    assert result.steps >= 512 and result.policy_path
+    assert result.resumed_from == 128 and not result.failure
+    assert result.steps >= 256 and result.policy_path
 
 
 def test_a_checkpoint_that_cannot_be_used_is_left_and_the_job_starts_over(
@@ -281,15 +283,15 @@ def test_a_checkpoint_that_cannot_be_used_is_left_and_the_job_starts_over(
     import structlog
 
     req = dataclasses.replace(
-        request("torn", 256, eval_episodes=1),
+        request("torn", 128, eval_episodes=1, ppo=TINY_PPO),
         config=collect_wood_primitive(),
         progress_every_s=3600.0,
     )
     folder = tmp_path / "learners" / "torn"
     folder.mkdir(parents=True)
-    (folder / "ckpt-128.zip").write_bytes(b"PK\x03\x04 torn by a full disk")
+    (folder / "ckpt-64.zip").write_bytes(b"PK\x03\x04 torn by a full disk")
     with structlog.testing.capture_logs() as logs:
         result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
-    assert result.resumed_from == 0 and result.steps >= 256 and result.policy_path
+    assert result.resumed_from == 0 and result.steps >= 128 and result.policy_path
     (refused,) = [e for e in logs if e["event"] == "checkpoint_unusable"]
     assert "not a readable zip" in refused["detail"] and refused["job"] == "torn"

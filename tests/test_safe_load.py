@@ -259,3 +259,49 @@ def test_a_poisoned_policy_in_the_run_dir_played_by_an_environment_actor_runs_no
     assert [e.seed for e in result.episodes] == [0]
     assert all(e.cause != "policy_unusable" for e in result.episodes), result.episodes
     assert all(e.steps > 0 for e in result.episodes)
+
+
+def test_a_resumed_checkpoint_trains_on_exactly_as_ppo_load_resumed_it(tmp_path: Path) -> None:
+    # The learner's resume (a fresh PPO of the same settings, the checkpoint's states and
+    # counters put in) against PPO.load with the env: the same updates, bit for bit.
+    from stable_baselines3 import PPO
+
+    from envs.artifacts import restore_checkpoint
+    from envs.configs import collect_wood_primitive
+
+    torch.set_num_threads(1)
+    settings = PPOSettings(n_steps=64, batch_size=64, n_epochs=2, learning_rate=1e-3)
+    config, checkpoint = collect_wood_primitive(), tmp_path / "ckpt-128.zip"
+
+    def vec():
+        return make_vec_env(config, 2, 0, world_pool=range(4))
+
+    def trained_on(load) -> tuple:
+        env = vec()
+        try:
+            model = load(env)
+            model.learn(256, reset_num_timesteps=False)
+        finally:
+            env.close()
+        return model.num_timesteps, model._n_updates, model.policy.state_dict()
+
+    def fresh(env):
+        return make_ppo(settings, env, seed=1, device="cpu")
+
+    def restored(env):
+        model = fresh(env)
+        assert restore_checkpoint(model, checkpoint) == 128
+        return model
+
+    first = vec()
+    try:
+        model = fresh(first)
+        model.learn(128)
+        model.save(checkpoint)
+    finally:
+        first.close()
+    ours = trained_on(restored)
+    theirs = trained_on(lambda env: PPO.load(checkpoint, env=env, device="cpu"))
+    assert ours[:2] == theirs[:2] == (384, 6)
+    assert ours[2].keys() == theirs[2].keys()
+    assert all(torch.equal(ours[2][k], theirs[2][k]) for k in ours[2])
