@@ -19,6 +19,7 @@ import io
 import json
 import os
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,10 +113,11 @@ DATA = "data"
 """The JSON of the model's other attributes."""
 
 MAX_TENSOR_FILE_BYTES = 256 << 20
-"""Largest ``.pth`` member read: a [128, 128] policy is ~0.6 MB and its optimizer twice
-that, so this leaves room for networks ~400 times larger while a zip bomb stops here."""
+"""Largest ``.pth`` member read: a [128, 128] policy on Crafter's observation is ~1.5 MB
+and its optimizer twice that, so this leaves room for networks ~100 times larger while a
+zip bomb stops here."""
 MAX_DATA_BYTES = 16 << 20
-"""Largest ``data`` member read (~30 kB for the learner's policies)."""
+"""Largest ``data`` member read (~40 kB for the learner's policies)."""
 
 
 def policy_spec(observation_space: Any, net_arch: Sequence[int]) -> tuple[str, dict[str, Any]]:
@@ -157,7 +159,10 @@ def read_sb3_zip(path: Path, *, optimizer: bool = False) -> SB3Zip:
                     raise PolicyUnusable(f"{path} has no {OPTIMIZER_PTH}: training cannot resume")
                 state = _tensors(path, zf, OPTIMIZER_PTH)
             data = _plain_data(path, zf) if DATA in names else {}
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError) as exc:
+        raise PolicyUnusable(f"{path} is not a readable zip: {exc}") from None
+    except (NotImplementedError, RuntimeError, ValueError) as exc:  # a compression or
+        # encryption zipfile cannot read, a member header that does not parse
         raise PolicyUnusable(f"{path} is not a readable zip: {exc}") from None
     return SB3Zip(policy, state, data)
 
