@@ -307,7 +307,7 @@ class EnvironmentActor(Actor):
         The policy acts through the RL interface it was trained with, coded actions
         included; each episode's detail lists the actions it chose."""
         try:
-            model = load_policy(req.policy_path, req.policy_sha256, root=self.run_dir)
+            model = load_policy(req.policy_path, req.policy_sha256, self.run_dir, config=req.config)
         except PolicyUnusable as exc:
             episodes = [
                 EpisodeReport(s, False, 0, 0.0, [], POLICY_UNUSABLE, str(exc)) for s in req.seeds

@@ -30,7 +30,7 @@ import numpy as np
 import trio
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
-from envs.artifacts import sha256_of
+from envs.artifacts import PolicyUnusable, policy_spec, restore_checkpoint, sha256_of
 from envs.held_out import held_out
 from envs.rl_env import SetupError
 from messages import Envelope
@@ -107,8 +107,6 @@ class LearnerActor(Actor):
         self, req: TrainRequest, device: str, stop: threading.Event, asker: str
     ) -> TrainResult:
         """Train and evaluate (blocking; runs in a worker thread)."""
-        from stable_baselines3 import PPO
-
         from envs.rl_env import make_vec_env
 
         started = time.monotonic()
@@ -131,17 +129,7 @@ class LearnerActor(Actor):
             setup_retry_stride=seeds.RETRY_STRIDE,
         )
         try:
-            found = latest_checkpoint(folder)
-            if found is not None:
-                path, resumed_from = found
-                model = PPO.load(path, env=vec, device=device)
-                log.info("training_resumed", job=req.name, from_steps=resumed_from)
-            else:
-                resumed_from = 0
-                model = make_ppo(
-                    req.ppo, vec, seed=req.seed, device=device,
-                    tensorboard_log=str(curves),
-                )  # fmt: skip
+            model, resumed_from = resume(req, vec, device, folder, curves)
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
             counter = EpisodeCounter()
@@ -231,9 +219,9 @@ def make_ppo(
     observations); the one place learners and benchmarks build their models."""
     from stable_baselines3 import PPO
 
-    dict_obs = type(vec.observation_space).__name__ == "Dict"
+    policy, policy_kwargs = policy_spec(vec.observation_space, settings.net_arch)
     return PPO(
-        "MultiInputPolicy" if dict_obs else "MlpPolicy",
+        policy,
         vec,
         n_steps=settings.n_steps,
         batch_size=settings.batch_size,
@@ -243,12 +231,35 @@ def make_ppo(
         gae_lambda=settings.gae_lambda,
         clip_range=settings.clip_range,
         ent_coef=settings.ent_coef,
-        policy_kwargs={"net_arch": list(settings.net_arch)},
+        policy_kwargs=policy_kwargs,
         seed=seed,
         device=device,
         tensorboard_log=tensorboard_log,
         verbose=0,
     )
+
+
+def resume(req: TrainRequest, vec: Any, device: str, folder: Path, curves: Path) -> tuple[Any, int]:
+    """The job's model and the decisions it starts from: a fresh PPO with the job's
+    settings, into which the newest checkpoint in ``folder`` (a crashed attempt's) is
+    loaded without unpickling (:func:`envs.artifacts.restore_checkpoint`). A checkpoint
+    that cannot be used is logged (``checkpoint_unusable``) and training starts over."""
+    model = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
+    found = latest_checkpoint(folder)
+    if found is None:
+        return model, 0
+    path, steps = found
+    try:
+        restored = restore_checkpoint(model, path)
+        if restored != steps:
+            raise PolicyUnusable(f"{path} holds num_timesteps {restored}, its name says {steps}")
+    except PolicyUnusable as exc:
+        log.warning("checkpoint_unusable", job=req.name, path=str(path), detail=str(exc)[:500])
+        # A partial load must not leak into the fresh start: build it again.
+        fresh = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
+        return fresh, 0
+    log.info("training_resumed", job=req.name, from_steps=steps)
+    return model, steps
 
 
 SETUP_RETRIES = seeds.SETUP_RETRIES

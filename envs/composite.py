@@ -244,7 +244,7 @@ def _load_learned(stage: Stage, world: World) -> tuple[Any, Any]:
     if stage.config is None:
         raise _Unusable("a learned stage needs the RL config its policy was trained on")
     try:
-        model = load_policy(stage.policy_path, stage.policy_sha256)
+        model = load_policy(stage.policy_path, stage.policy_sha256, config=stage.config)
     except PolicyUnusable as exc:
         raise _Unusable(str(exc)) from None
     subtask = stage.subtask

@@ -283,6 +283,26 @@ def test_an_unusable_policy_fails_its_stage_with_policy_unusable(world, wood_pol
     assert "sha256" in run.detail or "config" in run.detail
 
 
+def test_a_learned_stage_whose_zip_carries_a_pickle_loads_without_running_it(
+    world, wood_policy, tmp_path: Path
+) -> None:
+    from test_safe_load import poisoned, rewrite
+
+    path, _ = wood_policy
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.zip"
+    stage = learned_wood((evil, poisoned(path, evil, marker, "observation_space")))
+    (prepared,) = prepare_stages([stage], world)
+    assert not marker.exists(), "loading the stage unpickled its data"
+    assert prepared.problem is None and prepared.model is not None
+    # A zip that is not a policy at all: the stage fails with policy_unusable.
+    junk = tmp_path / "junk.zip"
+    rewrite(path, junk, **{"policy.pth": b"not a torch file"})
+    (broken,) = prepare_stages([learned_wood((junk, sha256_of(junk)))], world)
+    assert broken.problem is not None and broken.problem.cause == "policy_unusable"
+    assert "policy.pth is not a plain state dict" in broken.problem.detail
+
+
 def test_episode_frames_make_a_gif(world, tmp_path: Path) -> None:
     frames: list = []
     episode = run_composed(world, [WOOD], [], WOOD.subtask, 3, wall_s=30, frames=frames)

@@ -14,7 +14,7 @@ from helpers import ROOT, make_settings, run_head_with
 
 from actors.learner import LearnerActor, random_success
 from envs.artifacts import sha256_of, store_artifact
-from envs.configs import collect_wood_with_coded
+from envs.configs import collect_wood_primitive, collect_wood_with_coded
 from messages.rollout import RolloutRequest
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
@@ -28,6 +28,8 @@ from runtime.security import create_keys
 # without wasting the few steps there are. A random policy succeeds ~35% of the time.
 TIGHT_STEPS = 30
 SMALL_PPO = PPOSettings(n_steps=128, batch_size=64, n_epochs=4, learning_rate=1e-3)
+TINY_PPO = PPOSettings(n_steps=64, batch_size=64, n_epochs=2, learning_rate=1e-3)
+"""One update per 128 decisions (2 envs): for tests of mechanics, not of learning."""
 
 
 def tight_wood() -> RLConfig:
@@ -222,3 +224,74 @@ def test_a_job_whose_setup_keeps_failing_still_reports_its_steps(tmp_path: Path)
     tries = 1 + seeds.SETUP_RETRIES
     assert result.setup_steps == 3 * tries and result.primitive_steps == 0
     assert [e.length for e in result.world_episodes] == [3] * tries
+
+
+def _checkpoint(folder: Path, req: TrainRequest) -> Path:
+    """A real checkpoint of ``req``'s job after one PPO update, where the learner keeps it."""
+    from actors.learner import make_ppo
+    from envs.rl_env import make_vec_env
+
+    vec = make_vec_env(req.config, req.n_envs, req.seed)
+    try:
+        model = make_ppo(req.ppo, vec, seed=req.seed, device="cpu")
+        model.learn(req.ppo.n_steps)  # one rollout of n_steps per env, one update
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"ckpt-{model.num_timesteps}.zip"
+        model.save(path)
+    finally:
+        vec.close()
+    return path
+
+
+def test_a_checkpoint_is_resumed_without_unpickling_what_its_data_holds(tmp_path: Path) -> None:
+    # A checkpoint whose data carries a pickle PPO.load would run (it unpickles
+    # ep_info_buffer, gets None and goes on): the learner resumes from its weights, the
+    # optimizer state and the counters, and nothing in it runs.
+    import base64
+    import json
+    import pickle
+    import zipfile
+
+    from test_safe_load import Touch
+
+    req = dataclasses.replace(
+        request("poisoned", 256, eval_episodes=1, ppo=TINY_PPO),
+        config=collect_wood_primitive(),  # one world step a decision: fast
+        progress_every_s=3600.0,
+    )
+    clean = _checkpoint(tmp_path / "learners" / "poisoned", req)
+    marker = tmp_path / "pwned"
+    with zipfile.ZipFile(clean) as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    data = json.loads(members["data"])
+    blob = base64.b64encode(pickle.dumps(Touch(marker))).decode()
+    data["ep_info_buffer"] = {":type:": "<class 'collections.deque'>", ":serialized:": blob}
+    members["data"] = json.dumps(data).encode()
+    with zipfile.ZipFile(clean, "w") as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+
+    result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
+    assert not marker.exists(), "the learner unpickled its checkpoint's data"
+    assert result.resumed_from == 128 and not result.failure
+    assert result.steps >= 256 and result.policy_path
+
+
+def test_a_checkpoint_that_cannot_be_used_is_left_and_the_job_starts_over(
+    tmp_path: Path,
+) -> None:
+    import structlog
+
+    req = dataclasses.replace(
+        request("torn", 128, eval_episodes=1, ppo=TINY_PPO),
+        config=collect_wood_primitive(),
+        progress_every_s=3600.0,
+    )
+    folder = tmp_path / "learners" / "torn"
+    folder.mkdir(parents=True)
+    (folder / "ckpt-64.zip").write_bytes(b"PK\x03\x04 torn by a full disk")
+    with structlog.testing.capture_logs() as logs:
+        result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
+    assert result.resumed_from == 0 and result.steps >= 128 and result.policy_path
+    (refused,) = [e for e in logs if e["event"] == "checkpoint_unusable"]
+    assert "not a readable zip" in refused["detail"] and refused["job"] == "torn"
