@@ -220,7 +220,7 @@ def make_ppo(
     from stable_baselines3 import PPO
 
     policy, policy_kwargs = policy_spec(vec.observation_space, settings.net_arch)
-    return PPO(
+    model = PPO(
         policy,
         vec,
         n_steps=settings.n_steps,
@@ -237,6 +237,13 @@ def make_ppo(
         tensorboard_log=tensorboard_log,
         verbose=0,
     )
+    if tensorboard_log is None:
+        # Without curves SB3 would still make an empty $TMPDIR/SB3-<time> folder per
+        # learn(): a logger with no outputs writes nothing anywhere.
+        from stable_baselines3.common.logger import Logger
+
+        model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def resume(req: TrainRequest, vec: Any, device: str, folder: Path, curves: Path) -> tuple[Any, int]:

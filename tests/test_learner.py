@@ -295,3 +295,17 @@ def test_a_checkpoint_that_cannot_be_used_is_left_and_the_job_starts_over(
     assert result.resumed_from == 0 and result.steps >= 128 and result.policy_path
     (refused,) = [e for e in logs if e["event"] == "checkpoint_unusable"]
     assert "not a readable zip" in refused["detail"] and refused["job"] == "torn"
+
+
+def test_a_model_without_curves_leaves_no_logger_folder(tmp_path: Path, monkeypatch) -> None:
+    # SB3 makes an empty $TMPDIR/SB3-<time> folder per learn() when it writes no curves.
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    req = dataclasses.replace(
+        request("quiet", 128, eval_episodes=1, ppo=TINY_PPO), config=collect_wood_primitive()
+    )
+    _checkpoint(tmp_path / "ckpt", req)
+    assert (tmp_path / "ckpt").is_dir()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("SB3-")]
