@@ -80,6 +80,8 @@ HANDSHAKE_FAILURES = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
+MECHANISM_MISMATCH = getattr(zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", 0x11000002)
+"""The handshake failure's value when one side speaks CURVE and the other not."""
 TEST_HOOKS_ENV = "RLGPT_TEST_HOOKS"
 """Set to 1 (the test suite does) to let ``Probe(crash=True)`` kill the answering actor."""
 # Messages that arrive before setup() finishes wait in memory; past this many the actor
@@ -175,6 +177,7 @@ class Actor:
         a job already finished here without running it again."""
         self._answered_bytes = 0
         self._refused: ActorRefused | None = None
+        self._keyless = True
         self._scope: trio.CancelScope | None = None
         self._registered = trio.Event()
         self.heartbeat_interval = 1.0
@@ -264,9 +267,12 @@ class Actor:
         monitor = None
         if curve is not None:
             curve.apply(sock)
-            # A refused key shows only as a failed handshake: watch for it and fail fast
-            # instead of waiting for a broker that will never answer.
+        if curve is not None or endpoint.startswith("tcp://"):
+            # A refused key (or none where the head demands one: every tcp endpoint
+            # does) shows only as a failed handshake: watch for it and fail fast instead
+            # of waiting for a broker that will never answer.
             monitor = TrioSocket(sock.get_monitor_socket(HANDSHAKE_FAILURES), self._on_monitor)
+        self._keyless = curve is None
         sock.connect(endpoint)
         self._sock = TrioSocket(sock, self._on_frames)
         try:
@@ -309,10 +315,18 @@ class Actor:
             zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the head refused our CURVE key",
             zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the CURVE handshake failed (wrong server key?)",
         }.get(event["event"], "the connection handshake failed")
+        if event.get("value") == MECHANISM_MISMATCH:
+            reason = (
+                "the head demands CURVE keys and we have none"
+                if self._keyless
+                else ("the head does not use CURVE at this endpoint")
+            )
         log.error("handshake_failed", reason=reason, endpoint=str(event.get("endpoint", "")))
         self._refused = ActorRefused(
-            f"{reason} at {event.get('endpoint', b'').decode(errors='replace')}: check that "
-            "--keys holds the head's server.key and a client key in its authorized/ folder"
+            f"{reason} at {event.get('endpoint', b'').decode(errors='replace')}: pass --keys "
+            "with the head's server.key and a client key in its authorized/ folder (a head "
+            "listening on loopback without keys_dir made them in RUN_DIR/keys: pass --keys "
+            "RUN_DIR/keys or --run-dir RUN_DIR)"
         )
         self.stop("handshake_failed")
 

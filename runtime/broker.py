@@ -56,6 +56,7 @@ from messages.control import (
     StatusReply,
 )
 from runtime.events import log
+from runtime.ratelimit import EventLimiter
 from runtime.zmqtrio import TrioSocket
 
 HEAD_ROLE = "head"
@@ -148,16 +149,34 @@ class Broker:
         self.trusted: set[bytes] = set()
         """Routing ids of the head's own connections (:meth:`local_identity`)."""
         self._names = itertools.count()
+        # Refusals are logged whole up to a limit, then counted (runtime/ratelimit.py):
+        # a flood of junk frames must not fill the disk with events.
+        self._rejections = EventLimiter("message_rejected", now=lambda: self._now())
+        self._refusals = EventLimiter(
+            "message_refused", ("sender", "kind"), now=lambda: self._now()
+        )
+        self._registrations = EventLimiter(
+            "registration_refused", ("actor_id", "reason"), now=lambda: self._now()
+        )
         self._watchers: list[tuple[str, int, trio.Event]] = []
         self._now = trio.current_time
 
     # -- running -------------------------------------------------------------------
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.sock.run)
-            nursery.start_soon(self._reap_silent_peers)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.sock.run)
+                nursery.start_soon(self._reap_silent_peers)
+                task_status.started()
+        finally:
+            self.flush_limited()
+
+    def flush_limited(self) -> None:
+        """Write the summaries of refusals counted but not logged whole (at every window's
+        end, and once more when the broker stops, so the counts are complete)."""
+        for limiter in (self._rejections, self._refusals, self._registrations):
+            limiter.flush()
 
     async def _reap_silent_peers(self) -> None:
         interval, timeout = self.settings.heartbeat_interval, self.settings.heartbeat_timeout
@@ -165,6 +184,8 @@ class Broker:
         while True:
             await trio.sleep(interval)
             now = self._now()
+            for limiter in (self._rejections, self._refusals, self._registrations):
+                limiter.tick()
             late, last_tick = now - last_tick - interval, now
             if late > timeout:
                 # The head itself was stopped (SIGSTOP, a VM pause, a blocked write): no
@@ -240,7 +261,7 @@ class Broker:
 
     def _reject(self, identity: bytes, reason: str, detail: str = "") -> None:
         self.rejected += 1
-        log.warning("message_rejected", reason=reason, detail=detail[:200], peer=identity.hex())
+        self._rejections(identity.hex(), reason, detail=detail[:200])
 
     def _from_stranger(self, identity: bytes, env: Envelope, body: bytes) -> None:
         if env.to == BROKER and env.kind == Register.__message_kind__ and env.mode == ASK:
@@ -303,14 +324,7 @@ class Broker:
         """Log a refused message and answer where someone waits: an ask gets the
         failure back, a reply completes its job with the failure (never delivered)."""
         self.refused += 1
-        log.warning(
-            "message_refused",
-            sender=peer.actor_id,
-            role=peer.role,
-            kind=env.kind,
-            to=env.to,
-            detail=detail,
-        )
+        self._refusals(peer.actor_id, env.kind, role=peer.role, to=env.to, detail=detail)
         failure = Failure("refused", detail)
         if env.mode == ASK:
             back = Envelope(REPLY, "", peer.actor_id, BROKER, env.id)
@@ -344,7 +358,7 @@ class Broker:
         refused = self._name_refusal(identity, name, msg.role)
         if refused is not None:
             # Refuse rather than have two connections evict each other (and their jobs).
-            log.warning("registration_refused", actor_id=name, role=msg.role, reason=refused.reason)
+            self._registrations(name, refused.reason, role=msg.role)
             back = Envelope(REPLY, "", name, BROKER, env.id)
             return self._send(identity, back, refused)
         if identity in self.by_identity:

@@ -13,6 +13,7 @@ import os
 import pathlib
 import pickle
 import stat
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 import structlog
 import trio
 import zmq
-from helpers import make_settings, run_head_with
+import zmq.auth
+from helpers import ROOT, make_settings, run_head_with, wait_until
 
 from envs.artifacts import ArtifactRefused, PolicyUnusable, inside, store_artifact
 from envs.configs import collect_wood_with_coded
@@ -334,3 +336,92 @@ def test_the_ipc_socket_lives_in_a_folder_only_its_user_can_enter(tmp_path: Path
     assert seen["exists"]
     assert stat.S_IMODE(seen["folder"].st_mode) == 0o700
     assert seen["folder"].st_uid == os.getuid()
+
+
+def test_loopback_tcp_demands_the_runs_own_keys_and_an_attach_with_them_works(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path, listen="tcp://127.0.0.1:0")
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        keys = head.keys_dir
+        seen["keys"] = keys
+        seen["modes"] = {
+            p.relative_to(keys).as_posix(): stat.S_IMODE(os.stat(p).st_mode)
+            for p in [keys, *keys.rglob("*")]
+        }
+        # A local process without the run's keys: plain (NULL) ...
+        plain = Rogue(head.listen)
+        # ... or CURVE with the right server key but a client key of its own making.
+        stranger = _ctx.socket(zmq.DEALER)
+        stranger.setsockopt(zmq.LINGER, 0)
+        stranger.curve_publickey, stranger.curve_secretkey = zmq.curve_keypair()
+        stranger.curve_serverkey = zmq.auth.load_certificate(keys / "server.key")[0]
+        stranger.connect(head.listen)
+        try:
+            plain.send(ASK, BROKER, Register(role="probe", name="rogue"))
+            plain.send(TELL, "head", Shutdown("rogue"))
+            env = Envelope(ASK, "x.1", BROKER, "", "", Register.__message_kind__)
+            stranger.send_multipart([encode_envelope(env), encode(Register("probe", "rogue2"))])
+            await _wait_events(head.run_dir, "unknown client key", 1)
+            # The plain one: the mismatch, or a broken-off handshake when the rogue saw
+            # the mismatch first and hung up.
+            await _wait_events(head.run_dir, "no CURVE keys", 1, alt="handshake broken off")
+            with trio.move_on_after(1.0):
+                seen["answer"] = await plain.recv()
+            seen["stranger_answer"] = stranger.poll(0)
+            seen["peers_after_rogues"] = sorted(head.broker.peers)
+        finally:
+            plain.close()
+            stranger.close(linger=0)
+        # The same user's actor on the same machine finds the keys by the run folder.
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(ROOT / "run.py"), "attach", "probe", "--connect", head.listen,
+             "--run-dir", str(head.run_dir), "--name", "friend", "--quiet"],
+        )  # fmt: skip
+        try:
+            reply = await head.client.ask("@probe", Probe(seq=11), timeout=60)
+            seen["friend"] = reply.actor_id
+        finally:
+            proc.terminate()
+            await proc.wait()
+        # Without them an attach stops at once, saying where the keys are.
+        done = await trio.run_process(
+            [sys.executable, str(ROOT / "run.py"), "attach", "probe", "--connect", head.listen],
+            capture_stderr=True, check=False,
+        )  # fmt: skip
+        seen["keyless"] = (done.returncode, done.stderr.decode())
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert seen["keys"] == run.run_dir / "keys"
+    assert seen["modes"]["."] == 0o700
+    assert all(mode == 0o600 for name, mode in seen["modes"].items() if name.endswith("key"))
+    assert all(mode == 0o600 for name, mode in seen["modes"].items() if "secret" in name)
+    assert "answer" not in seen and not seen["stranger_answer"]
+    assert seen["peers_after_rogues"] == ["head"]
+    reasons = {e["reason"] for e in run.named("peer_refused")}
+    assert "unknown client key" in reasons
+    assert all(r.startswith(("no CURVE keys", "handshake broken off", "unknown")) for r in reasons)
+    assert not run.named("message_refused") and not run.named("message_rejected")
+    assert seen["friend"] == "friend"
+    code, err = seen["keyless"]
+    assert code == 2 and "RUN_DIR/keys" in err, err
+    endpoint = json.loads((run.run_dir / "endpoint.json").read_text())
+    assert endpoint["curve"] and endpoint["keys"] == str(run.run_dir / "keys")
+
+
+async def _wait_events(
+    run_dir: Path, text: str, count: int, *, alt: str = "", timeout: float = 30
+) -> None:
+    """Wait for ``count`` ``peer_refused`` events whose reason holds ``text`` (or ``alt``)."""
+
+    def enough() -> bool:
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        refused = [e for e in events if e.get("event") == "peer_refused"]
+        texts = [t for t in (text, alt) if t]
+        return sum(any(t in e.get("reason", "") for t in texts) for e in refused) >= count
+
+    await wait_until(enough, timeout=timeout, what=f"{count} peer_refused events with {text!r}")
