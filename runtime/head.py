@@ -144,7 +144,7 @@ def private_ipc_dir(path: Path) -> None:
         os.chmod(folder, IPC_DIR_MODE)
 
 
-STALE_SOCKET_AGE_S = 2.0
+STALE_SOCKET_AGE_S = 1.0
 """A socket file nobody listens on is removed only when at least this old: ZeroMQ makes
 the file (bind) a moment before it listens, and another head starting then must not take
 it for a leftover."""

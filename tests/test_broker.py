@@ -22,6 +22,7 @@ from messages.control import (
     Register,
     StatusQuery,
 )
+from runtime import ratelimit
 from runtime.actor import Actor
 from runtime.broker import Broker, BrokerSettings
 
@@ -213,3 +214,29 @@ def test_a_reused_job_id_is_refused_not_dropped() -> None:
     identity, answer = sent[-1]
     assert identity == b"B" and answer.reason == "duplicate_job"
     assert len(broker.jobs) == 1
+
+
+def test_a_flood_of_junk_frames_writes_a_bounded_number_of_events_with_exact_counts() -> None:
+    broker = _broker()
+    clock = [0.0]
+    broker._now = lambda: clock[0]
+    flood = 10_000
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(flood):
+            broker._on_frames([b"vandal", b"\xc1 not msgpack", b""])
+            clock[0] += 0.002  # 20 s in all: two summary windows
+        # A second flood, every frame from a fresh connection (a new routing id each).
+        for i in range(flood):
+            broker._on_frames([b"v%d" % i, b"\x93\x01", b""])
+        broker.flush_limited()
+    rejected = [e for e in logs if e["event"] == "message_rejected"]
+    full = [e for e in rejected if "suppressed" not in e]
+    summaries = [e for e in rejected if "suppressed" in e]
+    assert broker.rejected == 2 * flood
+    assert len(full) + sum(e["suppressed"] for e in summaries) == 2 * flood
+    vandal = b"vandal".hex()
+    assert len([e for e in full if e["peer"] == vandal]) == 2 * ratelimit.PER_KEY  # 2 windows
+    assert sum(e["suppressed"] for e in summaries if e["peer"] == vandal) == flood - 40
+    # Bounded: a few dozen lines for one peer, a few hundred for ten thousand peers.
+    assert len(rejected) <= 2 * (ratelimit.PER_KEY + 1) + ratelimit.TOTAL + ratelimit.KEYS + 1
+    assert any(e["peer"] == "*" for e in summaries)  # routing ids past KEYS share one count
