@@ -55,6 +55,7 @@ from messages import (
     encode,
     encode_envelope,
 )
+from messages.codec import MAX_DEADLINE_S
 from messages.control import (
     Cancel,
     Failure,
@@ -65,6 +66,7 @@ from messages.control import (
     Registered,
     Shutdown,
 )
+from runtime.deadlines import hold_limit
 from runtime.events import bind, log
 from runtime.security import CurveClient
 from runtime.zmqtrio import TrioSocket
@@ -198,13 +200,26 @@ class Actor:
         """Send one-way. ``to``: actor id, ``@role`` or ``broker``."""
         self._send(Envelope(TELL, self._next_id(), to), msg)
 
-    async def ask(self, to: str, msg: Any, *, timeout: float | None = None) -> Any:
+    async def ask(
+        self, to: str, msg: Any, *, timeout: float | None = None, deadline_s: float | None = None
+    ) -> Any:
         """Send a request and wait for its reply. Raises :class:`RemoteFailure` if the
-        other side failed, ``trio.TooSlowError`` after ``timeout`` seconds."""
+        other side failed (reason ``deadline`` when no actor answered within
+        ``deadline_s`` in any of its tries), ``trio.TooSlowError`` after ``timeout``
+        seconds. ``deadline_s``: how long one actor may hold the job before the broker
+        hands it to another (None: derived from the request, :mod:`runtime.deadlines`;
+        0: no limit)."""
         msg_id = self._next_id()
         pending = self._pending[msg_id] = _Pending()
+        if to == BROKER:
+            deadline_s = 0.0  # the broker answers at once; it makes no job of it
+        elif deadline_s is None:
+            deadline_s = hold_limit(msg)
+        if not deadline_s > 0:  # (nan too)
+            deadline_s = 0.0
         try:
-            self._send(Envelope(ASK, msg_id, to), msg)
+            env = Envelope(ASK, msg_id, to, deadline_s=min(deadline_s, MAX_DEADLINE_S))
+            self._send(env, msg)
             if timeout is None:
                 await pending.event.wait()
             else:
@@ -389,7 +404,10 @@ class Actor:
                 self._reply(env, result if result is not None else Failure("no_reply"))
             if scope.cancelled_caught:
                 log.info("job_cancelled", kind=env.kind, frm=env.frm)
-                self._reply(env, Failure("cancelled", f"{self.actor_id} stopped it on request"))
+                # Not kept for a redelivery: a job stopped at its deadline may be handed
+                # to this actor again, and must then run, not get this answer.
+                stopped = Failure("cancelled", f"{self.actor_id} stopped it on request")
+                self._reply(env, stopped, keep=False)
         except Exception as exc:
             self._failed(env, exc)
         finally:
@@ -490,9 +508,11 @@ class Actor:
             self._sock.send([encode_envelope(back), body])
         return True
 
-    def _reply(self, env: Envelope, msg: Any) -> None:
+    def _reply(self, env: Envelope, msg: Any, *, keep: bool = True) -> None:
         back = Envelope(REPLY, self._next_id(), env.frm, "", env.id)
         body = self._send(back, msg)
+        if not keep:
+            return
         key = (env.frm, env.id)
         self._answered[key] = (back.kind, body)
         self._answered_bytes += len(body)

@@ -6,6 +6,7 @@ environment actor load a policy file from elsewhere."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import itertools
 import json
@@ -38,7 +39,16 @@ from messages import (
     encode,
     encode_envelope,
 )
-from messages.control import Failure, Probe, ProbeReply, Register, Registered, Shutdown
+from messages.control import (
+    Cancel,
+    Failure,
+    Heartbeat,
+    Probe,
+    ProbeReply,
+    Register,
+    Registered,
+    Shutdown,
+)
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.train import TrainRequest, TrainResult
 from runtime.actor import RemoteFailure
@@ -425,3 +435,131 @@ async def _wait_events(
         return sum(any(t in e.get("reason", "") for t in texts) for e in refused) >= count
 
     await wait_until(enough, timeout=timeout, what=f"{count} peer_refused events with {text!r}")
+
+
+class SilentPeer(Rogue):
+    """A rogue that registers as an actor, heartbeats like a live one, takes jobs and
+    never answers them (nor the cancels that follow): what request deadlines are for."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint)
+        self.jobs: list[Envelope] = []
+        self.cancels = 0
+
+    async def serve(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._heartbeat)
+            while True:
+                try:
+                    env, msg = await self.recv(timeout=3600)
+                except trio.TooSlowError:
+                    continue
+                if env.mode == ASK:
+                    self.jobs.append(env)
+                elif isinstance(msg, Cancel):
+                    self.cancels += 1
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.send(TELL, BROKER, Heartbeat(0))
+            await trio.sleep(0.1)
+
+
+def _rollout() -> RolloutRequest:
+    config = collect_wood_with_coded()
+    return RolloutRequest(config.subtask, code="def run(skills):\n    pass\n", seeds=[0], wall_s=10)
+
+
+def test_a_rollout_a_silent_peer_holds_moves_to_a_real_actor_at_its_deadline(tmp_path) -> None:
+    settings = make_settings(tmp_path, ENV_ACTOR, heartbeat_timeout=5)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("environment", 1)
+        rogue = SilentPeer(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("environment", "rogue-env"), Registered)
+            async with trio.open_nursery() as nursery:
+                # Keep the real actor busy for 2 s, so the rollout goes to the rogue first.
+                hold = functools.partial(head.client.ask, "environment-0", Probe(hold_s=2.0))
+                nursery.start_soon(hold)
+                await wait_until(
+                    lambda: head.broker.peers["environment-0"].inflight, timeout=10, what="busy"
+                )
+                nursery.start_soon(rogue.serve)
+
+                async def answer_late() -> None:
+                    await wait_until(lambda: rogue.jobs, timeout=10, what="the rogue's job")
+                    await wait_until(lambda: head.broker.expired, timeout=10, what="deadline")
+                    lie = RolloutResult("collect_wood", [], 1.0, 0, "rogue")
+                    rogue.send(REPLY, rogue.jobs[0].frm, lie, re=rogue.jobs[0].id)
+
+                nursery.start_soon(answer_late)
+                started = trio.current_time()
+                seen["result"] = await head.client.ask("@environment", _rollout(), deadline_s=1.0)
+                seen["took_s"] = trio.current_time() - started
+                await wait_until(lambda: rogue.cancels, timeout=10, what="the rogue told to stop")
+                seen["completed"] = head.broker.completed
+                nursery.cancel_scope.cancel()
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    result = seen["result"]
+    assert isinstance(result, RolloutResult) and result.actor_id == "environment-0"
+    assert len(result.episodes) == 1  # the real answer, not the rogue's empty lie
+    assert 1.0 <= seen["took_s"] < 30
+    passed = run.named("job_deadline_passed")
+    assert [(e["actor_id"], e["attempts"], e["deadline_s"]) for e in passed] == [
+        ("rogue-env", 1, 1.0)
+    ]
+    assert [e["actor_id"] for e in run.named("late_reply_dropped")] == ["rogue-env"]
+    assert seen["completed"] == 2  # the probe and the rollout: the late lie was no answer
+
+
+def test_a_job_no_peer_answers_fails_with_deadline_after_its_tries_and_the_run_goes_on(
+    tmp_path,
+) -> None:
+    settings = make_settings(tmp_path, max_job_tries=2, heartbeat_timeout=2.0)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        rogues = [SilentPeer(head.endpoint) for _ in range(2)]
+        try:
+            for i, rogue in enumerate(rogues):
+                assert isinstance(await rogue.register("environment", f"silent-{i}"), Registered)
+            async with trio.open_nursery() as nursery:
+                for rogue in rogues:
+                    nursery.start_soon(rogue.serve)
+                started = trio.current_time()
+                try:
+                    await head.client.ask("@environment", _rollout(), deadline_s=0.5)
+                except RemoteFailure as exc:
+                    seen["failure"] = exc.failure
+                seen["took_s"] = trio.current_time() - started
+                # Silent about the cancel too: declared lost a heartbeat timeout later.
+                await wait_until(
+                    lambda: not head.broker.roles.get("environment"), timeout=10, what="lost"
+                )
+                seen["jobs"] = [len(r.jobs) for r in rogues]
+                nursery.cancel_scope.cancel()
+        finally:
+            for rogue in rogues:
+                rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    failure = seen["failure"]
+    assert failure.reason == "deadline" and failure.attempts == 2, failure
+    assert "0.5 s" in failure.detail
+    assert seen["took_s"] < 5
+    assert seen["jobs"] == [1, 1]  # one try each: a stuck slot takes no second one
+    failed = run.named("job_failed")
+    assert [(e["reason"], e["attempts"]) for e in failed] == [("deadline", 2)]
+    lost = sorted(
+        e["actor_id"] for e in run.named("actor_lost") if e["reason"] == "deadline_missed"
+    )
+    assert lost == ["silent-0", "silent-1"]
