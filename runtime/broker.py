@@ -37,7 +37,6 @@ and a message its role may not send is refused (``message_refused``), never deli
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import secrets
 from collections import deque
@@ -155,6 +154,8 @@ class Job:
     """Its requester cancelled it while it ran: never hand it out again."""
     deadline_s: float = 0.0
     """Seconds one actor may hold it (0: no limit); from its envelope."""
+    expires: float = 0.0
+    """When the try now running passes its deadline (broker clock); 0: never."""
     expired_on: set[str] = field(default_factory=set)
     """Actors that held it past its deadline: while its role has others, it goes to
     those."""
@@ -177,11 +178,8 @@ class Broker:
         self.trusted: set[bytes] = set()
         """Routing ids of the head's own connections (:meth:`local_identity`)."""
         self._names = itertools.count()
-        self._deadlines: list[tuple[float, int, Job, int]] = []
-        """A heap of (expiry, tie-break, job, its try): one entry per try handed out
-        with a deadline; a stale entry (the try was answered or moved) is skipped."""
-        self._deadline_seq = itertools.count()
         self.expired = 0
+        """Tries taken back at their deadline."""
         # Refusals are logged whole up to a limit, then counted (runtime/ratelimit.py):
         # a flood of junk frames must not fill the disk with events.
         self._rejections = EventLimiter("message_rejected", now=lambda: self._now())
@@ -249,19 +247,21 @@ class Broker:
                     self.remove(peer, "deadline_missed")
 
     def _shift_deadlines(self, late: float) -> None:
-        """Move every deadline ``late`` seconds on (time the broker could not listen
-        counts against no one); a uniform shift keeps the heap a heap."""
-        self._deadlines = [(t + late, n, job, tries) for t, n, job, tries in self._deadlines]
+        """Move every running try's deadline ``late`` seconds on: time the broker could
+        not listen counts against no one."""
+        for peer in self.peers.values():
+            for job in peer.inflight.values():
+                if job.expires:
+                    job.expires += late
 
     def expire_jobs(self, now: float) -> None:
-        """Take back every job whose try has outlived its deadline (called each tick)."""
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            _, _, job, tries = heapq.heappop(heap)
-            peer = job.assigned
-            if peer is None or job.attempts != tries or self.jobs.get(job.key) is not job:
-                continue  # that try was answered, or its actor was lost meanwhile
-            self._expire(job, peer, now)
+        """Take back every job whose try has outlived its deadline (called each tick;
+        a scan of the jobs in flight, which the actors' capacities keep few)."""
+        for peer in list(self.peers.values()):
+            late = [j for j in peer.inflight.values() if j.expires and j.expires <= now]
+            for job in late:
+                if job.assigned is peer:  # (an earlier expiry's dispatch may have moved it)
+                    self._expire(job, peer, now)
 
     async def wait_for_actors(self, role: str, count: int) -> None:
         """Return once ``count`` actors of ``role`` are registered."""
@@ -547,9 +547,7 @@ class Broker:
         job.assigned = peer
         peer.inflight[job.key] = job
         if job.deadline_s:
-            expiry = self._now() + job.deadline_s
-            entry = (expiry, next(self._deadline_seq), job, job.attempts)
-            heapq.heappush(self._deadlines, entry)
+            job.expires = self._now() + job.deadline_s
         self.sock.send([peer.identity, job.header, job.body])
 
     def _dispatch(self, peer: Peer) -> None:
