@@ -68,6 +68,7 @@ from messages.control import (
 )
 from runtime.deadlines import hold_limit
 from runtime.events import bind, log
+from runtime.ratelimit import EventLimiter
 from runtime.security import CurveClient
 from runtime.zmqtrio import TrioSocket
 
@@ -180,6 +181,9 @@ class Actor:
         self._answered_bytes = 0
         self._refused: ActorRefused | None = None
         self._keyless = True
+        # Frames refused here (a peer may send any body under an open kind) are logged
+        # whole up to a limit, then counted (runtime/ratelimit.py).
+        self._rejections = EventLimiter("message_rejected", ("frm", "reason"))
         self._scope: trio.CancelScope | None = None
         self._registered = trio.Event()
         self.heartbeat_interval = 1.0
@@ -315,6 +319,7 @@ class Actor:
                 try:
                     await self.teardown()
                 finally:
+                    self._rejections.flush()
                     log.info("actor_stopped", reason=self.stop_reason or "cancelled")
                     sock.close(linger=0)
 
@@ -377,6 +382,7 @@ class Actor:
                 self.stop("head_gone")
                 return
             self.tell(BROKER, Heartbeat(self.inflight))
+            self._rejections.tick()  # a flood's summary comes within a window
 
     async def _reregister(self) -> None:
         if not self._registered.is_set():
@@ -423,12 +429,12 @@ class Actor:
 
     def _on_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
-            log.warning("message_rejected", reason="bad_frames", detail=str(len(frames)))
+            self._rejections("broker", "bad_frames", detail=str(len(frames)))
             return
         try:
             env = decode_envelope(frames[0])
         except DecodeError as exc:
-            log.warning("message_rejected", reason=exc.reason, detail=exc.detail)
+            self._rejections("broker", exc.reason, detail=exc.detail)
             return
         if env.mode == REPLY:
             pending = self._pending.get(env.re)
@@ -450,14 +456,14 @@ class Actor:
         try:
             msg = decode(body, self.max_frame_bytes)
         except DecodeError as exc:
-            log.warning("message_rejected", reason=exc.reason, detail=exc.detail, frm=env.frm)
+            self._rejections(env.frm, exc.reason, detail=exc.detail)
             if env.mode == ASK:
                 self._reply(env, Failure("bad_message", str(exc)))
             return
         if type(msg).__message_kind__ != env.kind:
             # The broker decides who may send what by the envelope's kind: a body of
             # another kind would slip past that check.
-            log.warning("message_rejected", reason="kind_mismatch", kind=env.kind, frm=env.frm)
+            self._rejections(env.frm, "kind_mismatch", kind=env.kind)
             if env.mode == ASK:
                 self._reply(env, Failure("bad_message", f"{env.kind} envelope, other body"))
             return

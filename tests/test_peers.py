@@ -51,6 +51,7 @@ from messages.control import (
 )
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.train import TrainRequest, TrainResult
+from runtime import ratelimit
 from runtime.actor import RemoteFailure
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ActorSettings
@@ -496,7 +497,9 @@ def test_a_rollout_a_silent_peer_holds_moves_to_a_real_actor_at_its_deadline(tmp
 
                 nursery.start_soon(answer_late)
                 started = trio.current_time()
-                seen["result"] = await head.client.ask("@environment", _rollout(), deadline_s=1.0)
+                seen["result"] = await head.client.ask(
+                    "@environment", _rollout(), deadline_s=1.0, timeout=60
+                )
                 seen["took_s"] = trio.current_time() - started
                 await wait_until(lambda: rogue.cancels, timeout=10, what="the rogue told to stop")
                 seen["completed"] = head.broker.completed
@@ -535,7 +538,7 @@ def test_a_job_no_peer_answers_fails_with_deadline_after_its_tries_and_the_run_g
                     nursery.start_soon(rogue.serve)
                 started = trio.current_time()
                 try:
-                    await head.client.ask("@environment", _rollout(), deadline_s=0.5)
+                    await head.client.ask("@environment", _rollout(), deadline_s=0.5, timeout=30)
                 except RemoteFailure as exc:
                     seen["failure"] = exc.failure
                 seen["took_s"] = trio.current_time() - started
@@ -563,3 +566,32 @@ def test_a_job_no_peer_answers_fails_with_deadline_after_its_tries_and_the_run_g
         e["actor_id"] for e in run.named("actor_lost") if e["reason"] == "deadline_missed"
     )
     assert lost == ["silent-0", "silent-1"]
+
+
+def test_a_flood_of_junk_bodies_at_an_actor_writes_a_bounded_number_of_events(tmp_path) -> None:
+    settings = make_settings(tmp_path, {"probe": ActorSettings(count=1)})
+    flood = 5000
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 1)
+        rogue = Rogue(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("probe", "rogue"), Registered)
+            env = Envelope(TELL, "", "probe-0", "", "", Probe.__message_kind__)
+            for i in range(flood):
+                env.id = f"junk.{i}"
+                rogue.sock.send_multipart([encode_envelope(env), b"\xc1 not msgpack"])
+            # Frames from one connection arrive in order: this answer comes after them all.
+            assert isinstance(await rogue.ask("probe-0", Probe(seq=1)), ProbeReply)
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    # (The broker logs its own refusals by routing id, "peer"; the actor by sender.)
+    at_actor = [e for e in run.named("message_rejected") if e.get("frm") == "rogue"]
+    full = [e for e in at_actor if "suppressed" not in e]
+    assert 0 < len(full) <= 2 * ratelimit.PER_KEY and len(at_actor) <= 2 * (ratelimit.PER_KEY + 1)
+    assert len(full) + sum(e.get("suppressed", 0) for e in at_actor) == flood
+    assert {e["reason"] for e in at_actor} == {"bad_msgpack"}
