@@ -1,11 +1,14 @@
 """The head process: broker, supervisor and the run's driver under one trio nursery.
 
 ``run_head`` lays out ``runs/<run-id>/``, binds the broker (an ipc socket file for local
-actors, ``inproc`` for in-process ones, and optionally a tcp endpoint for attached
-actors), starts the configured actor processes, runs the *driver* — the coroutine that
+actors, in a folder only this user may enter; ``inproc`` for in-process ones; and
+optionally a tcp endpoint for attached actors, which always demands CURVE: with keys made
+for the run in ``RUN_DIR/keys`` when it is loopback and ``keys_dir`` is unset), starts the
+configured actor processes, runs the *driver* — the coroutine that
 does the run's actual work through an in-process client actor — and then shuts every
 actor down. Ctrl-C or SIGTERM at any point stops everything the same way and the
-run's exit status says it did not finish.
+run's exit status says it did not finish. A head killed with SIGKILL cannot remove its
+socket file: the next head to start removes it (:func:`claim_ipc_path`).
 """
 
 from __future__ import annotations

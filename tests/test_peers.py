@@ -51,7 +51,7 @@ from messages.control import (
 )
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.train import TrainRequest, TrainResult
-from runtime import ratelimit
+from runtime import deadlines, ratelimit
 from runtime.actor import RemoteFailure
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ActorSettings
@@ -484,9 +484,11 @@ def test_a_rollout_a_silent_peer_holds_moves_to_a_real_actor_at_its_deadline(tmp
                 # Keep the real actor busy for 2 s, so the rollout goes to the rogue first.
                 hold = functools.partial(head.client.ask, "environment-0", Probe(hold_s=2.0))
                 nursery.start_soon(hold)
-                await wait_until(
+                held = await wait_until(
                     lambda: head.broker.peers["environment-0"].inflight, timeout=10, what="busy"
                 )
+                # An ask that names no deadline gets its request's own (runtime/deadlines.py).
+                seen["default_deadline"] = next(iter(held.values())).deadline_s
                 nursery.start_soon(rogue.serve)
 
                 async def answer_late() -> None:
@@ -520,6 +522,7 @@ def test_a_rollout_a_silent_peer_holds_moves_to_a_real_actor_at_its_deadline(tmp
     ]
     assert [e["actor_id"] for e in run.named("late_reply_dropped")] == ["rogue-env"]
     assert seen["completed"] == 2  # the probe and the rollout: the late lie was no answer
+    assert seen["default_deadline"] == 2.0 + deadlines.GRACE_S
 
 
 def test_a_job_no_peer_answers_fails_with_deadline_after_its_tries_and_the_run_goes_on(
