@@ -208,15 +208,20 @@ class Authenticator:
 
     def _on_handshake(self, frames: list[bytes]) -> None:
         event = zmq.utils.monitor.parse_monitor_message(frames)
+        endpoint = str(event.get("endpoint", b""), errors="replace")
         if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             return  # ZAP refused it: _on_request logged that already, with the reason
+        if not endpoint.startswith("tcp://"):
+            # The ipc socket: nothing there demands keys; a broken-off handshake is
+            # another head checking whether this one is alive (runtime.head.socket_state).
+            return
         if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
             why = f"handshake broken off ({os.strerror(int(event['value']))})"
         else:
             value = int(event["value"])
             why = HANDSHAKE_REASONS.get(value, f"handshake failed ({value:#x})")
         self.refused += 1
-        self._refusals(str(event.get("endpoint", b""), errors="replace"), why)
+        self._refusals(endpoint, why)
 
     def _on_request(self, frames: list[bytes]) -> None:
         # [routing id, empty, version, request id, domain, address, identity, mechanism, creds...]
