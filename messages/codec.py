@@ -3,7 +3,8 @@
 A message travels as two ZeroMQ frames:
 
 * the **envelope** (routing data, read by the broker): ``[PROTOCOL, mode, id, to, frm,
-  re, kind]``;
+  re, kind]``, plus ``deadline_s`` as an 8th item on an ASK that has one (a 7-item
+  envelope still decodes: its deadline is 0, none);
 * the **body** (the record, read only by its addressee): ``[kind, version, {field: value}]``.
 
 Keeping them apart lets the broker route a message without decoding its payload.
@@ -98,8 +99,16 @@ def decode(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> Any:
         raise DecodeError("bad_field", f"{kind}: {str(exc)[:160]}") from None
 
 
+MAX_DEADLINE_S = 7 * 86400.0
+"""Longest ``deadline_s`` accepted: a week, past any job; a larger one is a bad frame."""
+
+
 def encode_envelope(env: Envelope) -> bytes:
     """An envelope → its header frame."""
+    if env.deadline_s:
+        return _packer.pack(
+            [PROTOCOL, env.mode, env.id, env.to, env.frm, env.re, env.kind, env.deadline_s]
+        )
     return _packer.pack([PROTOCOL, env.mode, env.id, env.to, env.frm, env.re, env.kind])
 
 
@@ -107,9 +116,10 @@ def decode_envelope(frame: bytes) -> Envelope:
     """A header frame → its envelope, or :class:`DecodeError`. Headers are small; the
     cap is fixed so the broker never spends much on a bad one."""
     data = _unpack(frame, 4096)
-    if type(data) is not list or len(data) != 7:
-        raise DecodeError("bad_envelope", "an envelope is a 7-item list")
-    proto, mode, id_, to, frm, re, kind = data
+    if type(data) is not list or len(data) not in (7, 8):
+        raise DecodeError("bad_envelope", "an envelope is a 7-item list (8 with a deadline)")
+    proto, mode, id_, to, frm, re, kind = data[:7]
+    deadline = data[7] if len(data) == 8 else 0.0
     # Types first: a hostile frame may put a map where a number goes (unhashable).
     if type(proto) is not int or proto != PROTOCOL:
         raise DecodeError("bad_protocol", f"protocol {str(proto)[:40]}, this speaks {PROTOCOL}")
@@ -118,4 +128,7 @@ def decode_envelope(frame: bytes) -> Envelope:
     for name, value in (("id", id_), ("to", to), ("frm", frm), ("re", re), ("kind", kind)):
         if type(value) is not str:
             raise DecodeError("bad_envelope", f"{name} must be a string")
-    return Envelope(mode, id_, to, frm, re, kind)
+    if type(deadline) not in (int, float) or not 0 <= deadline <= MAX_DEADLINE_S:
+        # (nan fails both comparisons)
+        raise DecodeError("bad_envelope", f"deadline_s {str(deadline)[:40]}")
+    return Envelope(mode, id_, to, frm, re, kind, float(deadline))

@@ -39,3 +39,7 @@ class Envelope:
     """For a REPLY, the id of the ASK it answers; otherwise empty."""
     kind: str = ""
     """Kind tag of the body, so routing and logs need not decode it."""
+    deadline_s: float = 0.0
+    """For an ASK: seconds one actor may hold it before the broker takes it back and
+    hands it to another (each try gets the full time); 0: no limit. Travels only when
+    set, so envelopes without one are the 7 items older builds read."""

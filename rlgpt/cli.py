@@ -3,7 +3,7 @@
     rlgpt --config diamond                  run (a bare name is found in rlgpt/configs/)
     rlgpt run --config diamond              the same, with the command named
     rlgpt tail [RUN_DIR]                    follow a run's events (default: latest)
-    rlgpt attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR]
+    rlgpt attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR | --run-dir RUN]
     rlgpt keys [--dir keys]                 create CURVE keys for non-loopback use
     rlgpt models list | fetch NAME...       local models: the verified table, fetch one
     rlgpt play RUN_DIR [--seed N]           replay a run's final policy (its policy/ bundle)
@@ -203,8 +203,16 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="", help="actor id (default: the broker picks)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--capacity", type=int, default=1, help="jobs worked on at once")
-    parser.add_argument("--keys", default="", help="keys folder (CURVE) for a remote head")
-    parser.add_argument("--run-dir", default="", help="append events to RUN_DIR/events.jsonl")
+    parser.add_argument(
+        "--keys", default="",
+        help="keys folder (CURVE): the head's keys_dir, or RUN_DIR/keys for a head listening"
+        " on loopback without one",
+    )  # fmt: skip
+    parser.add_argument(
+        "--run-dir", default="",
+        help="append events to RUN_DIR/events.jsonl (on the head's machine); also finds "
+        "RUN_DIR/keys when --keys is not given",
+    )  # fmt: skip
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     # "json": events as JSON lines, for a head that reads this process's output.
     parser.add_argument(
@@ -228,7 +236,8 @@ def cmd_actor(args: argparse.Namespace) -> int:
     try:
         cls = actor_class(args.role)
         check_device(args.device)
-        curve = CurveClient.load(Path(args.keys)) if args.keys else None
+        keys = args.keys or _run_keys(args.connect, args.run_dir)
+        curve = CurveClient.load(Path(keys)) if keys else None
     except (ValueError, DeviceError, KeysMissing) as exc:
         print(f"{command} error: {exc}", file=sys.stderr)
         return 2
@@ -281,6 +290,18 @@ def cmd_actor(args: argparse.Namespace) -> int:
         print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
         return 2
     return 0
+
+
+def _run_keys(connect: str, run_dir: str) -> str:
+    """The keys a head made for its run (``RUN_DIR/keys``), for an actor attached on the
+    same machine to its loopback tcp endpoint with ``--run-dir`` and no ``--keys``; ''
+    where there are none (ipc needs none)."""
+    from runtime.security import RUN_KEYS
+
+    if not run_dir or not connect.startswith("tcp://"):
+        return ""
+    folder = Path(run_dir) / RUN_KEYS
+    return str(folder) if (folder / "client.key_secret").is_file() else ""
 
 
 def _find(exc: BaseException, kind: type) -> BaseException | None:

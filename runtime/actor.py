@@ -55,6 +55,7 @@ from messages import (
     encode,
     encode_envelope,
 )
+from messages.codec import MAX_DEADLINE_S
 from messages.control import (
     Cancel,
     Failure,
@@ -65,7 +66,9 @@ from messages.control import (
     Registered,
     Shutdown,
 )
+from runtime.deadlines import hold_limit
 from runtime.events import bind, log
+from runtime.ratelimit import EventLimiter
 from runtime.security import CurveClient
 from runtime.zmqtrio import TrioSocket
 
@@ -80,6 +83,8 @@ HANDSHAKE_FAILURES = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
+MECHANISM_MISMATCH = getattr(zmq, "PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH", 0x11000002)
+"""The handshake failure's value when one side speaks CURVE and the other not."""
 TEST_HOOKS_ENV = "RLGPT_TEST_HOOKS"
 """Set to 1 (the test suite does) to let ``Probe(crash=True)`` kill the answering actor."""
 # Messages that arrive before setup() finishes wait in memory; past this many the actor
@@ -175,6 +180,10 @@ class Actor:
         a job already finished here without running it again."""
         self._answered_bytes = 0
         self._refused: ActorRefused | None = None
+        self._keyless = True
+        # Frames refused here (a peer may send any body under an open kind) are logged
+        # whole up to a limit, then counted (runtime/ratelimit.py).
+        self._rejections = EventLimiter("message_rejected", ("frm", "reason"))
         self._scope: trio.CancelScope | None = None
         self._registered = trio.Event()
         self.heartbeat_interval = 1.0
@@ -195,13 +204,26 @@ class Actor:
         """Send one-way. ``to``: actor id, ``@role`` or ``broker``."""
         self._send(Envelope(TELL, self._next_id(), to), msg)
 
-    async def ask(self, to: str, msg: Any, *, timeout: float | None = None) -> Any:
+    async def ask(
+        self, to: str, msg: Any, *, timeout: float | None = None, deadline_s: float | None = None
+    ) -> Any:
         """Send a request and wait for its reply. Raises :class:`RemoteFailure` if the
-        other side failed, ``trio.TooSlowError`` after ``timeout`` seconds."""
+        other side failed (reason ``deadline`` when no actor answered within
+        ``deadline_s`` in any of its tries), ``trio.TooSlowError`` after ``timeout``
+        seconds. ``deadline_s``: how long one actor may hold the job before the broker
+        hands it to another (None: derived from the request, :mod:`runtime.deadlines`;
+        0: no limit)."""
         msg_id = self._next_id()
         pending = self._pending[msg_id] = _Pending()
+        if to == BROKER:
+            deadline_s = 0.0  # the broker answers at once; it makes no job of it
+        elif deadline_s is None:
+            deadline_s = hold_limit(msg)
+        if not deadline_s > 0:  # (nan too)
+            deadline_s = 0.0
         try:
-            self._send(Envelope(ASK, msg_id, to), msg)
+            env = Envelope(ASK, msg_id, to, deadline_s=min(deadline_s, MAX_DEADLINE_S))
+            self._send(env, msg)
             if timeout is None:
                 await pending.event.wait()
             else:
@@ -264,9 +286,12 @@ class Actor:
         monitor = None
         if curve is not None:
             curve.apply(sock)
-            # A refused key shows only as a failed handshake: watch for it and fail fast
-            # instead of waiting for a broker that will never answer.
+        if curve is not None or endpoint.startswith("tcp://"):
+            # A refused key (or none where the head demands one: every tcp endpoint
+            # does) shows only as a failed handshake: watch for it and fail fast instead
+            # of waiting for a broker that will never answer.
             monitor = TrioSocket(sock.get_monitor_socket(HANDSHAKE_FAILURES), self._on_monitor)
+        self._keyless = curve is None
         sock.connect(endpoint)
         self._sock = TrioSocket(sock, self._on_frames)
         try:
@@ -294,6 +319,7 @@ class Actor:
                 try:
                     await self.teardown()
                 finally:
+                    self._rejections.flush()
                     log.info("actor_stopped", reason=self.stop_reason or "cancelled")
                     sock.close(linger=0)
 
@@ -309,10 +335,18 @@ class Actor:
             zmq.EVENT_HANDSHAKE_FAILED_AUTH: "the head refused our CURVE key",
             zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "the CURVE handshake failed (wrong server key?)",
         }.get(event["event"], "the connection handshake failed")
+        if event.get("value") == MECHANISM_MISMATCH:
+            reason = (
+                "the head demands CURVE keys and we have none"
+                if self._keyless
+                else ("the head does not use CURVE at this endpoint")
+            )
         log.error("handshake_failed", reason=reason, endpoint=str(event.get("endpoint", "")))
         self._refused = ActorRefused(
-            f"{reason} at {event.get('endpoint', b'').decode(errors='replace')}: check that "
-            "--keys holds the head's server.key and a client key in its authorized/ folder"
+            f"{reason} at {event.get('endpoint', b'').decode(errors='replace')}: pass --keys "
+            "with the head's server.key and a client key in its authorized/ folder (a head "
+            "listening on loopback without keys_dir made them in RUN_DIR/keys: pass --keys "
+            "RUN_DIR/keys or --run-dir RUN_DIR)"
         )
         self.stop("handshake_failed")
 
@@ -348,6 +382,7 @@ class Actor:
                 self.stop("head_gone")
                 return
             self.tell(BROKER, Heartbeat(self.inflight))
+            self._rejections.tick()  # a flood's summary comes within a window
 
     async def _reregister(self) -> None:
         if not self._registered.is_set():
@@ -375,7 +410,10 @@ class Actor:
                 self._reply(env, result if result is not None else Failure("no_reply"))
             if scope.cancelled_caught:
                 log.info("job_cancelled", kind=env.kind, frm=env.frm)
-                self._reply(env, Failure("cancelled", f"{self.actor_id} stopped it on request"))
+                # Not kept for a redelivery: a job stopped at its deadline may be handed
+                # to this actor again, and must then run, not get this answer.
+                stopped = Failure("cancelled", f"{self.actor_id} stopped it on request")
+                self._reply(env, stopped, keep=False)
         except Exception as exc:
             self._failed(env, exc)
         finally:
@@ -391,12 +429,12 @@ class Actor:
 
     def _on_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
-            log.warning("message_rejected", reason="bad_frames", detail=str(len(frames)))
+            self._rejections("broker", "bad_frames", detail=str(len(frames)))
             return
         try:
             env = decode_envelope(frames[0])
         except DecodeError as exc:
-            log.warning("message_rejected", reason=exc.reason, detail=exc.detail)
+            self._rejections("broker", exc.reason, detail=exc.detail)
             return
         if env.mode == REPLY:
             pending = self._pending.get(env.re)
@@ -418,14 +456,14 @@ class Actor:
         try:
             msg = decode(body, self.max_frame_bytes)
         except DecodeError as exc:
-            log.warning("message_rejected", reason=exc.reason, detail=exc.detail, frm=env.frm)
+            self._rejections(env.frm, exc.reason, detail=exc.detail)
             if env.mode == ASK:
                 self._reply(env, Failure("bad_message", str(exc)))
             return
         if type(msg).__message_kind__ != env.kind:
             # The broker decides who may send what by the envelope's kind: a body of
             # another kind would slip past that check.
-            log.warning("message_rejected", reason="kind_mismatch", kind=env.kind, frm=env.frm)
+            self._rejections(env.frm, "kind_mismatch", kind=env.kind)
             if env.mode == ASK:
                 self._reply(env, Failure("bad_message", f"{env.kind} envelope, other body"))
             return
@@ -476,9 +514,11 @@ class Actor:
             self._sock.send([encode_envelope(back), body])
         return True
 
-    def _reply(self, env: Envelope, msg: Any) -> None:
+    def _reply(self, env: Envelope, msg: Any, *, keep: bool = True) -> None:
         back = Envelope(REPLY, self._next_id(), env.frm, "", env.id)
         body = self._send(back, msg)
+        if not keep:
+            return
         key = (env.frm, env.id)
         self._answered[key] = (back.kind, body)
         self._answered_bytes += len(body)

@@ -8,6 +8,22 @@ handed out ``max_job_tries`` times without an answer fails with a ``control.fail
 reply to its requester. Only the first reply to a job is forwarded, so a requester
 never sees a job answered twice.
 
+**Deadlines.** An ask may carry ``deadline_s`` in its envelope (:class:`Actor.ask
+<runtime.actor.Actor.ask>` sets one derived from the request, :mod:`runtime.deadlines`):
+how long one actor may hold the job. The clock starts when the job is handed out (queue
+time does not count) and each try gets the full time. When it passes, the broker treats
+it as that actor's death *for that job only*: the actor is told to stop it
+(``control.cancel``), the job goes back to the front of its queue with its try counted
+(event ``job_deadline_passed``), and after ``max_job_tries`` it fails with a
+``control.failure`` of reason ``deadline``. The actor's slot stays taken until it
+answers (a live one answers the cancel at once), so the job goes to another actor if
+there is one, and is never handed back to an actor still holding an earlier try of it;
+an actor that has not answered ``heartbeat_timeout`` seconds after its deadline is
+declared lost (``deadline_missed``: its other jobs move too, and the head kills it if it
+started it). A late answer is dropped and logged (``late_reply_dropped``), never
+forwarded: the requester sees one answer per job. Deadlines are checked every heartbeat
+interval, so they fire up to one interval late.
+
 Silence counts only while the broker itself listens: after a pause of the head (a clock
 jump between its own ticks: SIGSTOP, a VM pause) every actor gets a fresh heartbeat
 window, and the head's in-process actors are never reaped for silence.
@@ -56,6 +72,7 @@ from messages.control import (
     StatusReply,
 )
 from runtime.events import log
+from runtime.ratelimit import EventLimiter
 from runtime.zmqtrio import TrioSocket
 
 HEAD_ROLE = "head"
@@ -82,6 +99,9 @@ LOCAL_IDENTITY_BYTES = 16
 the first connection that claims an id, and these are claimed before any actor starts)."""
 
 
+LOST_REASONS = frozenset({"heartbeat_missed", "deadline_missed"})
+"""Why a peer may be declared lost while its process still runs: the head kills a
+process of its own then (:attr:`BrokerSettings.on_lost`), so its work cannot finish twice."""
 CLEAN_EXIT = "exit status 0"
 """How the supervisor describes a child that exited by itself with status 0."""
 
@@ -111,10 +131,13 @@ class Peer:
     local: bool = False
     """Runs inside the head process (as trio tasks): it cannot stall while the broker
     runs, so it is never reaped for silence."""
+    stuck: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Jobs whose deadline passed while it held them, by key, with when: each keeps a
+    slot taken until the actor answers (its answer is then dropped)."""
 
     @property
     def free(self) -> int:
-        return self.capacity - len(self.inflight)
+        return self.capacity - len(self.inflight) - len(self.stuck)
 
 
 @dataclass(eq=False)
@@ -129,6 +152,13 @@ class Job:
     assigned: Peer | None = None
     cancelled: bool = False
     """Its requester cancelled it while it ran: never hand it out again."""
+    deadline_s: float = 0.0
+    """Seconds one actor may hold it (0: no limit); from its envelope."""
+    expires: float = 0.0
+    """When the try now running passes its deadline (broker clock); 0: never."""
+    expired_on: set[str] = field(default_factory=set)
+    """Actors that held it past its deadline: while its role has others, it goes to
+    those."""
 
 
 class Broker:
@@ -148,16 +178,36 @@ class Broker:
         self.trusted: set[bytes] = set()
         """Routing ids of the head's own connections (:meth:`local_identity`)."""
         self._names = itertools.count()
+        self.expired = 0
+        """Tries taken back at their deadline."""
+        # Refusals are logged whole up to a limit, then counted (runtime/ratelimit.py):
+        # a flood of junk frames must not fill the disk with events.
+        self._rejections = EventLimiter("message_rejected", now=lambda: self._now())
+        self._refusals = EventLimiter(
+            "message_refused", ("sender", "kind"), now=lambda: self._now()
+        )
+        self._registrations = EventLimiter(
+            "registration_refused", ("actor_id", "reason"), now=lambda: self._now()
+        )
         self._watchers: list[tuple[str, int, trio.Event]] = []
         self._now = trio.current_time
 
     # -- running -------------------------------------------------------------------
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.sock.run)
-            nursery.start_soon(self._reap_silent_peers)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.sock.run)
+                nursery.start_soon(self._reap_silent_peers)
+                task_status.started()
+        finally:
+            self.flush_limited()
+
+    def flush_limited(self) -> None:
+        """Write the summaries of refusals counted but not logged whole (at every window's
+        end, and once more when the broker stops, so the counts are complete)."""
+        for limiter in (self._rejections, self._refusals, self._registrations):
+            limiter.flush()
 
     async def _reap_silent_peers(self) -> None:
         interval, timeout = self.settings.heartbeat_interval, self.settings.heartbeat_timeout
@@ -165,6 +215,8 @@ class Broker:
         while True:
             await trio.sleep(interval)
             now = self._now()
+            for limiter in (self._rejections, self._refusals, self._registrations):
+                limiter.tick()
             late, last_tick = now - last_tick - interval, now
             if late > timeout:
                 # The head itself was stopped (SIGSTOP, a VM pause, a blocked write): no
@@ -173,16 +225,43 @@ class Broker:
                 log.warning("head_paused", paused_s=round(late, 3), actors=len(self.peers))
                 for peer in self.peers.values():
                     peer.last_seen = now
+                    peer.stuck = dict.fromkeys(peer.stuck, now)
+                self._shift_deadlines(late)
                 continue
             if late > interval:
                 # A shorter stall (a tick or more missed): the broker could not listen
                 # meanwhile either, so that time counts against no one.
                 for peer in self.peers.values():
                     peer.last_seen = min(now, peer.last_seen + late)
+                    peer.stuck = {k: min(now, t + late) for k, t in peer.stuck.items()}
+                self._shift_deadlines(late)
+            self.expire_jobs(now)
             deadline = now - timeout
             for peer in [p for p in self.peers.values() if p.last_seen < deadline]:
                 if not peer.local:
                     self.remove(peer, "heartbeat_missed")
+            for peer in [p for p in self.peers.values() if p.stuck and not p.local]:
+                if min(peer.stuck.values()) < deadline:
+                    # Told to stop a job a heartbeat timeout ago and still silent about
+                    # it: a live actor answers a cancel at once.
+                    self.remove(peer, "deadline_missed")
+
+    def _shift_deadlines(self, late: float) -> None:
+        """Move every running try's deadline ``late`` seconds on: time the broker could
+        not listen counts against no one."""
+        for peer in self.peers.values():
+            for job in peer.inflight.values():
+                if job.expires:
+                    job.expires += late
+
+    def expire_jobs(self, now: float) -> None:
+        """Take back every job whose try has outlived its deadline (called each tick;
+        a scan of the jobs in flight, which the actors' capacities keep few)."""
+        for peer in list(self.peers.values()):
+            late = [j for j in peer.inflight.values() if j.expires and j.expires <= now]
+            for job in late:
+                if job.assigned is peer:  # (an earlier expiry's dispatch may have moved it)
+                    self._expire(job, peer, now)
 
     async def wait_for_actors(self, role: str, count: int) -> None:
         """Return once ``count`` actors of ``role`` are registered."""
@@ -240,7 +319,7 @@ class Broker:
 
     def _reject(self, identity: bytes, reason: str, detail: str = "") -> None:
         self.rejected += 1
-        log.warning("message_rejected", reason=reason, detail=detail[:200], peer=identity.hex())
+        self._rejections(identity.hex(), reason, detail=detail[:200])
 
     def _from_stranger(self, identity: bytes, env: Envelope, body: bytes) -> None:
         if env.to == BROKER and env.kind == Register.__message_kind__ and env.mode == ASK:
@@ -303,14 +382,7 @@ class Broker:
         """Log a refused message and answer where someone waits: an ask gets the
         failure back, a reply completes its job with the failure (never delivered)."""
         self.refused += 1
-        log.warning(
-            "message_refused",
-            sender=peer.actor_id,
-            role=peer.role,
-            kind=env.kind,
-            to=env.to,
-            detail=detail,
-        )
+        self._refusals(peer.actor_id, env.kind, role=peer.role, to=env.to, detail=detail)
         failure = Failure("refused", detail)
         if env.mode == ASK:
             back = Envelope(REPLY, "", peer.actor_id, BROKER, env.id)
@@ -344,7 +416,7 @@ class Broker:
         refused = self._name_refusal(identity, name, msg.role)
         if refused is not None:
             # Refuse rather than have two connections evict each other (and their jobs).
-            log.warning("registration_refused", actor_id=name, role=msg.role, reason=refused.reason)
+            self._registrations(name, refused.reason, role=msg.role)
             back = Envelope(REPLY, "", name, BROKER, env.id)
             return self._send(identity, back, refused)
         if identity in self.by_identity:
@@ -383,6 +455,40 @@ class Broker:
         if peer is not None:
             self.remove(peer, reason)
 
+    def _expire(self, job: Job, peer: Peer, now: float) -> None:
+        """``job``'s deadline passed while ``peer`` held it: as if ``peer`` had died for
+        this job alone (see the module's doc)."""
+        self.expired += 1
+        del peer.inflight[job.key]
+        peer.stuck[job.key] = now
+        job.assigned = None
+        job.expired_on.add(peer.actor_id)
+        requester, job_id = job.key
+        log.warning(
+            "job_deadline_passed",
+            job=job_id,
+            actor_id=peer.actor_id,
+            queue=job.queue,
+            attempts=job.attempts,
+            deadline_s=job.deadline_s,
+        )
+        # Stop the work there; a live actor answers with a `cancelled` failure, which
+        # frees its slot (and is dropped: the job is no longer its).
+        self._send(peer.identity, Envelope(TELL, "", peer.actor_id, requester), Cancel(job_id))
+        if job.cancelled:
+            self._fail(job, "cancelled while running; its deadline passed", "cancelled")
+        elif job.attempts >= self.settings.max_job_tries:
+            detail = (
+                f"no answer within {job.deadline_s:g} s in {job.attempts} tries"
+                f" (last held by {peer.actor_id})"
+            )
+            self._fail(job, detail, "deadline", event="job_failed")
+        else:
+            self.requeued += 1
+            log.info("job_requeued", job=job_id, queue=job.queue, attempts=job.attempts)
+            self.queues.setdefault(job.queue, deque()).appendleft(job)
+            self._dispatch_role(job.queue)
+
     def remove(self, peer: Peer, reason: str) -> None:
         if self.peers.get(peer.actor_id) is not peer:
             return
@@ -395,8 +501,9 @@ class Broker:
         (log.debug if quiet else log.info)(
             "actor_lost", actor_id=peer.actor_id, reason=reason, jobs=len(peer.inflight)
         )
-        if reason == "heartbeat_missed" and self.settings.on_lost is not None:
+        if reason in LOST_REASONS and self.settings.on_lost is not None:
             self.settings.on_lost(peer.actor_id, reason)
+        peer.stuck.clear()  # those jobs moved on already
         for job in peer.inflight.values():
             job.assigned = None
             if job.cancelled:
@@ -421,6 +528,7 @@ class Broker:
             back = Envelope(REPLY, "", env.frm, BROKER, env.id)
             return self._send(requester.identity, back, Failure("duplicate_job", env.id))
         job = self.jobs[key] = Job(key, env.to, encode_envelope(env), body)
+        job.deadline_s = env.deadline_s
         target = self._target(env.to)
         if target is not None and target.free > 0 and not self.queues.get(job.queue):
             self._hand(target, job)
@@ -438,18 +546,57 @@ class Broker:
         job.attempts += 1
         job.assigned = peer
         peer.inflight[job.key] = job
+        if job.deadline_s:
+            job.expires = self._now() + job.deadline_s
         self.sock.send([peer.identity, job.header, job.body])
 
     def _dispatch(self, peer: Peer) -> None:
         """Give ``peer`` queued work up to its capacity: its own queue first."""
         for name in (peer.actor_id, ROLE_PREFIX + peer.role):
             queue = self.queues.get(name)
+            if self.expired and queue:
+                self._dispatch_around(peer, queue, name != peer.actor_id)
+                continue
             while queue and peer.free > 0:
                 self._hand(peer, queue.popleft())
+
+    def _dispatch_around(self, peer: Peer, queue: deque[Job], by_role: bool) -> None:
+        """:meth:`_dispatch` once some deadline has passed: ``peer`` gets no job it still
+        holds an expired try of (its late answer would complete the new try), and no
+        role job it let expire before while another actor of its role has not."""
+        kept: list[Job] = []
+        while queue and peer.free > 0:
+            job = queue.popleft()
+            if job.key in peer.stuck or (by_role and self._elsewhere(job, peer)):
+                kept.append(job)
+            else:
+                self._hand(peer, job)
+        queue.extendleft(reversed(kept))
+
+    def _elsewhere(self, job: Job, peer: Peer) -> bool:
+        """True when ``job`` expired on ``peer`` before and another actor of its role
+        has not let it expire yet: that one gets it (when it has room)."""
+        if peer.actor_id not in job.expired_on:
+            return False
+        return any(p.actor_id not in job.expired_on for p in self.roles.get(peer.role, ()))
+
+    def _dispatch_role(self, queue: str) -> None:
+        """Offer the jobs of ``queue`` (``@role`` or an actor id) to whoever may take them."""
+        if queue.startswith(ROLE_PREFIX):
+            for peer in list(self.roles.get(queue[1:], ())):
+                self._dispatch(peer)
+        elif (peer := self.peers.get(queue)) is not None:
+            self._dispatch(peer)
 
     def _reply(self, peer: Peer, env: Envelope, body: bytes) -> None:
         job = peer.inflight.pop((env.to, env.re), None)
         if job is None:
+            if peer.stuck.pop((env.to, env.re), None) is not None:
+                # An answer after the deadline: the job moved on (to another actor, or
+                # failed); this one is never forwarded, and the actor's slot is free.
+                log.warning("late_reply_dropped", job=env.re, actor_id=peer.actor_id, kind=env.kind)
+                self._dispatch(peer)
+                return
             # An answer to a job we took back (the actor was presumed dead) or never
             # gave: the job's live copy answers instead.
             log.info("reply_dropped", job=env.re, actor_id=peer.actor_id)
@@ -463,11 +610,21 @@ class Broker:
             log.warning("reply_undeliverable", job=env.re, requester=env.to)
         self._dispatch(peer)
 
-    def _fail(self, job: Job, detail: str, reason: str = "job_failed") -> None:
+    def _fail(self, job: Job, detail: str, reason: str = "job_failed", event: str = "") -> None:
+        """Answer ``job``'s requester with a failure of ``reason``; the event is named
+        ``event`` (with the reason as a field), or after the reason."""
         self.jobs.pop(job.key, None)
         self.failed += 1
         requester, job_id = job.key
-        log.error(reason, job=job_id, queue=job.queue, attempts=job.attempts, detail=detail)
+        fields = {"reason": reason} if event else {}
+        log.error(
+            event or reason,
+            job=job_id,
+            queue=job.queue,
+            attempts=job.attempts,
+            detail=detail,
+            **fields,
+        )
         peer = self.peers.get(requester)
         if peer is not None:
             reply = Envelope(REPLY, "", requester, BROKER, job_id)
@@ -505,7 +662,9 @@ class Broker:
     def status(self) -> StatusReply:
         return StatusReply(
             actors=[
-                ActorInfo(p.actor_id, p.role, p.capacity, len(p.inflight), p.device, p.pid)
+                ActorInfo(
+                    p.actor_id, p.role, p.capacity, len(p.inflight) + len(p.stuck), p.device, p.pid
+                )
                 for p in self.peers.values()
             ],
             queued={k: len(q) for k, q in self.queues.items() if q},

@@ -200,8 +200,9 @@ class RuntimeSettings:
     )
     """Extra endpoint for actors attached from other terminals or machines, e.g.
     ``tcp://127.0.0.1:5555`` (a port from 1 to 65535; ``:*`` picks a free one). Empty: local
-    actors only (they always use an ipc socket file, removed at exit). A non-loopback host
-    needs keys_dir."""
+    actors only (they always use an ipc socket file, removed at exit). It always demands
+    CURVE: a non-loopback host needs keys_dir; on loopback without it the head makes keys
+    for the run in ``RUN_DIR/keys`` (attach with ``--run-dir RUN_DIR``)."""
     keys_dir: str = ""
     """Folder made by ``python run.py keys``; turns on CURVE for the ``listen`` endpoint."""
     heartbeat_interval: float = field(
@@ -224,7 +225,8 @@ class RuntimeSettings:
         # the restart budget.
         metadata=check(min=1, max=10),
     )
-    """A job whose actor dies this many times fails instead of being retried."""
+    """A job whose actor dies (or holds it past its deadline) this many times fails
+    instead of being retried."""
     restart_limit: int = field(default=5, metadata=check(min=1, max=1000))
     """Restart intensity: at most this many actor restarts within ``restart_window``..."""
     restart_window: float = field(

@@ -1,11 +1,14 @@
 """The head process: broker, supervisor and the run's driver under one trio nursery.
 
 ``run_head`` lays out ``runs/<run-id>/``, binds the broker (an ipc socket file for local
-actors, ``inproc`` for in-process ones, and optionally a tcp endpoint for attached
-actors), starts the configured actor processes, runs the *driver* — the coroutine that
+actors, in a folder only this user may enter; ``inproc`` for in-process ones; and
+optionally a tcp endpoint for attached actors, which always demands CURVE: with keys made
+for the run in ``RUN_DIR/keys`` when it is loopback and ``keys_dir`` is unset), starts the
+configured actor processes, runs the *driver* — the coroutine that
 does the run's actual work through an in-process client actor — and then shuts every
 actor down. Ctrl-C or SIGTERM at any point stops everything the same way and the
-run's exit status says it did not finish.
+run's exit status says it did not finish. A head killed with SIGKILL cannot remove its
+socket file: the next head to start removes it (:func:`claim_ipc_path`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import stat
 import tempfile
 import time
@@ -34,7 +38,7 @@ from runtime.actor import Actor, RemoteFailure, handles, wire_cap
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ConfigError, Settings
 from runtime.events import log
-from runtime.security import Authenticator, CurveServer, is_loopback
+from runtime.security import RUN_KEYS, Authenticator, CurveServer, is_loopback, run_keys
 from runtime.supervisor import ChildSpec, RestartIntensityExceeded, Supervisor, actor_argv
 
 # Exit statuses of ``python run.py``: 0 finished; these otherwise.
@@ -92,6 +96,10 @@ class Head:
     start_local: Callable[[Actor], Awaitable[None]]
     """Start an actor inside the head process (as trio tasks, over ``inproc``); returns
     once it is registered. I/O-bound actors (the agents) live here."""
+    keys_dir: Path | None = None
+    """The CURVE keys the ``listen`` endpoint demands (``[runtime] keys_dir``, or the
+    run's own in ``RUN_DIR/keys`` when listen is loopback and none is set); None without
+    listen."""
 
     async def wait_for(self, role: str, count: int, timeout: float = REGISTER_TIMEOUT_S) -> None:
         """Wait until ``count`` actors of ``role`` are registered (or fail clearly)."""
@@ -138,6 +146,64 @@ def private_ipc_dir(path: Path) -> None:
         )  # fmt: skip
     if stat.S_IMODE(st.st_mode) != IPC_DIR_MODE:
         os.chmod(folder, IPC_DIR_MODE)
+
+
+STALE_SOCKET_AGE_S = 1.0
+"""A socket file nobody listens on is removed only when at least this old: ZeroMQ makes
+the file (bind) a moment before it listens, and another head starting then must not take
+it for a leftover."""
+PROBE_TIMEOUT_S = 1.0
+"""How long a connect to a socket file may take before it counts as alive (a live
+head's backlog may be full; a dead one refuses at once)."""
+
+
+def socket_state(path: Path) -> str:
+    """``live`` (a process listens on it), ``stale`` (a socket file of ours that nobody
+    listens on: its head died without removing it), ``gone``, or ``foreign`` (not a
+    socket, or another user's: never touched)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "gone"
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        return "foreign"
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(PROBE_TIMEOUT_S)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        return "stale"
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "live"  # a timeout or a full backlog: someone is there
+    finally:
+        probe.close()
+    return "live"
+
+
+def claim_ipc_path(path: Path) -> None:
+    """Make ``path`` free for this head's socket: remove the socket files in its folder
+    that heads killed with SIGKILL left behind (nobody listens on them), and refuse —
+    rather than steal — a path a live head still serves (ZeroMQ would unlink it and bind
+    anew, cutting that head off from new actors)."""
+    now = time.time()
+    for other in sorted(path.parent.glob("*.ipc")):
+        state = socket_state(other)
+        if other == path and state == "live":
+            raise RuntimeError(
+                f"another head serves this run: its socket {other} answers; stop that head"
+                " (or wait for it to finish) before resuming the run"
+            )
+        if state != "stale":
+            continue
+        try:
+            age = now - os.lstat(other).st_mtime
+        except FileNotFoundError:
+            continue
+        if other == path or age >= STALE_SOCKET_AGE_S:
+            other.unlink(missing_ok=True)
+            log.info("stale_socket_removed", path=str(other), age_s=round(age, 1))
 
 
 def new_run_dir(settings: Settings) -> tuple[str, Path]:
@@ -225,26 +291,43 @@ async def run_head(
     sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(rt.max_frame_bytes))
     status = {"code": EXIT_FAILED, "why": "did not finish"}
     reserve = run_dir / RESERVE_FILE
+    bound_ipc = False
     try:
         _reserve_space(reserve)
         _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
-        curve = CurveServer.load(Path(rt.keys_dir)) if rt.keys_dir else None
+        keys_dir = Path(rt.keys_dir) if rt.keys_dir else None
+        if rt.listen and keys_dir is None:
+            if not is_loopback(rt.listen):
+                raise RuntimeError(f"{rt.listen} is not loopback and no keys_dir is set")
+            # Loopback tcp is open to every local user: it demands CURVE as a remote
+            # endpoint does, with keys made for this run (RUN_DIR/keys, owner only).
+            keys_dir = run_dir / RUN_KEYS
+            run_keys(keys_dir)
+        curve = CurveServer.load(keys_dir) if keys_dir is not None else None
         auth = Authenticator(ctx, curve)
         sock.bind(inproc)
         private_ipc_dir(ipc_file)
+        claim_ipc_path(ipc_file)
         sock.bind(endpoint)
+        bound_ipc = True
         listen = ""
         if rt.listen:
-            # CURVE applies to binds made after it is set: local ipc/inproc stay plain.
-            if curve is not None:
-                curve.apply(sock)
-            elif not is_loopback(rt.listen):
-                raise RuntimeError(f"{rt.listen} is not loopback and no keys_dir is set")
+            # CURVE applies to binds made after it is set: local ipc/inproc stay plain
+            # (the ipc file's folder admits only this user; inproc is this process).
+            assert curve is not None
+            curve.apply(sock)
+            auth.watch(sock)
             sock.bind(rt.listen.replace(":0", ":*") if rt.listen.endswith(":0") else rt.listen)
             listen = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         _write_json(
             run_dir / "endpoint.json",
-            {"ipc": endpoint, "listen": listen, "curve": curve is not None, "pid": os.getpid()},
+            {
+                "ipc": endpoint,
+                "listen": listen,
+                "curve": curve is not None,
+                "keys": str(keys_dir) if listen and keys_dir is not None else "",
+                "pid": os.getpid(),
+            },
         )
         broker = Broker(
             BrokerSettings(
@@ -301,7 +384,10 @@ async def run_head(
                 )
                 await nursery.start(run)
 
-            head = Head(client, broker, settings, run_dir, run_id, endpoint, listen, start_local)
+            head = Head(
+                client, broker, settings, run_dir, run_id, endpoint, listen, start_local,
+                keys_dir if listen else None,
+            )  # fmt: skip
             started = time.monotonic()
             report = await driver(head)
             report.setdefault("wall_s", round(time.monotonic() - started, 3))
@@ -339,7 +425,8 @@ async def run_head(
             status.update(code=EXIT_FAILED, why=str(cause))
     finally:
         ctx.destroy(linger=0)
-        ipc_file.unlink(missing_ok=True)
+        if bound_ipc:  # never another live head's socket (claim_ipc_path refused it)
+            ipc_file.unlink(missing_ok=True)
         if status["code"] != 0:
             log.error("run_stopped", status=status["code"], why=status["why"])
         events.close()

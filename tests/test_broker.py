@@ -6,13 +6,25 @@ from __future__ import annotations
 import itertools
 import time
 
+import pytest
 import structlog
 import trio
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from messages import ASK, BROKER, REPLY, TELL, Envelope, decode, encode, encode_envelope
+from messages import (
+    ASK,
+    BROKER,
+    REPLY,
+    TELL,
+    DecodeError,
+    Envelope,
+    decode,
+    decode_envelope,
+    encode,
+    encode_envelope,
+)
 from messages.control import (
     Cancel,
     Failure,
@@ -22,6 +34,7 @@ from messages.control import (
     Register,
     StatusQuery,
 )
+from runtime import ratelimit
 from runtime.actor import Actor
 from runtime.broker import Broker, BrokerSettings
 
@@ -213,3 +226,123 @@ def test_a_reused_job_id_is_refused_not_dropped() -> None:
     identity, answer = sent[-1]
     assert identity == b"B" and answer.reason == "duplicate_job"
     assert len(broker.jobs) == 1
+
+
+def test_a_flood_of_junk_frames_writes_a_bounded_number_of_events_with_exact_counts() -> None:
+    broker = _broker()
+    clock = [0.0]
+    broker._now = lambda: clock[0]
+    flood = 10_000
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(flood):
+            broker._on_frames([b"vandal", b"\xc1 not msgpack", b""])
+            clock[0] += 0.002  # 20 s in all: two summary windows
+        # A second flood, every frame from a fresh connection (a new routing id each).
+        for i in range(flood):
+            broker._on_frames([b"v%d" % i, b"\x93\x01", b""])
+        broker.flush_limited()
+    rejected = [e for e in logs if e["event"] == "message_rejected"]
+    full = [e for e in rejected if "suppressed" not in e]
+    summaries = [e for e in rejected if "suppressed" in e]
+    assert broker.rejected == 2 * flood
+    assert len(full) + sum(e["suppressed"] for e in summaries) == 2 * flood
+    vandal = b"vandal".hex()
+    assert len([e for e in full if e["peer"] == vandal]) == 2 * ratelimit.PER_KEY  # 2 windows
+    assert sum(e["suppressed"] for e in summaries if e["peer"] == vandal) == flood - 40
+    # Bounded: a few dozen lines for one peer, a few hundred for ten thousand peers.
+    assert len(rejected) <= 2 * (ratelimit.PER_KEY + 1) + ratelimit.TOTAL + ratelimit.KEYS + 1
+    assert any(e["peer"] == "*" for e in summaries)  # routing ids past KEYS share one count
+
+
+def _deadline_broker(tries: int = 3) -> tuple[Broker, list[tuple[bytes, object]], list[float]]:
+    """A recording broker on a clock the test moves, with two probe actors (one slot
+    each: identities A1, A2) and the head (B); B asks one job with a 5 s deadline."""
+    broker, sent = _recording_broker()
+    broker.settings.max_job_tries = tries
+    clock = [100.0]
+    broker._now = lambda: clock[0]
+    broker._on_frames(_frames(b"A1", ASK, BROKER, Register(role="probe", name="w1")))
+    broker._on_frames(_frames(b"A2", ASK, BROKER, Register(role="probe", name="w2")))
+    broker._on_frames(_frames(b"B", ASK, BROKER, Register(role="head", name="h")))
+    env = Envelope(ASK, "j1", "@probe", "", "", Probe.__message_kind__, 5.0)
+    broker._on_frames([b"B", encode_envelope(env), encode(Probe(seq=1))])
+    return broker, sent, clock
+
+
+def test_a_job_past_its_deadline_moves_to_another_actor_and_the_late_answer_is_dropped() -> None:
+    broker, sent, clock = _deadline_broker()
+    assert broker.jobs[("h", "j1")].assigned.actor_id == "w1"
+    clock[0] += 4.9
+    broker.expire_jobs(clock[0])
+    assert broker.jobs[("h", "j1")].assigned.actor_id == "w1"  # not yet
+    clock[0] += 0.2
+    with structlog.testing.capture_logs() as logs:
+        broker.expire_jobs(clock[0])
+        # w1 was told to stop; the job went to w2 with its second try.
+        assert (sent[-2][0], type(sent[-2][1])) == (b"A1", Cancel)
+        assert (sent[-1][0], type(sent[-1][1])) == (b"A2", Probe)
+        job = broker.jobs[("h", "j1")]
+        assert job.assigned.actor_id == "w2" and job.attempts == 2
+        assert broker.peers["w1"].free == 0  # its slot stays taken until it answers
+        # w1's late answer: dropped, never forwarded; its slot is free again.
+        before = len(sent)
+        broker._on_frames(_frames(b"A1", REPLY, "h", ProbeReply(1, b"late", "w1"), re="j1"))
+        assert broker.peers["w1"].free == 1 and len(sent) == before  # nothing sent
+        # w2's answer is the one the head gets.
+        broker._on_frames(_frames(b"A2", REPLY, "h", ProbeReply(1, b"ok", "w2"), re="j1"))
+    assert sent[-1][0] == b"B" and sent[-1][1].payload == b"ok"
+    assert not broker.jobs and broker.completed == 1
+    assert [e["event"] for e in logs if e["log_level"] != "debug"] == [
+        "job_deadline_passed",
+        "job_requeued",
+        "late_reply_dropped",
+    ]
+
+
+def test_a_job_every_actor_lets_expire_fails_with_deadline_after_its_tries() -> None:
+    broker, sent, clock = _deadline_broker(tries=3)
+    held_by = []
+    for _ in range(3):
+        holder = broker.jobs[("h", "j1")].assigned
+        held_by.append(holder.actor_id)
+        clock[0] += 5.1
+        broker.expire_jobs(clock[0])
+        # It answers the cancel at once (as a live actor does): its slot is free again.
+        stopped = Failure("cancelled", f"{holder.actor_id} stopped it")
+        broker._on_frames(_frames(holder.identity, REPLY, "h", stopped, re="j1"))
+    # w1, then w2 (it had not let it expire yet), then w1 again: no one is starved of it.
+    assert held_by == ["w1", "w2", "w1"]
+    identity, failure = sent[-1]
+    assert identity == b"B" and failure.reason == "deadline" and failure.attempts == 3
+    assert "5 s" in failure.detail
+    assert not broker.jobs and broker.failed == 1
+    assert all(p.free == 1 for p in broker.peers.values() if p.role == "probe")
+
+
+def test_envelope_deadlines_travel_and_old_envelopes_still_decode() -> None:
+    import msgpack
+
+    env = Envelope(ASK, "j", "@probe", "", "", "control.probe", 12.5)
+    assert decode_envelope(encode_envelope(env)).deadline_s == 12.5
+    plain = Envelope(ASK, "j", "@probe", "", "", "control.probe")
+    assert len(msgpack.unpackb(encode_envelope(plain))) == 7  # as older builds write it
+    assert decode_envelope(encode_envelope(plain)).deadline_s == 0.0
+    for bad in (-1.0, float("nan"), float("inf"), "5", [1]):
+        frame = msgpack.packb([1, ASK, "j", "@probe", "", "", "control.probe", bad])
+        with pytest.raises(DecodeError, match="deadline_s"):
+            decode_envelope(frame)
+
+
+def test_default_deadlines_come_from_the_requests_own_budget() -> None:
+    from envs.configs import collect_wood_with_coded
+    from messages.rollout import RolloutRequest
+    from messages.train import TrainRequest
+    from runtime.deadlines import GRACE_S, hold_limit
+
+    config = collect_wood_with_coded()
+    rollout = RolloutRequest(config.subtask, code="x", seeds=[1, 2, 3], wall_s=20)
+    assert hold_limit(rollout) == 60 + GRACE_S
+    train = TrainRequest("t", config, total_steps=1000, eval_episodes=2)
+    assert hold_limit(train) == 500 + 120 + GRACE_S
+    assert hold_limit(Probe(hold_s=3)) == 3 + GRACE_S
+    assert hold_limit(StatusQuery()) == 0.0

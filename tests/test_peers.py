@@ -6,6 +6,7 @@ environment actor load a policy file from elsewhere."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import itertools
 import json
@@ -13,6 +14,7 @@ import os
 import pathlib
 import pickle
 import stat
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -21,7 +23,8 @@ import pytest
 import structlog
 import trio
 import zmq
-from helpers import make_settings, run_head_with
+import zmq.auth
+from helpers import ROOT, make_settings, run_head_with, wait_until
 
 from envs.artifacts import ArtifactRefused, PolicyUnusable, inside, store_artifact
 from envs.configs import collect_wood_with_coded
@@ -36,9 +39,19 @@ from messages import (
     encode,
     encode_envelope,
 )
-from messages.control import Failure, Probe, ProbeReply, Register, Registered, Shutdown
+from messages.control import (
+    Cancel,
+    Failure,
+    Heartbeat,
+    Probe,
+    ProbeReply,
+    Register,
+    Registered,
+    Shutdown,
+)
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.train import TrainRequest, TrainResult
+from runtime import deadlines, ratelimit
 from runtime.actor import RemoteFailure
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ActorSettings
@@ -334,3 +347,254 @@ def test_the_ipc_socket_lives_in_a_folder_only_its_user_can_enter(tmp_path: Path
     assert seen["exists"]
     assert stat.S_IMODE(seen["folder"].st_mode) == 0o700
     assert seen["folder"].st_uid == os.getuid()
+
+
+def test_loopback_tcp_demands_the_runs_own_keys_and_an_attach_with_them_works(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path, listen="tcp://127.0.0.1:0")
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        keys = head.keys_dir
+        seen["keys"] = keys
+        seen["modes"] = {
+            p.relative_to(keys).as_posix(): stat.S_IMODE(os.stat(p).st_mode)
+            for p in [keys, *keys.rglob("*")]
+        }
+        # A local process without the run's keys: plain (NULL) ...
+        plain = Rogue(head.listen)
+        # ... or CURVE with the right server key but a client key of its own making.
+        stranger = _ctx.socket(zmq.DEALER)
+        stranger.setsockopt(zmq.LINGER, 0)
+        stranger.curve_publickey, stranger.curve_secretkey = zmq.curve_keypair()
+        stranger.curve_serverkey = zmq.auth.load_certificate(keys / "server.key")[0]
+        stranger.connect(head.listen)
+        try:
+            plain.send(ASK, BROKER, Register(role="probe", name="rogue"))
+            plain.send(TELL, "head", Shutdown("rogue"))
+            env = Envelope(ASK, "x.1", BROKER, "", "", Register.__message_kind__)
+            stranger.send_multipart([encode_envelope(env), encode(Register("probe", "rogue2"))])
+            await _wait_events(head.run_dir, "unknown client key", 1)
+            # The plain one: the mismatch, or a broken-off handshake when the rogue saw
+            # the mismatch first and hung up.
+            await _wait_events(head.run_dir, "no CURVE keys", 1, alt="handshake broken off")
+            with trio.move_on_after(1.0):
+                seen["answer"] = await plain.recv()
+            seen["stranger_answer"] = stranger.poll(0)
+            seen["peers_after_rogues"] = sorted(head.broker.peers)
+        finally:
+            plain.close()
+            stranger.close(linger=0)
+        # The same user's actor on the same machine finds the keys by the run folder.
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(ROOT / "run.py"), "attach", "probe", "--connect", head.listen,
+             "--run-dir", str(head.run_dir), "--name", "friend", "--quiet"],
+        )  # fmt: skip
+        try:
+            reply = await head.client.ask("@probe", Probe(seq=11), timeout=60)
+            seen["friend"] = reply.actor_id
+        finally:
+            proc.terminate()
+            await proc.wait()
+        # Without them an attach stops at once, saying where the keys are.
+        done = await trio.run_process(
+            [sys.executable, str(ROOT / "run.py"), "attach", "probe", "--connect", head.listen],
+            capture_stderr=True, check=False,
+        )  # fmt: skip
+        seen["keyless"] = (done.returncode, done.stderr.decode())
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert seen["keys"] == run.run_dir / "keys"
+    assert seen["modes"]["."] == 0o700
+    assert all(mode == 0o600 for name, mode in seen["modes"].items() if name.endswith("key"))
+    assert all(mode == 0o600 for name, mode in seen["modes"].items() if "secret" in name)
+    assert "answer" not in seen and not seen["stranger_answer"]
+    assert seen["peers_after_rogues"] == ["head"]
+    reasons = {e["reason"] for e in run.named("peer_refused")}
+    assert "unknown client key" in reasons
+    assert all(r.startswith(("no CURVE keys", "handshake broken off", "unknown")) for r in reasons)
+    assert not run.named("message_refused") and not run.named("message_rejected")
+    assert seen["friend"] == "friend"
+    code, err = seen["keyless"]
+    assert code == 2 and "RUN_DIR/keys" in err, err
+    endpoint = json.loads((run.run_dir / "endpoint.json").read_text())
+    assert endpoint["curve"] and endpoint["keys"] == str(run.run_dir / "keys")
+
+
+async def _wait_events(
+    run_dir: Path, text: str, count: int, *, alt: str = "", timeout: float = 30
+) -> None:
+    """Wait for ``count`` ``peer_refused`` events whose reason holds ``text`` (or ``alt``)."""
+
+    def enough() -> bool:
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+        refused = [e for e in events if e.get("event") == "peer_refused"]
+        texts = [t for t in (text, alt) if t]
+        return sum(any(t in e.get("reason", "") for t in texts) for e in refused) >= count
+
+    await wait_until(enough, timeout=timeout, what=f"{count} peer_refused events with {text!r}")
+
+
+class SilentPeer(Rogue):
+    """A rogue that registers as an actor, heartbeats like a live one, takes jobs and
+    never answers them (nor the cancels that follow): what request deadlines are for."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint)
+        self.jobs: list[Envelope] = []
+        self.cancels = 0
+
+    async def serve(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._heartbeat)
+            while True:
+                try:
+                    env, msg = await self.recv(timeout=3600)
+                except trio.TooSlowError:
+                    continue
+                if env.mode == ASK:
+                    self.jobs.append(env)
+                elif isinstance(msg, Cancel):
+                    self.cancels += 1
+
+    async def _heartbeat(self) -> None:
+        while True:
+            self.send(TELL, BROKER, Heartbeat(0))
+            await trio.sleep(0.1)
+
+
+def _rollout() -> RolloutRequest:
+    config = collect_wood_with_coded()
+    return RolloutRequest(config.subtask, code="def run(skills):\n    pass\n", seeds=[0], wall_s=10)
+
+
+def test_a_rollout_a_silent_peer_holds_moves_to_a_real_actor_at_its_deadline(tmp_path) -> None:
+    settings = make_settings(tmp_path, ENV_ACTOR, heartbeat_timeout=5)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("environment", 1)
+        rogue = SilentPeer(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("environment", "rogue-env"), Registered)
+            async with trio.open_nursery() as nursery:
+                # Keep the real actor busy for 2 s, so the rollout goes to the rogue first.
+                hold = functools.partial(head.client.ask, "environment-0", Probe(hold_s=2.0))
+                nursery.start_soon(hold)
+                held = await wait_until(
+                    lambda: head.broker.peers["environment-0"].inflight, timeout=10, what="busy"
+                )
+                # An ask that names no deadline gets its request's own (runtime/deadlines.py).
+                seen["default_deadline"] = next(iter(held.values())).deadline_s
+                nursery.start_soon(rogue.serve)
+
+                async def answer_late() -> None:
+                    await wait_until(lambda: rogue.jobs, timeout=10, what="the rogue's job")
+                    await wait_until(lambda: head.broker.expired, timeout=10, what="deadline")
+                    lie = RolloutResult("collect_wood", [], 1.0, 0, "rogue")
+                    rogue.send(REPLY, rogue.jobs[0].frm, lie, re=rogue.jobs[0].id)
+
+                nursery.start_soon(answer_late)
+                started = trio.current_time()
+                seen["result"] = await head.client.ask(
+                    "@environment", _rollout(), deadline_s=1.0, timeout=60
+                )
+                seen["took_s"] = trio.current_time() - started
+                await wait_until(lambda: rogue.cancels, timeout=10, what="the rogue told to stop")
+                seen["completed"] = head.broker.completed
+                nursery.cancel_scope.cancel()
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    result = seen["result"]
+    assert isinstance(result, RolloutResult) and result.actor_id == "environment-0"
+    assert len(result.episodes) == 1  # the real answer, not the rogue's empty lie
+    assert 1.0 <= seen["took_s"] < 30
+    passed = run.named("job_deadline_passed")
+    assert [(e["actor_id"], e["attempts"], e["deadline_s"]) for e in passed] == [
+        ("rogue-env", 1, 1.0)
+    ]
+    assert [e["actor_id"] for e in run.named("late_reply_dropped")] == ["rogue-env"]
+    assert seen["completed"] == 2  # the probe and the rollout: the late lie was no answer
+    assert seen["default_deadline"] == 2.0 + deadlines.GRACE_S
+
+
+def test_a_job_no_peer_answers_fails_with_deadline_after_its_tries_and_the_run_goes_on(
+    tmp_path,
+) -> None:
+    settings = make_settings(tmp_path, max_job_tries=2, heartbeat_timeout=2.0)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        rogues = [SilentPeer(head.endpoint) for _ in range(2)]
+        try:
+            for i, rogue in enumerate(rogues):
+                assert isinstance(await rogue.register("environment", f"silent-{i}"), Registered)
+            async with trio.open_nursery() as nursery:
+                for rogue in rogues:
+                    nursery.start_soon(rogue.serve)
+                started = trio.current_time()
+                try:
+                    await head.client.ask("@environment", _rollout(), deadline_s=0.5, timeout=30)
+                except RemoteFailure as exc:
+                    seen["failure"] = exc.failure
+                seen["took_s"] = trio.current_time() - started
+                # Silent about the cancel too: declared lost a heartbeat timeout later.
+                await wait_until(
+                    lambda: not head.broker.roles.get("environment"), timeout=10, what="lost"
+                )
+                seen["jobs"] = [len(r.jobs) for r in rogues]
+                nursery.cancel_scope.cancel()
+        finally:
+            for rogue in rogues:
+                rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    failure = seen["failure"]
+    assert failure.reason == "deadline" and failure.attempts == 2, failure
+    assert "0.5 s" in failure.detail
+    assert seen["took_s"] < 5
+    assert seen["jobs"] == [1, 1]  # one try each: a stuck slot takes no second one
+    failed = run.named("job_failed")
+    assert [(e["reason"], e["attempts"]) for e in failed] == [("deadline", 2)]
+    lost = sorted(
+        e["actor_id"] for e in run.named("actor_lost") if e["reason"] == "deadline_missed"
+    )
+    assert lost == ["silent-0", "silent-1"]
+
+
+def test_a_flood_of_junk_bodies_at_an_actor_writes_a_bounded_number_of_events(tmp_path) -> None:
+    settings = make_settings(tmp_path, {"probe": ActorSettings(count=1)})
+    flood = 5000
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 1)
+        rogue = Rogue(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("probe", "rogue"), Registered)
+            env = Envelope(TELL, "", "probe-0", "", "", Probe.__message_kind__)
+            for i in range(flood):
+                env.id = f"junk.{i}"
+                rogue.sock.send_multipart([encode_envelope(env), b"\xc1 not msgpack"])
+            # Frames from one connection arrive in order: this answer comes after them all.
+            assert isinstance(await rogue.ask("probe-0", Probe(seq=1)), ProbeReply)
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    # (The broker logs its own refusals by routing id, "peer"; the actor by sender.)
+    at_actor = [e for e in run.named("message_rejected") if e.get("frm") == "rogue"]
+    full = [e for e in at_actor if "suppressed" not in e]
+    assert 0 < len(full) <= 2 * ratelimit.PER_KEY and len(at_actor) <= 2 * (ratelimit.PER_KEY + 1)
+    assert len(full) + sum(e.get("suppressed", 0) for e in at_actor) == flood
+    assert {e["reason"] for e in at_actor} == {"bad_msgpack"}

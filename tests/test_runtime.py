@@ -6,9 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import trio
 from helpers import (
     ROOT,
@@ -22,7 +24,14 @@ from helpers import (
 from messages.control import Failure, Probe, ProbeReply
 from runtime.actor import RemoteFailure
 from runtime.config import ActorSettings
-from runtime.head import Head
+from runtime.head import (
+    STALE_SOCKET_AGE_S,
+    Head,
+    claim_ipc_path,
+    ipc_path,
+    private_ipc_dir,
+    socket_state,
+)
 from runtime.security import create_keys
 
 JOBS = 10_000
@@ -302,3 +311,68 @@ async def _expect_timeout(head: Head, seq: int, seen: dict, timeout: float) -> N
         await head.client.ask("@probe", Probe(seq=seq, hold_s=30), timeout=timeout)
     except trio.TooSlowError:
         seen[seq] = "timed out"
+
+
+def test_a_socket_file_left_by_a_killed_head_goes_at_the_next_start_a_live_heads_stays(
+    tmp_path: Path,
+) -> None:
+    for case in "ab":
+        (tmp_path / case).mkdir()
+    live, runs_live = _start_head(tmp_path / "a", count=0)
+    killed = None
+    try:
+        serving = _ipc_file(_wait_for_event(runs_live, "actors_ready"))
+        killed, runs_killed = _start_head(tmp_path / "b", count=0)
+        stale = _ipc_file(_wait_for_event(runs_killed, "actors_ready"))
+        killed.kill()  # SIGKILL: no finally runs, the socket file stays
+        killed.wait(timeout=30)
+        assert stale.exists() and socket_state(stale) == "stale"
+        # (A file younger than STALE_SOCKET_AGE_S may be a head between bind and listen.)
+        wait_until_blocking(
+            lambda: time.time() - stale.stat().st_mtime > STALE_SOCKET_AGE_S,
+            timeout=10,
+            what="the socket file old enough to be a leftover",
+        )
+        settings = make_settings(tmp_path / "c", {"probe": ActorSettings(count=1)})
+
+        async def driver(head: Head) -> dict:
+            await head.wait_for("probe", 1)
+            reply = await head.client.ask("@probe", Probe(seq=3), timeout=60)
+            return {"seq": reply.seq}
+
+        run = run_head_with(settings, driver)
+        assert run.code == 0 and run.report["seq"] == 3
+        assert not stale.exists()
+        assert [e["path"] for e in run.named("stale_socket_removed")] == [str(stale)]
+        # The live head was not disturbed: its socket is there and answers, and it stops
+        # as usual.
+        assert socket_state(serving) == "live"
+        live.send_signal(signal.SIGTERM)
+        assert live.wait(timeout=30) == 143
+        assert not serving.exists()
+    finally:
+        live.kill()
+        if killed is not None:
+            killed.kill()
+
+
+def _ipc_file(run_dir: Path) -> Path:
+    started = next(e for e in read_events(run_dir) if e["event"] == "run_started")
+    return Path(started["endpoint"].removeprefix("ipc://"))
+
+
+def test_a_resume_whose_socket_a_live_head_serves_is_refused_and_leaves_it(tmp_path: Path) -> None:
+    import zmq
+
+    path = ipc_path("live-claim-test")
+    private_ipc_dir(path)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    try:
+        sock.bind(f"ipc://{path}")
+        with pytest.raises(RuntimeError, match="another head serves this run"):
+            claim_ipc_path(path)
+        assert socket_state(path) == "live"
+    finally:
+        ctx.destroy(linger=0)
+        path.unlink(missing_ok=True)
