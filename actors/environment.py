@@ -20,7 +20,8 @@ episode, and each episode report lists its stage runs.
 
 Per-episode achievement stats go to ``<run dir>/rollouts/stats.jsonl`` in Crafter's own
 ``Recorder`` format, so Crafter's analysis scripts read them unchanged: one row for each
-episode the runner finished (one it did not finish, crashed or stalled, has none).
+episode the runner finished (one it did not finish, crashed or stalled, has none; a
+batch cancelled mid-way writes none).
 """
 
 from __future__ import annotations
@@ -120,10 +121,12 @@ class EnvironmentActor(Actor):
             frm=env.frm,
         )
         try:
-            outcome = await self.runner.rollout(req, self._book)
+            outcome = await self.runner.rollout(req)
         except RunnerFailed as exc:
             raise RuntimeError(str(exc)) from None
         done = outcome.done
+        for episode in outcome.finished:
+            self._book(episode)
         result = RolloutResult.of_episodes(
             req.subtask.name,
             outcome.episodes,

@@ -29,8 +29,10 @@ Protocol (actor → runner, then runner → actor):
   ``runner.done`` (frames, counters) — or ``control.failure`` when the batch raised in
   host code (a bad request), which the actor turns into a failed ask.
 
-The actor writes the stats rows, one per ``runner.episode`` it received: an episode the
-runner did not finish (crash, stall) has no row, and none is written twice.
+The actor writes the stats rows once the batch is over, one per ``runner.episode`` it
+received: an episode the runner did not finish (crash, stall) has no row, none is
+written twice, and a batch cancelled mid-way (its ask abandoned) writes none, as its
+result is never seen.
 
 **Fault injection, for tests only** (never set by the product): ``RLGPT_FAULT_INJECT``
 makes the runner fail on purpose, so the tests can check the actor's handling of faults
@@ -589,6 +591,8 @@ class BatchOutcome:
     episodes: list[EpisodeReport]
     output: list[str]
     done: RunnerDone | None
+    finished: list[RunnerEpisode] = field(default_factory=list)
+    """The episodes the runner finished, as it sent them (their stats rows)."""
     fault: str = ""
     """``crashed`` or ``stalled`` when the runner failed the batch; empty otherwise."""
     detail: str = ""
@@ -721,14 +725,13 @@ class Runner:
                 return None
             self._buffer += chunk
 
-    async def rollout(
-        self, req: RolloutRequest, on_episode: Callable[[RunnerEpisode], None]
-    ) -> BatchOutcome:
-        """Run ``req`` in the runner, ``on_episode`` for each finished episode; a crash
-        or a stall ends in a fresh runner starting and the outcome saying which."""
+    async def rollout(self, req: RolloutRequest) -> BatchOutcome:
+        """Run ``req`` in the runner; a crash or a stall ends in a fresh runner starting
+        and the outcome saying which. Cancelled, it kills the runner (and starts another)."""
         await self.wait_ready()
         budget, grace = batch_budget_s(req), grace_s()
         episodes: list[EpisodeReport] = []
+        finished_episodes: list[RunnerEpisode] = []
         output: list[str] = []
         finished = False
         try:
@@ -750,11 +753,11 @@ class Runner:
                         episodes.append(msg.report)
                         if msg.output:
                             output.append(msg.output)
-                        on_episode(msg)
+                        finished_episodes.append(msg)
                         continue
                     if isinstance(msg, RunnerDone):
                         finished = True
-                        return BatchOutcome(episodes, output, msg)
+                        return BatchOutcome(episodes, output, msg, finished_episodes)
                     if isinstance(msg, Failure):
                         finished = True
                         raise RunnerFailed(msg)
@@ -771,8 +774,8 @@ class Runner:
                 # be trusted with the next batch. Kill it and start a fresh one.
                 await self.kill()
                 self.replace()
-        return BatchOutcome(episodes + self._unfinished(req, episodes, fault, detail), output,
-                            None, fault, detail)  # fmt: skip
+        unfinished = self._unfinished(req, episodes, fault, detail)
+        return BatchOutcome(episodes + unfinished, output, None, finished_episodes, fault, detail)
 
     @staticmethod
     def _unfinished(
@@ -789,20 +792,23 @@ class Runner:
             at = f"in its batch of seeds {left[0]}..{left[-1]}"
         else:
             at = f"at seed {left[0]}"
-        stage = req.stages[-1].subtask.name if req.stages else ""
         reports = []
         for i, seed in enumerate(left):
             if i == 0 or req.policy_path:
                 text = f"the runner {verb} {at}: {detail}"
             else:
                 text = f"not run: the version {verb} the runner {at}"
-            runs = []
-            if stage:
-                # Which stage was running is not known (the runner is gone): it is booked
-                # to the stage under test, the last, as the critic reads it.
-                runs = [StageRun(stage, False, 0, fault, text)]
-            reports.append(EpisodeReport(seed, False, 0, 0.0, [], fault, text, stages=runs))
+            reports.append(fault_episode(req, seed, fault, text))
         return reports
+
+
+def fault_episode(req: RolloutRequest, seed: int, cause: str, detail: str) -> EpisodeReport:
+    """The report of an episode a runner did not finish (``crashed`` or ``stalled``). In
+    a composed policy, which stage was running is not known (the runner is gone): the
+    failure is booked to the stage under test, the last, which the critic then reads as
+    that stage's failure rather than as a stage never reached."""
+    runs = [StageRun(req.stages[-1].subtask.name, False, 0, cause, detail)] if req.stages else []
+    return EpisodeReport(seed, False, 0, 0.0, [], cause, detail, stages=runs)
 
 
 if __name__ == "__main__":
