@@ -58,6 +58,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import field
@@ -525,16 +526,19 @@ class Rollouts:
 # ---------------------------------------------------------------------- the runner process
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent (the actor) dies, so a runner
-    busy in a batch never outlives its actor."""
-    try:
-        import ctypes
+def _die_with_parent(parent: int) -> None:
+    """Exit when the actor that started this runner is gone, even mid-batch (a thread
+    that polls; Linux's PR_SET_PDEATHSIG would fire when the *thread* that started us
+    exits, and trio starts processes from worker threads that come and go). A runner
+    stuck in a C call is not helped by it, but it is in the actor's process group,
+    which the supervisor kills with the actor."""
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the runner still exits at its pipe's end
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def serve(inp: int, out: int, rollouts: Rollouts) -> None:
@@ -562,7 +566,7 @@ def serve(inp: int, out: int, rollouts: Rollouts) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     run_dir = Path(argv[0]) if argv and argv[0] else None
-    _die_with_parent()
+    _die_with_parent(os.getppid())
     limits = apply_limits()
     # The pipe to the actor is fd 1 as started; anything printed by a library goes to
     # stderr instead (the actor's own output), never into the protocol.
