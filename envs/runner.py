@@ -654,9 +654,11 @@ class Runner:
         return ready
 
     async def wait_ready(self) -> RunnerReady:
+        """The current runner once warm; if the last one failed to start, one more try
+        now (its failure then fails this batch's ask)."""
         await self._started.wait()
         if self.ready is None:
-            raise RunnerFailed(Failure("runner_failed", "the runner did not start"))
+            return await self.start()
         return self.ready
 
     def replace(self) -> None:
