@@ -6,8 +6,8 @@ requests, owns the world and the sandbox's compile cache and runs every rollout 
 coded, composed and trained-policy. The actor hands it each request over a pipe, writes
 the Crafter stats rows of the episodes it reports, and watches the wall clock: a runner
 that dies (a segfault in a C call, SIGXCPU, an exit) fails the batch's unfinished
-episodes with ``crashed``, one that overruns the batch's budget plus grace is killed and
-they get ``stalled``; the episodes finished before keep their reports, a fresh runner
+episodes with ``crashed``, one whose episode overruns its budget plus grace is killed
+and they get ``stalled``; the episodes finished before keep their reports, a fresh runner
 starts for the next request, and the actor itself keeps heartbeating and answering.
 A code compiles once per runner (the sandbox keeps it by sha256), so a request that
 repeats the stages of the last one compiles nothing (``rollout_finished`` counts it).

@@ -14,8 +14,9 @@ The runner's OS limits are its own: an address-space cap (``RLGPT_ENV_MEMORY_LIM
 default 2 GiB), no core dumps, one torch thread, and per batch a CPU-time limit (the
 soft ``RLIMIT_CPU`` set to the CPU used so far plus the batch's budget and grace), so a
 runaway costs SIGXCPU at worst. The actor side (:class:`Runner`) watches the wall clock:
-a batch that runs past its budget plus grace gets its runner killed and its unfinished
-episodes the cause ``stalled``; a runner that dies (SIGSEGV from a C stack overflow,
+an episode that runs past its own budget plus grace (``RLGPT_WATCHDOG_GRACE_S``, 10 s),
+or a batch past the sum of its episodes' budgets plus grace, gets its runner killed and
+the unfinished episodes the cause ``stalled``; a runner that dies (SIGSEGV from a C stack overflow,
 SIGXCPU, an exit) gives them ``crashed`` with the signal or exit status in the detail.
 Either way the episodes finished before it keep their reports, the rest of the batch is
 not run (said in their detail), and a fresh runner is started for the next request;
@@ -24,10 +25,11 @@ the actor process itself keeps heartbeating and answering throughout.
 Protocol (actor → runner, then runner → actor):
 
 * ``runner.ready`` once, after the warm-up (pid, limits, the world's achievement names);
-* per batch: ``runner.batch`` in; ``runner.episode`` per finished episode (its report, what
-  it printed, and its Crafter stats row for the actor to write to ``stats.jsonl``), then
-  ``runner.done`` (frames, counters) — or ``control.failure`` when the batch raised in
-  host code (a bad request), which the actor turns into a failed ask.
+* per batch: ``runner.batch`` in; ``runner.begin`` as each episode starts and
+  ``runner.episode`` as it ends (its report, what it printed, and its Crafter stats row
+  for the actor to write to ``stats.jsonl``), then ``runner.done`` (frames, counters) —
+  or ``control.failure`` when the batch raised in host code (a bad request), which the
+  actor turns into a failed ask.
 
 The actor writes the stats rows once the batch is over, one per ``runner.episode`` it
 received: an episode the runner did not finish (crash, stall) has no row, none is
@@ -138,6 +140,14 @@ class RunnerBatch:
     """The rollout request, checked by the actor already."""
     cpu_s: float
     """CPU seconds the batch may use (the runner's soft RLIMIT_CPU is set from it)."""
+
+
+@message("runner.begin")
+class RunnerBegin:
+    """runner → environment actor: an episode starts (its own budget's watch starts)."""
+
+    seed: int
+    """The episode's world seed."""
 
 
 @message("runner.episode")
@@ -336,7 +346,7 @@ class Fault:
 # ---------------------------------------------------------------------- the rollouts
 
 
-Emit = Callable[[RunnerEpisode], None]
+Emit = Callable[[RunnerBegin | RunnerEpisode], None]
 
 
 class Rollouts:
@@ -393,6 +403,7 @@ class Rollouts:
         frames: list[np.ndarray] = []
         steps = 0
         for i, seed in enumerate(req.seeds):
+            emit(RunnerBegin(seed))
             self._fault(req, i, seed)
             episode = self._episode(req, compiled, seed, frames if i == 0 and req.frames else None)
             steps += episode.report.steps
@@ -409,6 +420,7 @@ class Rollouts:
         frames: list[np.ndarray] = []
         steps = 0
         for i, seed in enumerate(req.seeds):
+            emit(RunnerBegin(seed))
             self._fault(req, i, seed)
             episode = run_composed(
                 self.world,
@@ -745,33 +757,45 @@ class Runner:
             body = encode(batch)
             await self.proc.stdin.send_all(_HEADER.pack(len(body)) + body)
             fault, detail = "", ""
-            with trio.move_on_after(budget + grace) as watch:
-                while True:
+            batch_deadline = trio.current_time() + budget + grace
+            episode_deadline = math.inf  # set while an episode runs
+            while True:
+                with trio.move_on_at(min(batch_deadline, episode_deadline)) as watch:
                     try:
                         msg = await self._receive()
                     except DecodeError as exc:
                         fault, detail = CRASHED, f"the runner sent a bad message ({exc})"
                         break
-                    if msg is None:
-                        fault, detail = CRASHED, f"died by {self._death()}"
-                        break
-                    if isinstance(msg, RunnerEpisode):
-                        episodes.append(msg.report)
-                        if msg.output:
-                            output.append(msg.output)
-                        finished_episodes.append(msg)
-                        continue
-                    if isinstance(msg, RunnerDone):
-                        finished = True
-                        return BatchOutcome(episodes, output, msg, finished_episodes)
-                    if isinstance(msg, Failure):
-                        finished = True
-                        raise RunnerFailed(msg)
-                    fault, detail = CRASHED, f"the runner sent {type(msg).__name__} mid-batch"
+                if watch.cancelled_caught:
+                    fault = STALLED
+                    if episode_deadline < batch_deadline:
+                        detail = (
+                            f"ran past the episode's budget of {req.wall_s:g} s + {grace:g} s grace"
+                        )
+                    else:
+                        detail = f"ran past the batch's budget of {budget:g} s + {grace:g} s grace"
                     break
-            if watch.cancelled_caught:
-                fault = STALLED
-                detail = f"ran past the batch's budget of {budget:g} s + {grace:g} s grace"
+                if msg is None:
+                    fault, detail = CRASHED, f"died by {self._death()}"
+                    break
+                if isinstance(msg, RunnerBegin):
+                    episode_deadline = trio.current_time() + req.wall_s + grace
+                    continue
+                if isinstance(msg, RunnerEpisode):
+                    episode_deadline = math.inf
+                    episodes.append(msg.report)
+                    if msg.output:
+                        output.append(msg.output)
+                    finished_episodes.append(msg)
+                    continue
+                if isinstance(msg, RunnerDone):
+                    finished = True
+                    return BatchOutcome(episodes, output, msg, finished_episodes)
+                if isinstance(msg, Failure):
+                    finished = True
+                    raise RunnerFailed(msg)
+                fault, detail = CRASHED, f"the runner sent {type(msg).__name__} mid-batch"
+                break
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             fault, detail = CRASHED, f"the runner's pipe broke ({self._death()})"
         finally:
