@@ -747,6 +747,10 @@ class Runner:
         """Run ``req`` in the runner; a crash or a stall ends in a fresh runner starting
         and the outcome saying which. Cancelled, it kills the runner (and starts another)."""
         await self.wait_ready()
+        if self.proc.returncode is not None:
+            # It died while idle (killed from outside): not this batch's doing.
+            self.restarts += 1
+            await self.start()
         budget, grace = batch_budget_s(req), grace_s()
         episodes: list[EpisodeReport] = []
         finished_episodes: list[RunnerEpisode] = []

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -248,6 +250,31 @@ def test_a_runner_stuck_in_one_c_call_is_killed_as_stalled_and_the_actor_keeps_h
     assert seen["pid_after"] == seen["pid"]
     assert seen["after"].success_rate == 1.0
     assert run.named("rollout_stalled")
+    _no_actor_lost(run)
+
+
+def test_a_runner_killed_while_idle_is_replaced_before_the_next_request_runs(
+    tmp_path: Path,
+) -> None:
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        seen["pid"] = _env_pid(head)
+        (runner,) = _runner_pids(seen["pid"])
+        os.kill(runner, signal.SIGKILL)  # from outside, between requests
+        stat = Path(f"/proc/{runner}/stat")
+        with trio.fail_after(10):  # dead (a zombie until the actor reaps it)
+            while stat.exists() and stat.read_text().split(") ")[-1][0] != "Z":
+                await trio.sleep(0.01)
+        honest = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
+        seen["after"] = await head.client.ask("@environment", honest, timeout=120)
+        seen["pid_after"] = _env_pid(head)
+        return {}
+
+    run = _run(tmp_path, driver)
+    # Not the request's fault: it runs in a fresh runner and succeeds.
+    assert seen["after"].episodes[0].cause == "success", seen["after"].episodes[0].detail
+    assert seen["pid_after"] == seen["pid"]
     _no_actor_lost(run)
 
 
