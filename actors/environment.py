@@ -86,7 +86,6 @@ class EnvironmentActor(Actor):
         # happens now, so the first rollout's budget does not pay for it.
         self.runner = Runner(self.run_dir, self._nursery)
         ready = await self.runner.start()
-        log.info("runner_started", pid=ready.pid, address_space_bytes=ready.address_space_bytes)
         if self.run_dir is not None:
             path = self.run_dir / "rollouts" / "stats.jsonl"
             path.parent.mkdir(parents=True, exist_ok=True)

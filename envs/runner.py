@@ -1,7 +1,7 @@
 """The rollout runner: the child process where an environment actor's untrusted code runs.
 
 An environment actor never runs policy code itself. At setup it starts one runner
-(``python -m envs.runner``), keeps it warm across requests (a fresh process pays the
+(:func:`main` in a fresh interpreter), keeps it warm across requests (a fresh process pays the
 imports and Crafter's numba world generator, seconds, at the first world reset) and
 hands it each rollout batch over a pipe. The runner owns the world and the sandbox's
 compile cache (by sha256, kept across requests), runs code rollouts, composed rollouts
@@ -84,6 +84,7 @@ from messages.causes import (
 )
 from messages.control import Failure
 from messages.rollout import EpisodeReport, RolloutRequest, StageRun
+from runtime.events import log
 
 # Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
 MAX_FRAMES = 1000
@@ -115,6 +116,8 @@ FAULT_ENV = "RLGPT_FAULT_INJECT"
 OOM_EXIT = 71
 """The runner's exit status when host code ran out of memory (it cannot go on safely)."""
 _HEADER = struct.Struct(">I")
+RUNNER_MAIN = "import sys; from envs.runner import main; sys.exit(main())"
+"""How an actor starts its runner (``python -c``, argv: the run directory)."""
 
 
 # ---------------------------------------------------------------------- the protocol
@@ -646,8 +649,11 @@ class Runner:
         """Start a runner and wait for its warm-up."""
         self._buffer = bytearray()
         self.ready = None
+        spawned = trio.current_time()
         self.proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "envs.runner", str(self.run_dir or "")],
+            # Not ``-m envs.runner``: the module would then exist twice (as __main__
+            # too), each copy registering the runner's message kinds.
+            [sys.executable, "-c", RUNNER_MAIN, str(self.run_dir or "")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -663,6 +669,13 @@ class Runner:
             raise RunnerFailed(Failure("runner_failed", detail))
         self.ready = ready
         self._started.set()
+        log.info(
+            "runner_started",
+            pid=ready.pid,
+            address_space_bytes=ready.address_space_bytes,
+            warm_s=round(trio.current_time() - spawned, 3),
+            restarts=self.restarts,
+        )
         return ready
 
     async def wait_ready(self) -> RunnerReady:
