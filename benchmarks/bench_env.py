@@ -45,8 +45,8 @@ os.environ["RLGPT_WORLD_CACHE"] = "0"
 import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
-from actors.environment import EnvironmentActor  # noqa: E402
 from envs.crafter_world import CrafterWorld  # noqa: E402
+from envs.runner import Rollouts  # noqa: E402
 from messages.rollout import RolloutRequest  # noqa: E402
 from messages.task import Subtask  # noqa: E402
 from method.split import rollout_split  # noqa: E402
@@ -124,9 +124,9 @@ def request(seeds: list[int], cap: int) -> RolloutRequest:
 
 
 def sandboxed(seeds: list[int], cap: int) -> int:
-    actor = EnvironmentActor()
-    actor.world.reset(0)  # warm, as the actor's setup does
-    return actor.rollout(request(seeds, cap)).steps
+    rollouts = Rollouts()  # what an environment actor's runner runs, in this process
+    rollouts.warm()  # as the runner's start does
+    return rollouts.run(request(seeds, cap), lambda episode: None).steps
 
 
 def through_actors(seeds: list[int], cap: int, count: int, rounds: int) -> list[tuple[int, float]]:

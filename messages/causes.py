@@ -31,6 +31,8 @@ EpisodeCause = Literal[
     "interrupted",  # a stage run cut short by a survival need (not a failure)
     "policy_error",  # a coded policy raised, outside the sandbox (envs.skills.run_unsandboxed)
     "rollout_failed",  # no environment could run the rollout (the fast agent's stand-in)
+    "crashed",  # the process running the policy died (a signal, an exit) in or before it
+    "stalled",  # the process running the policy overran its batch's budget and was killed
     SandboxCause,
 ]
 """Why an episode or a stage run ended. The critic also reports
@@ -46,12 +48,19 @@ POLICY_UNUSABLE: Final = "policy_unusable"
 INTERRUPTED: Final = "interrupted"
 POLICY_ERROR: Final = "policy_error"
 TIMEOUT: Final = "timeout"
+CRASHED: Final = "crashed"
+STALLED: Final = "stalled"
 INVALID_ACTION: Final = "invalid_action"
 
 SEARCH_CAUSES: Final[tuple[EpisodeCause, ...]] = (POLICY_FINISHED, STEP_BUDGET)
 """Causes of a search that stopped short (it gave up, or ran into its cap): going on
 helps, and so does a stronger search (prerequisites, tunnelling, patience). In the order
 the offline backend tries their revisions."""
+
+FAULT_CAUSES: Final[tuple[EpisodeCause, ...]] = (CRASHED, STALLED)
+"""Causes of a version that took down the process running it (an environment actor's
+runner): every episode of its batch fails, the version counts as failed, and a split
+rollout stops its other parts (:func:`method.split.rollout_split`)."""
 
 NOT_REACHED: Final = "not_reached"
 """Prefix of the cause the critic gives a sub-action that never got its turn."""

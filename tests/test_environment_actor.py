@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +25,9 @@ TABLE = Subtask("place_table", achievement="place_table", max_steps=500)
 FRESH_SEEDS = list(range(5000, 5010))  # never used by the policies' own tests
 
 
-def _run(tmp_path: Path, driver, count: int = 1):
+def _run(tmp_path: Path, driver, count: int = 1, heartbeat_timeout: float = 10.0):
     settings = make_settings(
-        tmp_path, {"environment": ActorSettings(count=count)}, heartbeat_timeout=10.0
+        tmp_path, {"environment": ActorSettings(count=count)}, heartbeat_timeout=heartbeat_timeout
     )
 
     async def wrapped(head: Head) -> dict:
@@ -106,6 +108,8 @@ def test_hostile_code_fails_with_its_cause_and_the_actor_keeps_serving(tmp_path:
             outcomes[name] = await head.client.ask("@environment", req, timeout=120)
         (env_actor,) = [a for a in head.broker.status().actors if a.role == "environment"]
         outcomes["limits"] = Path(f"/proc/{env_actor.pid}/limits").read_text()
+        (runner,) = _runner_pids(env_actor.pid)
+        outcomes["runner_limits"] = Path(f"/proc/{runner}/limits").read_text()
         # ...and the same actor still does honest work.
         req = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
         outcomes["after"] = await head.client.ask("@environment", req, timeout=120)
@@ -122,6 +126,12 @@ def test_hostile_code_fails_with_its_cause_and_the_actor_keeps_serving(tmp_path:
     # The OS-level backstop under the sandbox: the actor's address space is capped.
     (line,) = [x for x in outcomes["limits"].splitlines() if x.startswith("Max address space")]
     assert line.split()[3] == str(2 * 1024**3), line
+    # ...and the runner's, where the policy code ran, has its own cap and no core dumps.
+    runner_limits = outcomes["runner_limits"].splitlines()
+    (line,) = [x for x in runner_limits if x.startswith("Max address space")]
+    assert line.split()[3] == str(2 * 1024**3), line
+    (line,) = [x for x in runner_limits if x.startswith("Max core file size")]
+    assert line.split()[4] == "0", line
     assert not Path("/tmp/x").exists()
     crashed = [e for e in run.named("actor_process_exited") if e["level"] != "info"]
     assert not crashed  # nothing hostile cost a process (info: the clean exit at the end)
@@ -148,34 +158,149 @@ def test_two_actors_split_a_rollout_and_frames_come_back(tmp_path: Path) -> None
     assert len(frames) == framed.episodes[0].steps + 1  # the reset frame, then one per step
 
 
-def test_a_rollout_past_the_watchdog_says_timeout_and_the_actor_is_replaced(
+def _runner_pids(actor_pid: int) -> list[int]:
+    """The environment actor's runner: its child processes (started from any thread)."""
+    tasks = Path(f"/proc/{actor_pid}/task").iterdir()
+    return sorted(int(pid) for task in tasks for pid in (task / "children").read_text().split())
+
+
+def _env_pid(head: Head) -> int:
+    (env_actor,) = [a for a in head.broker.status().actors if a.role == "environment"]
+    return env_actor.pid
+
+
+def _no_actor_lost(run) -> None:
+    """The actor process lived through it all: no death, no missed heartbeat."""
+    assert not [e for e in run.named("actor_process_exited") if e["level"] != "info"]
+    assert not run.named("actor_lost") or all(
+        e["reason"] == "exit status 0" for e in run.named("actor_lost")
+    )
+
+
+def test_a_runner_that_segfaults_fails_its_batch_as_crashed_and_the_same_actor_serves_on(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Test-only fault injection (envs/runner.py): the runner sends itself SIGSEGV at the
+    # start of seed 81_002's episode, as a C stack overflow in policy code would.
+    monkeypatch.setenv("RLGPT_FAULT_INJECT", "segv seed=81002")
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        seen["pid"] = _env_pid(head)
+        seen["runner"] = _runner_pids(seen["pid"])
+        poisoned = RolloutRequest(
+            WOOD, code=COLLECT_WOOD_SOURCE, seeds=[81_001, 81_002, 81_003], wall_s=30
+        )
+        seen["crashed"] = await head.client.ask("@environment", poisoned, timeout=120)
+        honest = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
+        seen["after"] = await head.client.ask("@environment", honest, timeout=120)
+        seen["pid_after"] = _env_pid(head)
+        seen["runner_after"] = _runner_pids(seen["pid_after"])
+        return {}
+
+    run = _run(tmp_path, driver)
+    first, crashed, not_run = seen["crashed"].episodes
+    # The episode finished before the crash keeps its report...
+    assert first.seed == 81_001 and first.cause == "success", (first.cause, first.detail)
+    # ...the one running gets the signal, the rest of the batch is not run.
+    assert crashed.cause == "crashed" and "SIGSEGV" in crashed.detail, crashed.detail
+    assert not_run.cause == "crashed"
+    assert "not run: the version crashed the runner at seed 81002" in not_run.detail
+    assert seen["crashed"].steps == first.steps
+    # The same actor process answered the next request, through a fresh runner.
+    assert seen["pid_after"] == seen["pid"]
+    assert seen["runner_after"] != seen["runner"]
+    assert seen["after"].success_rate == 1.0
+    assert run.named("rollout_crashed")
+    _no_actor_lost(run)
+    # One stats row per finished episode: the first request's first, then the next one.
+    lines = (run.run_dir / "rollouts" / "stats.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+
+
+def test_a_runner_stuck_in_one_c_call_is_killed_as_stalled_and_the_actor_keeps_heartbeating(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Test-only fault injection: one regular-expression match that backtracks without
+    # end, a C call that holds the GIL. A 2 s heartbeat timeout: an actor running it in
+    # its own process would be declared dead long before the watch answers.
+    monkeypatch.setenv("RLGPT_FAULT_INJECT", "stall seed=81001")
+    monkeypatch.setenv("RLGPT_WATCHDOG_GRACE_S", "1")
+    seen: dict = {}
+    wall_s, seeds = 1.0, [81_001, 81_002]
+
+    async def driver(head: Head) -> dict:
+        seen["pid"] = _env_pid(head)
+        stuck = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=seeds, wall_s=wall_s)
+        started = trio.current_time()
+        seen["stalled"] = await head.client.ask("@environment", stuck, timeout=120)
+        seen["took"] = trio.current_time() - started
+        honest = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
+        seen["after"] = await head.client.ask("@environment", honest, timeout=120)
+        seen["pid_after"] = _env_pid(head)
+        return {}
+
+    run = _run(tmp_path, driver, heartbeat_timeout=2.0)
+    stuck, not_run = seen["stalled"].episodes
+    assert stuck.cause == "stalled", stuck.detail
+    assert "the episode's budget of 1 s + 1 s grace" in stuck.detail, stuck.detail
+    assert not_run.cause == "stalled" and "not run: the version stalled" in not_run.detail
+    # Answered at the episode's budget plus grace (2 s), not at a heartbeat timeout.
+    assert 2.0 <= seen["took"] < 2.0 + 5.0, seen["took"]
+    assert seen["pid_after"] == seen["pid"]
+    assert seen["after"].success_rate == 1.0
+    assert run.named("rollout_stalled")
+    _no_actor_lost(run)
+
+
+def test_a_runner_killed_while_idle_is_replaced_before_the_next_request_runs(
+    tmp_path: Path,
+) -> None:
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        seen["pid"] = _env_pid(head)
+        (runner,) = _runner_pids(seen["pid"])
+        os.kill(runner, signal.SIGKILL)  # from outside, between requests
+        stat = Path(f"/proc/{runner}/stat")
+        with trio.fail_after(10):  # dead (a zombie until the actor reaps it)
+            while stat.exists() and stat.read_text().split(") ")[-1][0] != "Z":
+                await trio.sleep(0.01)
+        honest = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
+        seen["after"] = await head.client.ask("@environment", honest, timeout=120)
+        seen["pid_after"] = _env_pid(head)
+        return {}
+
+    run = _run(tmp_path, driver)
+    # Not the request's fault: it runs in a fresh runner and succeeds.
+    assert seen["after"].episodes[0].cause == "success", seen["after"].episodes[0].detail
+    assert seen["pid_after"] == seen["pid"]
+    _no_actor_lost(run)
+
+
+def test_a_batch_past_its_budget_says_stalled_and_the_same_actor_serves_on(
     tmp_path: Path, monkeypatch
 ) -> None:
     # No grace and a 1 ms budget per episode: building a fresh world (~0.1 s) alone
-    # outlasts it, as a policy stuck in one long C call would.
+    # outlasts it, as a policy stuck in one long C call would. No fault injected.
     monkeypatch.setenv("RLGPT_WATCHDOG_GRACE_S", "0")
     seen: dict = {}
 
     async def driver(head: Head) -> dict:
+        seen["pid"] = _env_pid(head)
         stuck = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[81_001, 81_002], wall_s=0.001)
         seen["stuck"] = await head.client.ask("@environment", stuck, timeout=120)
-        # The stuck actor answers first and exits a moment later: wait for that exit,
-        # then for its replacement, so the next request goes to the new process.
-        events = head.run_dir / "events.jsonl"
-        with trio.fail_after(60):
-            while "exit status 70" not in events.read_text():
-                await trio.sleep(0.05)
-        await head.wait_for("environment", 1)
         honest = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[7], wall_s=30)
         seen["after"] = await head.client.ask("@environment", honest, timeout=120)
+        seen["pid_after"] = _env_pid(head)
         return {}
 
     run = _run(tmp_path, driver)
-    assert [e.cause for e in seen["stuck"].episodes] == ["timeout", "timeout"]
-    assert run.named("rollout_stuck")
-    exits = [e for e in run.named("actor_process_exited") if e["level"] == "warning"]
-    assert exits and exits[0]["cause"] == "exit status 70"
-    assert seen["after"].success_rate == 1.0  # its replacement serves the next request
+    assert [e.cause for e in seen["stuck"].episodes] == ["stalled", "stalled"]
+    assert run.named("rollout_stalled")
+    assert seen["pid_after"] == seen["pid"]  # no process replaced: the runner was
+    assert seen["after"].success_rate == 1.0
+    _no_actor_lost(run)
 
 
 def test_a_second_request_with_the_same_code_does_not_compile_again(tmp_path: Path) -> None:
