@@ -16,8 +16,9 @@ A run trains ``--versions`` versions of the sub-action one after another, as one
 does in a run (the second adds a shaped reward; the setup is the same), starting from
 cold caches; each pair of runs has one with the cache off (setup through the sandbox at
 every reset, as before) and one with it on, in alternating order since the machine is
-shared. Per job and per run: wall seconds, seconds in resets and in setup code, the
-setup steps counted and the starts made and restored.
+shared. Per job and per run: wall seconds; seconds in resets, and of those in setup code, in
+world generation (or restoring a generated world) and in the start-state cache's copying;
+the setup steps counted; the starts made and restored.
 
 Not a test: it prints a table (and ``--json`` writes it) and exits 0.
 """
@@ -72,37 +73,43 @@ def learned_config(name: str, target: str = "diamond") -> RLConfig:
 
 
 class Timed:
-    """Wall seconds spent in SubtaskEnv.reset and in its setup code (this process)."""
+    """Wall seconds spent in some functions of this process, by name: resets, their
+    setup code, world generation (or a generated world's restore), and the start-state
+    cache's own copying (saving a start, restoring one)."""
+
+    PATCHED = {
+        "reset": (rl_env.SubtaskEnv, "reset"),
+        "setup": (rl_env.SubtaskEnv, "_run_setup"),
+        "world_reset": (crafter_world.CrafterWorld, "reset"),
+        "save_start": (rl_env, "save_world"),
+        "restore_start": (rl_env, "restore_world"),
+        "copy_skills": (rl_env, "copy_skills"),
+    }
 
     def __init__(self) -> None:
-        self.reset_s = self.setup_s = 0.0
-        self._reset = rl_env.SubtaskEnv.reset
-        self._setup = rl_env.SubtaskEnv._run_setup
+        self.seconds = dict.fromkeys(self.PATCHED, 0.0)
+        self._originals = {name: getattr(*where) for name, where in self.PATCHED.items()}
 
     def __enter__(self) -> Timed:
-        timed = self
-
-        def reset(env, *args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return timed._reset(env, *args, **kwargs)
-            finally:
-                timed.reset_s += time.perf_counter() - started
-
-        def run_setup(env, *args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return timed._setup(env, *args, **kwargs)
-            finally:
-                timed.setup_s += time.perf_counter() - started
-
-        rl_env.SubtaskEnv.reset = reset
-        rl_env.SubtaskEnv._run_setup = run_setup
+        for name, (owner, attr) in self.PATCHED.items():
+            setattr(owner, attr, self._timed(name, self._originals[name]))
         return self
 
+    def _timed(self, name: str, func):
+        seconds = self.seconds
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                seconds[name] += time.perf_counter() - started
+
+        return timed
+
     def __exit__(self, *exc: object) -> None:
-        rl_env.SubtaskEnv.reset = self._reset
-        rl_env.SubtaskEnv._run_setup = self._setup
+        for name, (owner, attr) in self.PATCHED.items():
+            setattr(owner, attr, self._originals[name])
 
 
 def one_run(reqs: list[TrainRequest], cached: bool) -> list[dict]:
@@ -131,10 +138,15 @@ def one_run(reqs: list[TrainRequest], cached: bool) -> list[dict]:
                 "job": req.name,
                 "wall_s": round(wall, 2),
                 "train_s": result.train_s,
-                "reset_s": round(timed.reset_s, 2),
-                "setup_s": round(timed.setup_s, 2),
-                "reset_share": round(timed.reset_s / wall, 3),
-                "setup_share": round(timed.setup_s / wall, 3),
+                "reset_s": round(timed.seconds["reset"], 2),
+                "setup_s": round(timed.seconds["setup"], 2),
+                "world_reset_s": round(timed.seconds["world_reset"], 2),
+                "cache_s": round(
+                    sum(timed.seconds[k] for k in ("save_start", "restore_start", "copy_skills")),
+                    2,
+                ),
+                "reset_share": round(timed.seconds["reset"] / wall, 3),
+                "setup_share": round(timed.seconds["setup"] / wall, 3),
                 "setup_steps": result.setup_steps,
                 "train_steps": result.primitive_steps,
                 "held_out_steps": result.eval_primitive_steps,
@@ -149,7 +161,10 @@ def one_run(reqs: list[TrainRequest], cached: bool) -> list[dict]:
     return rows
 
 
-TOTALS = ("wall_s", "reset_s", "setup_s", "setup_steps", "starts_made", "starts_restored")
+TOTALS = (
+    "wall_s", "reset_s", "setup_s", "world_reset_s", "cache_s", "setup_steps", "starts_made",
+    "starts_restored",
+)  # fmt: skip
 
 SHAPED_REWARD = """\
 def reward(before, after):
@@ -196,7 +211,7 @@ def main() -> None:
             run_rows = one_run(reqs, cached)
             total = {k: round(sum(r[k] for r in run_rows), 2) for k in TOTALS}
             rows += run_rows + [{"cache": run_rows[0]["cache"], "job": "all", **total}]
-    keys = ("wall_s", "reset_s", "setup_s", "setup_steps", "starts_made", "starts_restored")
+    keys = TOTALS
     print("\n| cache | job | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 2) + "|")
     for row in rows:
