@@ -81,9 +81,8 @@ class Timed:
         "reset": (rl_env.SubtaskEnv, "reset"),
         "setup": (rl_env.SubtaskEnv, "_run_setup"),
         "world_reset": (crafter_world.CrafterWorld, "reset"),
-        "save_start": (rl_env, "save_world"),
-        "restore_start": (rl_env, "restore_world"),
-        "copy_skills": (rl_env, "copy_skills"),
+        "save_start": (rl_env, "save_start"),
+        "restore_start": (rl_env, "restore_start"),
     }
 
     def __init__(self) -> None:
@@ -142,7 +141,7 @@ def one_run(reqs: list[TrainRequest], cached: bool) -> list[dict]:
                 "setup_s": round(timed.seconds["setup"], 2),
                 "world_reset_s": round(timed.seconds["world_reset"], 2),
                 "cache_s": round(
-                    sum(timed.seconds[k] for k in ("save_start", "restore_start", "copy_skills")),
+                    sum(timed.seconds[k] for k in ("save_start", "restore_start")),
                     2,
                 ),
                 "reset_share": round(timed.seconds["reset"] / wall, 3),

@@ -103,9 +103,8 @@ from envs.start_states import (
     FailedSetup,
     StartState,
     StartStates,
-    copy_skills,
-    restore_world,
-    save_world,
+    restore_start,
+    save_start,
     start_key,
 )
 from envs.start_states import resolve as resolve_start_states
@@ -664,12 +663,8 @@ class SubtaskEnv(gym.Env):
                 self._start_states.put(key, FailedSetup(err.steps, err.reason, err.failure))
             raise
         if key is not None:
-            saved = StartState(
-                world=save_world(self._world),
-                obs=self._obs,
-                counts=dict(self._counts),
-                skills=copy_skills(self._skills, self._obs),
-                setup_steps=self._setup_steps,
+            saved = save_start(
+                self._world, self._obs, self._skills, self._counts, self._setup_steps
             )
             self._start_states.put(key, saved)
 
@@ -678,12 +673,10 @@ class SubtaskEnv(gym.Env):
         skills exactly as setup left them, and no world step taken (none counted). The
         episode books only what happens from here: what setup unlocked was booked with
         the episode that ran it."""
-        restore_world(self._world, saved.world)
-        self._obs = saved.obs
+        self._obs, self._skills = restore_start(self._world, saved)
         self._recording, self._world_reward = True, 0.0
         self._counts = dict(saved.counts)
         self._booked_from = dict(saved.counts)
-        self._skills = copy_skills(saved.skills, saved.obs)
         self._proxy = ReadOnlyProxy(self._skills) if self._skills is not None else None
         self._start_restored = True
         self.starts_restored += 1
