@@ -10,7 +10,10 @@ held-out worlds and where the TensorBoard logs are. The result reports every wor
 the job's worlds took — PPO's, the setup code's at every reset (failed attempts
 included) and the held-out evaluation's — and every world episode with what it unlocked
 (:meth:`envs.rl_env.SubtaskEnv.take_world_episodes`); a job whose setup code keeps
-failing answers with ``failure`` set and its steps all the same.
+failing answers with ``failure`` set and its steps all the same. Setup runs once per
+world in a learner process (:mod:`envs.start_states`): its steps are counted when a
+world's start is made, and resets that restore it (in this job or a later one on the
+same setup) add none.
 
 A re-delivered job (its first learner died) finds the checkpoints of its earlier attempt
 and resumes from the newest; the result reports the decisions lost to the crash. An
@@ -127,6 +130,9 @@ class LearnerActor(Actor):
             world_pool=training_worlds(req),
             setup_retries=seeds.SETUP_RETRIES,
             setup_retry_stride=seeds.RETRY_STRIDE,
+            # Setup once, train many: each world's start is made (and counted) once in
+            # this process, then restored; later jobs on the same setup share them.
+            start_states=True,
         )
         try:
             model, resumed_from = resume(req, vec, device, folder, curves)
@@ -316,7 +322,11 @@ def evaluate(
     count = req.eval_episodes if episodes is None else episodes
     seeds = range(req.eval_seed, req.eval_seed + count)
     rate, steps, _ = held_out(
-        req.config, lambda obs: model.predict(obs, deterministic=False)[0], seeds, tally
+        req.config,
+        lambda obs: model.predict(obs, deterministic=False)[0],
+        seeds,
+        tally,
+        start_states=True,
     )
     return rate, steps
 

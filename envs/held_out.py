@@ -18,6 +18,7 @@ def held_out(
     act: Callable[[Any], Any],
     seeds: Sequence[int],
     tally: dict[str, Any] | None = None,
+    start_states: Any = None,
 ) -> tuple[float, int, list[dict]]:
     """Play one episode of ``config``'s env per world seed, choosing actions with
     ``act(obs)``: (success rate, world steps, per-episode records). A world whose setup
@@ -26,8 +27,13 @@ def held_out(
 
     The world steps returned are the policy's (after setup). ``tally``, when given, gets
     every world step the env took: ``world_steps`` (setup included, failed setups too),
-    ``setup_steps`` and ``episodes`` (:meth:`SubtaskEnv.take_world_episodes`)."""
-    env = make_env(config)
+    ``setup_steps`` and ``episodes`` (:meth:`SubtaskEnv.take_world_episodes`).
+
+    ``start_states`` is the env's start-state cache (:mod:`envs.start_states`; True: the
+    process's shared one): a world whose start was made before — by an earlier
+    evaluation of another version of the sub-action, say — is restored, not set up
+    again, and its setup steps are not counted again (they were when it was made)."""
+    env = make_env(config, start_states=start_states)
     wins = steps = played = 0
     records = []
     try:

@@ -57,6 +57,16 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   counts), setup included, for :meth:`SubtaskEnv.take_world_episodes`: a learner books
   them, so no step and no achievement of a training job goes unreported.
 
+- **start states** — with a start-state cache (``start_states``, :mod:`envs.start_states`)
+  setup runs once per world: the first reset into a world runs it (its steps counted,
+  its episode booked with what setup unlocked), caches the state it leaves, and every
+  later reset into that world restores that state — world, observation, achievement
+  counts and skills exactly as setup left them — taking no step and counting none
+  (``info["setup_steps"]`` is 0, ``info["start_restored"]`` True); such an episode books
+  only its own steps and what it unlocked after the start. A world whose setup failed
+  fails again at once (the same :class:`SetupError`, no step), so retries go on to the
+  next world as before.
+
 - **attach** — ``attach(world, obs, skills)`` takes over an episode already under way
   instead of resetting one (a composed policy, :mod:`envs.composite`, hands the world to
   a learned sub-policy mid-episode): no reset, no setup; success, the step cap and the
@@ -89,6 +99,15 @@ from gymnasium import spaces
 
 from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
 from envs.skills import Skills
+from envs.start_states import (
+    FailedSetup,
+    StartState,
+    StartStates,
+    restore_start,
+    save_start,
+    start_key,
+)
+from envs.start_states import resolve as resolve_start_states
 from envs.world import VOID, Observation, World
 from messages import decode, encode
 from messages.task import ObservationPart, RLConfig
@@ -226,6 +245,11 @@ class SubtaskEnv(gym.Env):
         world_pool: world seeds that seedless resets draw from (empty: a fresh world every
             episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
             pays world generation (~0.1 s) once per world instead of once per episode.
+        start_states: the start-state cache (:mod:`envs.start_states`): True for the
+            process's shared one, or an instance; None (default) runs setup at every
+            reset. With one, a world's setup runs (and is counted) once, and later resets
+            into that world restore its state; a world whose setup failed fails again at
+            once. Only Crafter worlds with setup code are cached.
         render_mode: ``"rgb_array"`` or None.
     """
 
@@ -246,6 +270,7 @@ class SubtaskEnv(gym.Env):
         setup_retries: int = 0,
         setup_retry_stride: int | None = None,
         world_pool: Sequence[int] = (),
+        start_states: StartStates | bool | None = None,
         render_mode: str | None = None,
     ) -> None:
         if world_factory is None:
@@ -326,6 +351,13 @@ class SubtaskEnv(gym.Env):
         self._world_reward = 0.0
         self._counts: dict[str, int] = {}
         self._start_counts: dict[str, int] = {}
+        self._booked_from: dict[str, int] = {}
+        """Achievement counts the episode started with that were booked elsewhere (a
+        restored start's: the episode that made it booked them)."""
+        self._start_states = resolve_start_states(start_states)
+        self._start_restored = False
+        self.starts_restored = 0
+        """Resets that restored a cached start instead of running setup (no step taken)."""
         self._option_failures = 0
         self._reward_failures = 0
         self._success = False
@@ -362,6 +394,7 @@ class SubtaskEnv(gym.Env):
             "seed": self._world_seed,
             "setup_steps": self._setup_steps,
             "setup_failures": self._setup_failures,
+            "start_restored": self._start_restored,
         }
         return self._encode(self._obs), info
 
@@ -456,6 +489,8 @@ class SubtaskEnv(gym.Env):
         self._obs = obs
         self._counts = dict(achievements or {})
         self._start_counts = dict(self._counts)
+        self._booked_from = {}
+        self._start_restored = False
         self._steps = 0
         self._setup_steps = 0
         self._setup_failures = 0
@@ -484,7 +519,10 @@ class SubtaskEnv(gym.Env):
     def _close_world_episode(self) -> None:
         length = self._setup_steps + self._steps
         if self._recording and length > 0:  # a reset that took no step played nothing
-            self._episodes.append((length, round(self._world_reward, 6), dict(self._counts)))
+            base = self._booked_from  # what a restored start had unlocked: booked already
+            counts = {k: n - base.get(k, 0) for k, n in self._counts.items()}
+            counts = {k: n for k, n in counts.items() if n > 0}
+            self._episodes.append((length, round(self._world_reward, 6), counts))
         self._recording = False
 
     # ------------------------------------------------------------------ construction
@@ -573,26 +611,75 @@ class SubtaskEnv(gym.Env):
         self._ended = True  # until this episode is fully set up
         self._close_world_episode()
         self._world_seed = world_seed
-        self._obs = self._world.reset(world_seed)
-        self._recording, self._world_reward = True, 0.0
-        self._check_layout(self._obs)
-        self._counts = {}
         self._steps = 0
         self._setup_steps = 0
         self._option_failures = 0
         self._reward_failures = 0
         self._success = False
         self._terminated = self._truncated = self._died = False
+        self._start_restored = False
+        key = self._start_key(world_seed)
+        saved = self._start_states.get(key) if key is not None else None
+        if isinstance(saved, FailedSetup):  # known bad: fails again, no step taken
+            raise SetupError(world_seed, saved.steps, saved.reason, saved.failure)
+        if isinstance(saved, StartState):
+            self._restore_start(saved)
+        else:
+            self._make_start(world_seed, key)
+        self._start_counts = dict(self._counts)
+        self._load_reward()
+        self._ended = False
+
+    def _start_key(self, world_seed: int) -> tuple | None:
+        """The start-state cache key of ``world_seed`` (None: no cache, or no setup)."""
+        if self._start_states is None or self._setup is None:
+            return None
+        return start_key(
+            self._world,
+            world_seed,
+            self.config.setup_code,
+            self._setup_max_steps,
+            self._setup_wall_s,
+        )
+
+    def _make_start(self, world_seed: int, key: tuple | None) -> None:
+        """Reset the world and run setup (its steps counted here); cache the outcome."""
+        self._obs = self._world.reset(world_seed)
+        self._recording, self._world_reward = True, 0.0
+        self._booked_from = {}
+        self._check_layout(self._obs)
+        self._counts = {}
         needs_skills = self._setup is not None or bool(self._options)
         self._skills = (
             Skills(self._obs, self._world_actions, seed=world_seed) if needs_skills else None
         )
         self._proxy = ReadOnlyProxy(self._skills) if needs_skills else None
-        if self._setup is not None:
+        if self._setup is None:
+            return
+        try:
             self._run_setup(world_seed)
-        self._start_counts = dict(self._counts)
-        self._load_reward()
-        self._ended = False
+        except SetupError as err:
+            if key is not None:
+                self._start_states.put(key, FailedSetup(err.steps, err.reason, err.failure))
+            raise
+        if key is not None:
+            saved = save_start(
+                self._world, self._obs, self._skills, self._counts, self._setup_steps
+            )
+            self._start_states.put(key, saved)
+
+    def _restore_start(self, saved: StartState) -> None:
+        """Continue from a cached start: the world, observation, achievement counts and
+        skills exactly as setup left them, and no world step taken (none counted). The
+        episode books only what happens from here: what setup unlocked was booked with
+        the episode that ran it."""
+        self._obs, self._skills = restore_start(self._world, saved)
+        self._recording, self._world_reward = True, 0.0
+        self._counts = dict(saved.counts)
+        self._booked_from = dict(saved.counts)
+        self._proxy = ReadOnlyProxy(self._skills) if self._skills is not None else None
+        self._start_restored = True
+        self.starts_restored += 1
 
     def _load_reward(self) -> None:
         self._reward_ns, self._reward_load_failure = None, None

@@ -13,6 +13,7 @@ import trio
 from helpers import ROOT, make_settings, run_head_with
 
 from actors.learner import LearnerActor, random_success
+from envs import start_states
 from envs.artifacts import sha256_of, store_artifact
 from envs.configs import collect_wood_primitive, collect_wood_with_coded
 from messages.rollout import RolloutRequest
@@ -197,23 +198,26 @@ def _learner_here(tmp_path: Path) -> LearnerActor:
 
 
 def test_every_world_step_of_a_job_is_reported_setup_included(tmp_path: Path) -> None:
-    # Setup takes 2 steps at every reset: they are world steps of the job, with PPO's.
+    # Setup takes 2 steps in each world: they are world steps of the job, with PPO's.
+    start_states.shared().clear()  # this process's starts: none made yet
     setup = "def run(skills):\n    yield 'noop'\n    yield 'noop'\n"
     config = dataclasses.replace(tight_wood(), setup_code=setup)
-    req = dataclasses.replace(request("counted", 256, eval_episodes=3), config=config)
-    req = dataclasses.replace(req, progress_every_s=3600.0)  # no asker to tell here
+    req = request("counted", 256, eval_episodes=3, train_worlds=2)
+    req = dataclasses.replace(req, config=config, progress_every_s=3600.0)  # no asker here
     result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
     assert not result.failure and result.policy_path
     lengths = [e.length for e in result.world_episodes]
     total = result.primitive_steps + result.setup_steps + result.eval_primitive_steps
     assert sum(lengths) == total and result.episodes == len(lengths)
-    # Two setup steps per episode, in training and in the held-out evaluation alike.
-    assert result.setup_steps == 2 * len(lengths)
+    # Setup runs (and counts) once per world — 2 training worlds, 3 held-out ones — and
+    # every other reset restores the start it left.
+    assert result.setup_steps == 2 * (2 + 3) < 2 * len(lengths)
     assert result.primitive_steps >= 256 and result.eval_primitive_steps > 0
 
 
 def test_a_job_whose_setup_keeps_failing_still_reports_its_steps(tmp_path: Path) -> None:
     # Setup walks 3 steps, then dies in every world: each reset tries SETUP_RETRIES more.
+    start_states.shared().clear()
     setup = "def run(skills):\n    yield 'noop'\n    yield 'noop'\n    yield 'noop'\n"
     setup += "    raise ValueError('never')\n"
     config = dataclasses.replace(tight_wood(), setup_code=setup)
