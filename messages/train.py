@@ -143,9 +143,11 @@ class TrainResult:
     achievement_episodes: dict[str, int] = field(default_factory=dict)
     """Achievement → training episodes (of ``episodes``) that unlocked it."""
     setup_steps: int = 0
-    """World steps of setup code at every reset, failed attempts included (training and
-    held-out evaluation alike); ``primitive_steps`` and ``eval_primitive_steps`` are the
-    other world steps, so the three add up to every step the job's worlds took."""
+    """World steps of setup code, counted when a world's start is made (once per world
+    per learner process: later resets restore it, :mod:`envs.start_states`), failed
+    attempts included (training and held-out evaluation alike); ``primitive_steps``
+    and ``eval_primitive_steps`` are the other world steps, so the three add up to every
+    step the job's worlds took."""
     world_episodes: list[WorldEpisode] = field(default_factory=list)
     """Every world episode the job played (training, then held-out evaluation), setup
     included: what the run's ``stats.jsonl`` holds for the job."""

@@ -15,7 +15,8 @@ the code and policy evaluations, the PPO training episodes and the final evaluat
 - a training job, aggregated: ``{"kind": "train", "job", "episodes", "steps",
   "achievement_episodes", "split", "episode_log"}``: ``steps`` is every world step the
   job's worlds took, ``split`` divides them by kind — ``train`` (PPO's own steps),
-  ``setup`` (setup code at every reset, failed attempts included) and ``held_out`` (the
+  ``setup`` (setup code, once per world when its start is made — restored resets take
+  no setup step —, failed attempts included) and ``held_out`` (the
   learner's held-out evaluation) — and ``episode_log`` itemises every world episode
   (training and held-out alike, setup included) as ``[length, reward, counts]``;
   ``episodes`` and ``achievement_episodes`` (achievement → episodes that unlocked it)
