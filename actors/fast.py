@@ -28,7 +28,7 @@ from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
-from method.paired import compare, reached, stage_outcomes
+from method.paired import compare, faulted, reached, stage_outcomes
 from method.settings import MethodSettings
 from method.split import rollout_split
 from runtime.actor import Actor, RemoteFailure, handles
@@ -190,14 +190,23 @@ class _Best:
     """The success rate of the whole composed episode it was measured in."""
     outcomes: list[int] = dataclasses.field(default_factory=list)
     """Its outcome per evaluation world (1, 0, or -1 not reached)."""
+    faulted: bool = False
+    """Whether it failed everywhere it ran by a fault of its code (:func:`faulted`)."""
 
     def offer(self, result: RolloutResult, name: str, stage: Stage, seeds: list[int]) -> bool:
         """Keep ``stage`` if it is the first version, or measurably better than the kept
         one; a version with no success is kept too when it is the first (an empty stage
-        would break every composed episode after it). Returns whether it was kept."""
+        would break every composed episode after it). A kept version that only ever
+        faulted (the sandbox stopped it, it crashed its runner) is replaced by the first
+        version that does not: it has no behaviour to compare. Returns whether it was
+        kept."""
         rate, _ = result.stage_rate(name)
         outcomes = stage_outcomes(result, name, seeds)
-        if self.stage is not None:
+        broken = faulted(result, name)
+        if self.stage is not None and self.faulted and not broken:
+            log.info("version_compared", subaction=name, mode=self.mode, kept=False,
+                     reason="the kept version only faulted")  # fmt: skip
+        elif self.stage is not None:
             verdict = compare(self.outcomes, outcomes)
             log.info(
                 "version_compared",
@@ -211,7 +220,7 @@ class _Best:
             if not verdict.challenger_wins:
                 return False
         self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
-        self.outcomes = outcomes
+        self.outcomes, self.faulted = outcomes, broken
         return True
 
 

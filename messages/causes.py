@@ -62,6 +62,18 @@ FAULT_CAUSES: Final[tuple[EpisodeCause, ...]] = (CRASHED, STALLED)
 runner): every episode of its batch fails, the version counts as failed, and a split
 rollout stops its other parts (:func:`method.split.rollout_split`)."""
 
+CODE_FAULTS: Final = frozenset(
+    {
+        "syntax", "forbidden", "exception", "timeout", "memory", "recursion",
+        "invalid_action", "output_limit", "policy_error", "policy_unusable",
+        CRASHED, STALLED,
+    }
+)  # fmt: skip
+"""Causes that say the code itself is broken, whatever the world: the sandbox stopped
+it, it raised, it could not be loaded, or it took down its process. A version whose
+every reached episode ended in one of these is no behaviour to keep over one that ran
+(:func:`method.paired.faulted`)."""
+
 NOT_REACHED: Final = "not_reached"
 """Prefix of the cause the critic gives a sub-action that never got its turn."""
 

@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from messages.causes import CODE_FAULTS, cause_kind
+
 NOT_REACHED = -1
 """A world whose episode never reached the stage."""
 Z95 = 1.959963984540054
@@ -98,6 +100,22 @@ def stage_outcomes(result: Any, stage: str, seeds: Sequence[int]) -> list[int]:
         e = by_seed.get(seed)
         outcomes.append(NOT_REACHED if e is None or not e.reached(stage) else int(e.success))
     return outcomes
+
+
+def faulted(result: Any, stage: str) -> bool:
+    """Whether ``stage`` ran in some episode of ``result`` and failed in every one of
+    them by a fault of its code (:data:`~messages.causes.CODE_FAULTS`: the sandbox
+    stopped it, it raised, it crashed its process): such a version has no behaviour to
+    compare, so the first version that runs replaces it without a paired test."""
+    causes = []
+    for e in result.episodes:
+        if not e.reached(stage):
+            continue
+        if e.success:
+            return False
+        runs = [r for r in e.stages if r.name == stage]
+        causes.append(runs[-1].cause if runs else e.cause)
+    return bool(causes) and all(cause_kind(c) in CODE_FAULTS for c in causes)
 
 
 def reached(outcomes: Sequence[int]) -> int:

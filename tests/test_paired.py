@@ -13,7 +13,14 @@ from actors.slow import SlowAgent, _unreached
 from messages.plan import Plan, RunTask, SubAction, SubActionOutcome
 from messages.rollout import EpisodeReport, RolloutResult, StageRun
 from messages.task import Stage, Subtask
-from method.paired import NOT_REACHED, compare, stage_outcomes, wilson_interval, wilson_lower
+from method.paired import (
+    NOT_REACHED,
+    compare,
+    faulted,
+    stage_outcomes,
+    wilson_interval,
+    wilson_lower,
+)
 
 X = NOT_REACHED
 
@@ -110,6 +117,36 @@ def test_a_later_version_replaces_only_when_measurably_better():
     assert best.stage.code == "v1"
     assert best.offer(result([1] * 18 + [0] * 2), NAME, stage("v4"), SEEDS)
     assert best.stage.code == "v4" and best.rate == 0.9
+
+
+def faulting(causes: list[str]) -> RolloutResult:
+    """A composed evaluation whose stage NAME failed on every world with these causes."""
+    episodes = [
+        EpisodeReport(seed, False, 1, 0.0, [], cause, stages=[StageRun(NAME, False, 1, cause)])
+        for seed, cause in zip(SEEDS, causes, strict=True)
+    ]
+    return RolloutResult.of_episodes(NAME, episodes, actor_id="t")
+
+
+def test_a_version_that_only_faulted_is_replaced_by_the_first_that_runs():
+    best = _Best()
+    assert best.offer(faulting(["memory"] * 20), NAME, stage("v1"), SEEDS)
+    assert best.faulted
+    # Another faulting version does not replace it (a tie, as before)...
+    assert not best.offer(faulting(["crashed"] * 20), NAME, stage("v2"), SEEDS)
+    # ...one that ran does, even with 3 successes of 20 (paired, that would not be enough).
+    assert best.offer(result([1] * 3 + [0] * 17), NAME, stage("v3"), SEEDS)
+    assert best.stage.code == "v3" and not best.faulted
+    # From then on, the paired rule again: a faulting version never replaces it.
+    assert not best.offer(faulting(["recursion"] * 20), NAME, stage("v4"), SEEDS)
+
+
+def test_faulted_needs_every_reached_episode_to_fault():
+    assert faulted(faulting(["timeout"] * 19 + ["crashed"]), NAME)
+    # One episode that failed by the world (not the code) is behaviour: not faulted.
+    assert not faulted(faulting(["memory"] * 19 + ["step_budget"]), NAME)
+    assert not faulted(result([X] * 20), NAME)  # never reached: nothing to say
+    assert not faulted(result([0] * 20), NAME)
 
 
 def outcome(mode: str, outcomes: list[int], code: str = "x", policy: str = "") -> SubActionOutcome:

@@ -136,3 +136,71 @@ def test_a_split_part_whose_actor_was_killed_comes_back_crashed_and_stops_the_ot
     assert sum(d.startswith("not run: the version crashed the runner") for d in details) == 2
     assert seen["took"] < 30, seen["took"]  # not the 600 s grace
     assert run.named("job_cancelled")
+
+
+# The issue's three C-call attacks, each the first code version of one step of a real
+# run driven over HTTP by a scripted model (the offline rules for every other reply):
+# the guards stop each with its cause, the critic sees it, a revision fixes the step.
+HOSTILE_FIRST = {
+    "collect_wood": (
+        "def run(skills):\n    t = ()\n    for i in range(1000000):\n        t = (t,)\n"
+        "    hash(t)\n    yield 'noop'\n",
+        "recursion",
+    ),
+    "place_table": (
+        "def run(skills):\n    m = (1 << 200000) + 7\n    pow(3, m - 1, m)\n    yield 'noop'\n",
+        "timeout",
+    ),
+    "make_wood_pickaxe": (
+        "def run(skills):\n    x = int.from_bytes(b'\\xff' * 2000000, 'big') % 7\n"
+        "    yield 'noop'\n",
+        "memory",
+    ),
+}
+
+
+def _hostile_model(messages: list[dict]) -> str:
+    from test_method import _request_of, scripted_model
+
+    purpose, request = _request_of(messages)
+    if purpose.startswith("Write the code") and request["version"] == 1:
+        return json.dumps({"code": HOSTILE_FIRST[request["subaction"]["name"]][0]})
+    return scripted_model(messages)
+
+
+def test_the_issues_c_call_attacks_as_first_versions_fail_alone_and_the_run_finishes(
+    tmp_path: Path,
+) -> None:
+    from fake_openai import FakeOpenAI
+
+    with FakeOpenAI(responder=_hostile_model) as fake:
+        config = tmp_path / "hostile.toml"
+        config.write_text(
+            POISONED.replace('task = "collect wood"', 'task = "make a wood pickaxe"')
+            .replace('target = "wood"', 'target = "wood_pickaxe"')
+            .replace("episode_steps = 300", "episode_steps = 1500")
+            + f'\n[agents]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
+            'model = "fake-model"\napi_key_env = "RLGPT_FAKE_KEY"\ntimeout_s = 20.0\n'
+        )
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=400,
+            env={**os.environ, "RLGPT_FAKE_KEY": "not-a-real-key"},
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = _events(run_dir)
+    critiques = [e for e in events if e.get("event") == "critique"]
+    for step, (_, cause) in HOSTILE_FIRST.items():
+        first = next(c for c in critiques if c["subaction"] == step and c["version"] == 1)
+        assert first["cause"] == cause, first
+    # No actor process died on the way, and the fixed versions made a final policy.
+    assert not [
+        e for e in events if e.get("event") == "actor_process_exited" and e["level"] != "info"
+    ]
+    final = [e for e in events if e.get("event") == "final_evaluation_finished"]
+    assert final and final[0]["success_rate"] > 0
