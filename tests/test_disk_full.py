@@ -55,6 +55,7 @@ def _events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # two real runs (~50 s)
 def test_a_full_disk_fails_the_run_cleanly_and_it_resumes(tmp_path: Path) -> None:
     ns = _namespace_cmd()
     if ns is None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 from helpers import ROOT, make_settings, run_head_with
 
@@ -168,6 +169,7 @@ def _hostile_model(messages: list[dict]) -> str:
     return scripted_model(messages)
 
 
+@pytest.mark.slow  # a whole run (~30 s)
 def test_the_issues_c_call_attacks_as_first_versions_fail_alone_and_the_run_finishes(
     tmp_path: Path,
 ) -> None:
