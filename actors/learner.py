@@ -107,8 +107,6 @@ class LearnerActor(Actor):
         self, req: TrainRequest, device: str, stop: threading.Event, asker: str
     ) -> TrainResult:
         """Train and evaluate (blocking; runs in a worker thread)."""
-        from stable_baselines3 import PPO
-
         from envs.rl_env import make_vec_env
 
         started = time.monotonic()
@@ -134,7 +132,7 @@ class LearnerActor(Actor):
             found = latest_checkpoint(folder)
             if found is not None:
                 path, resumed_from = found
-                model = PPO.load(path, env=vec, device=device)
+                model = ppo_class(req.ppo).load(path, env=vec, device=device)
                 log.info("training_resumed", job=req.name, from_steps=resumed_from)
             else:
                 resumed_from = 0
@@ -228,11 +226,10 @@ def make_ppo(
     settings: PPOSettings, vec: Any, *, seed: int, device: str, tensorboard_log: str | None = None
 ) -> Any:
     """A fresh SB3 PPO for ``vec`` with ``settings`` (MultiInputPolicy for dict
-    observations); the one place learners and benchmarks build their models."""
-    from stable_baselines3 import PPO
-
+    observations); the one place learners and benchmarks build their models. With
+    ``settings.smdp`` it is :class:`envs.smdp.SMDPPPO` (γ^k per decision)."""
     dict_obs = type(vec.observation_space).__name__ == "Dict"
-    return PPO(
+    return ppo_class(settings)(
         "MultiInputPolicy" if dict_obs else "MlpPolicy",
         vec,
         n_steps=settings.n_steps,
@@ -249,6 +246,17 @@ def make_ppo(
         tensorboard_log=tensorboard_log,
         verbose=0,
     )
+
+
+def ppo_class(settings: PPOSettings) -> Any:
+    """The SB3 algorithm class ``settings`` ask for: SMDP PPO or plain PPO."""
+    if settings.smdp:
+        from envs.smdp import SMDPPPO
+
+        return SMDPPPO
+    from stable_baselines3 import PPO
+
+    return PPO
 
 
 SETUP_RETRIES = seeds.SETUP_RETRIES

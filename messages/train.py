@@ -43,6 +43,10 @@ class PPOSettings:
     """Entropy bonus: keeps exploring in a sparse-reward world."""
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
     """Hidden layer sizes of the policy and value networks."""
+    smdp: bool = True
+    """Discount what follows a decision by γ^k, k the world steps it took (a coded option
+    runs several), in returns and GAE (:mod:`envs.smdp`); false: γ per decision, as
+    plain PPO."""
 
 
 @message("train.request")
