@@ -128,6 +128,7 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=2, help="vectorised envs")
     parser.add_argument("--eval", type=int, default=40, help="held-out worlds")
     parser.add_argument("--seed", type=int, default=0, help="policy seed")
+    parser.add_argument("--gamma", type=float, default=PPOSettings().gamma, help="PPO's γ")
     parser.add_argument(
         "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
         help="comma-separated: menu or menu+own, /plain for plain PPO",
@@ -156,7 +157,8 @@ def main() -> None:
         req = TrainRequest(
             name=f"bench-{args.sub}-{menu.replace('+', '-')}-{'plain' if plain else 'smdp'}",
             config=config, total_steps=args.steps, n_envs=args.envs, seed=args.seed,
-            ppo=PPOSettings(smdp=not plain), eval_episodes=1, progress_every_s=3600.0,
+            ppo=PPOSettings(smdp=not plain, gamma=args.gamma), eval_episodes=1,
+            progress_every_s=3600.0,
         )  # fmt: skip
         row = {"variant": variant, **train_and_play(req, seeds)}
         rows.append(row)

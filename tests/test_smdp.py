@@ -181,10 +181,10 @@ def test_real_options_feed_their_durations_and_the_cap_bootstraps_with_gamma_to_
     vec.close()
 
 
-def test_smdp_is_on_by_default_and_a_setting_turns_it_off() -> None:
-    assert PPOSettings().smdp is True
-    assert ppo_class(PPOSettings()) is SMDPPPO
-    assert ppo_class(PPOSettings(smdp=False)) is PPO
+def test_smdp_is_a_setting_off_by_default() -> None:
+    assert PPOSettings().smdp is False
+    assert ppo_class(PPOSettings()) is PPO
+    assert ppo_class(PPOSettings(smdp=True)) is SMDPPPO
 
 
 def test_a_real_training_job_trains_with_smdp_and_its_policy_loads(tmp_path: Path) -> None:
@@ -196,10 +196,12 @@ def test_a_real_training_job_trains_with_smdp_and_its_policy_loads(tmp_path: Pat
         name="smdp", config=dataclasses.replace(config, subtask=Subtask(
             "collect_wood", goal={"wood": 1}, max_steps=30)),
         total_steps=256, n_envs=2, eval_episodes=2, train_worlds=3,
-        ppo=PPOSettings(n_steps=64, batch_size=64, n_epochs=2), progress_every_s=3600.0,
+        ppo=PPOSettings(n_steps=64, batch_size=64, n_epochs=2, smdp=True),
+        progress_every_s=3600.0,
     )  # fmt: skip
     result = learner.train(req, "cpu", threading.Event(), "nobody")
     assert not result.failure and Path(result.policy_path).is_file()
     assert result.steps >= 256 and result.primitive_steps > result.steps  # options ran
     model = PPO.load(result.policy_path, device="cpu")
     assert model.gamma == req.ppo.gamma
+    assert type(model.rollout_buffer).__name__ == "SMDPDictRolloutBuffer"  # trained so
