@@ -94,7 +94,11 @@ def rl_config(
     """The RL config a ``fast/rl`` reply describes: the offered coded actions it chose,
     the world's primitives it chose — less any that a chosen coded action shares a name
     with (Crafter's ``place_table`` and the library's ``place_table`` option: one action
-    name, one meaning; the coded one, which walks to a place first, is kept)."""
+    name, one meaning; the coded one, which walks to a place first, is kept). The stage's
+    own code (:data:`knowledge.options.STAGE_CODE`), when offered and chosen, runs
+    resumable for up to :data:`knowledge.options.STAGE_CODE_STEPS` steps a choice."""
+    from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS
+
     sources = {n: src for n, _, src in offered}
     options = [n for n in reply["options"] if n in sources]
     return RLConfig(
@@ -105,6 +109,10 @@ def rl_config(
         ],
         coded_actions=[
             CodedAction(n, sources[n], max_steps=OPTION_STEPS, description=d)
+            if n != STAGE_CODE
+            else CodedAction(
+                n, sources[n], max_steps=STAGE_CODE_STEPS, description=d, resumable=True
+            )
             for n, d, _ in offered
             if n in options
         ],
@@ -277,6 +285,10 @@ class FastAgent(Actor):
         """Environment actors to spread an evaluation over."""
         self.memory: dict[str, _LastVersion] = {}
         """Sub-action → its last coded version and critique (a redo goes on from it)."""
+        self.best_code: dict[str, tuple[float, str]] = {}
+        """Sub-action → (rate, code) of its best coded version so far (the kept version
+        of each code loop, the highest rate across them, as the slow agent's setup
+        picks): offered as an option when the sub-action moves to RL."""
 
     @handles(TrainProgress)
     def on_progress(self, msg: TrainProgress, env: Envelope) -> None:
@@ -300,6 +312,10 @@ class FastAgent(Actor):
                 await self._rl_loop(work, loop)
         except AgentCallFailed as exc:
             log.error("subaction_failed", subaction=sub.name, cause=exc.cause, detail=exc.detail)
+        coded = loop.coded
+        if coded.stage is not None and coded.stage.code:
+            if coded.rate > self.best_code.get(sub.name, (-1.0, ""))[0]:
+                self.best_code[sub.name] = (coded.rate, coded.stage.code)
         chosen = loop.best(sub.mode)
         if chosen.stage is None:
             other = loop.best("code" if sub.mode == "rl" else "rl")
@@ -377,7 +393,7 @@ class FastAgent(Actor):
 
     async def _rl_loop(self, work: WorkOn, loop: _InnerLoop) -> None:
         from knowledge import recipes
-        from knowledge.options import OPTION_NAMES, option, options_for
+        from knowledge.options import OPTION_NAMES, option, options_for, stage_code_option
 
         sub = work.subaction
         meant = subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
@@ -399,6 +415,9 @@ class FastAgent(Actor):
                 for n in sub.options
                 if n in known and n not in {o[0] for o in offered}
             ]
+        own = self.best_code.get(sub.name)
+        if own is not None:  # the stage's best coded version, resumable, beside the menu
+            offered = [stage_code_option(own[1]), *offered]
         world_actions = _world_actions()
         previous: dict[str, Any] | None = None
         critique: Critique | None = None

@@ -222,11 +222,10 @@ def make_ppo(
     settings: PPOSettings, vec: Any, *, seed: int, device: str, tensorboard_log: str | None = None
 ) -> Any:
     """A fresh SB3 PPO for ``vec`` with ``settings`` (MultiInputPolicy for dict
-    observations); the one place learners and benchmarks build their models."""
-    from stable_baselines3 import PPO
-
+    observations); the one place learners and benchmarks build their models. With
+    ``settings.smdp`` it is :class:`envs.smdp.SMDPPPO` (γ^k per decision)."""
     policy, policy_kwargs = policy_spec(vec.observation_space, settings.net_arch)
-    model = PPO(
+    model = ppo_class(settings)(
         policy,
         vec,
         n_steps=settings.n_steps,
@@ -273,6 +272,17 @@ def resume(req: TrainRequest, vec: Any, device: str, folder: Path, curves: Path)
         return fresh, 0
     log.info("training_resumed", job=req.name, from_steps=steps)
     return model, steps
+
+
+def ppo_class(settings: PPOSettings) -> Any:
+    """The SB3 algorithm class ``settings`` ask for: SMDP PPO or plain PPO."""
+    if settings.smdp:
+        from envs.smdp import SMDPPPO
+
+        return SMDPPPO
+    from stable_baselines3 import PPO
+
+    return PPO
 
 
 SETUP_RETRIES = seeds.SETUP_RETRIES

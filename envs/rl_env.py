@@ -33,9 +33,13 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   actions. A coded action runs as an *option*: its ``run(skills)`` generator, in the
   sandbox, drives the world for up to ``max_steps`` primitive steps, until it returns, or
   until the episode ends. Options may yield any of the world's actions (the primitive
-  list only limits what the learner picks directly). Each call starts the code afresh;
-  what persists is the :class:`~envs.skills.Skills` object of the episode, so the map
-  remembered during earlier steps (primitive or coded) is there to plan with.
+  list only limits what the learner picks directly). Each call starts the code afresh,
+  unless the coded action is ``resumable`` (the stage's own coded policy is offered so):
+  then a call stopped by the step cap leaves the generator suspended, and the next call
+  of that action in the episode continues it; once its code finishes or fails, the next
+  call starts it afresh, and every episode starts it afresh. What persists in any case
+  is the :class:`~envs.skills.Skills` object of the episode, so the map remembered
+  during earlier steps (primitive or coded) is there to plan with.
   A coded action failing in the sandbox (exception, timeout, invalid action) ends that
   option, not the episode: its steps so far stand, ``info["option_failure"]`` says why
   and ``info["option_failures"]`` counts them in the episode — a learner can use the
@@ -116,6 +120,7 @@ from sandbox import (
     Failure,
     Limits,
     Namespace,
+    PolicyStepper,
     ReadOnlyProxy,
     SandboxError,
     compile_code,
@@ -223,6 +228,7 @@ class _Option:
     name: str
     compiled: CompiledCode
     max_steps: int
+    resumable: bool = False
 
 
 class SubtaskEnv(gym.Env):
@@ -362,6 +368,9 @@ class SubtaskEnv(gym.Env):
         self._reward_failures = 0
         self._success = False
         self._ended = True
+        self._suspended: dict[str, PolicyStepper] = {}
+        """Resumable options stopped at their step cap in this episode: name → the
+        running generator, continued the next time the option is chosen."""
         # Per env.step() accumulators.
         self._step_reward = 0.0
         self._step_primitives = 0
@@ -485,6 +494,7 @@ class SubtaskEnv(gym.Env):
         self._check_layout(obs)
         self._ended = True  # until attached
         self._close_world_episode()  # the attached episode is the caller's to book
+        self._drop_suspended()
         self._world = world
         self._obs = obs
         self._counts = dict(achievements or {})
@@ -564,7 +574,7 @@ class SubtaskEnv(gym.Env):
             if coded.max_steps < 1:
                 raise ValueError(f"{part}: max_steps must be positive, not {coded.max_steps}")
             compiled = self._compile_entry(part, coded.code, "run", True)
-            options.append(_Option(coded.name, compiled, coded.max_steps))
+            options.append(_Option(coded.name, compiled, coded.max_steps, coded.resumable))
         return options
 
     def _compile_entry(
@@ -609,6 +619,7 @@ class SubtaskEnv(gym.Env):
 
     def _start_episode(self, world_seed: int) -> None:
         self._ended = True  # until this episode is fully set up
+        self._drop_suspended()
         self._close_world_episode()
         self._world_seed = world_seed
         self._steps = 0
@@ -755,42 +766,75 @@ class SubtaskEnv(gym.Env):
         self._ended = self._terminated or self._truncated
 
     def _run_option(self, option: _Option) -> Failure | None:
-        """Drive one coded action as an option; returns its failure, if it failed."""
+        """Drive one coded action as an option; returns its failure, if it failed.
+
+        A resumable option stopped by its step cap is kept and continued by its next
+        call in the episode (its deadline renewed); one whose code finished or failed
+        starts afresh. A kept generator that ends before taking a step in this call is
+        started afresh at once, so that choosing the option always runs its code."""
         wall_s = self._option_wall_s
         deadline = time.monotonic() + wall_s
         failure: Failure | None = None
-        try:
-            namespace = load(option.compiled, wall_s=wall_s)
-        except SandboxError as err:  # the module body behaved differently this time
-            failure = err.failure
+        stepper = self._suspended.pop(option.name, None)
+        resumed = stepper is not None
+        if stepper is not None:
+            stepper.deadline = deadline
         else:
-            stepper = namespace.start(
-                "run",
-                self._proxy,
-                allowed_actions=self._world_actions,
-                deadline=deadline,
-                wall_s=wall_s,
-            )
-            taken = 0
-            try:
-                # ALGO LOGIC: one resumption of the agent's generator, one world step.
-                while taken < option.max_steps and not self._ended:
-                    action = stepper.next_action()
-                    if action is None:
-                        failure = stepper.failure
-                        break
-                    self._primitive(action)
-                    taken += 1
-                    if time.monotonic() > deadline:  # slow steps count against it too
-                        failure = Failure("timeout", f"wall-clock budget of {wall_s:g} s exceeded")
-                        break
-            finally:
-                stepper.close()
+            stepper, failure = self._start_option(option, deadline)
+        taken = 0
+        try:
+            # ALGO LOGIC: one resumption of the agent's generator, one world step.
+            while stepper is not None and taken < option.max_steps and not self._ended:
+                action = stepper.next_action()
+                if action is None:
+                    if resumed and taken == 0 and stepper.failure is None:
+                        resumed = False  # it had finished: this call runs it afresh
+                        stepper.close()
+                        stepper, failure = self._start_option(option, deadline)
+                        continue
+                    failure = stepper.failure
+                    break
+                self._primitive(action)
+                taken += 1
+                if time.monotonic() > deadline:  # slow steps count against it too
+                    failure = Failure("timeout", f"wall-clock budget of {wall_s:g} s exceeded")
+                    break
+        finally:
+            if stepper is not None:
+                keep = option.resumable and failure is None and not stepper.finished
+                if keep and not self._ended:
+                    self._suspended[option.name] = stepper
+                else:
+                    stepper.close()
         if failure is not None:
             self._option_failures += 1
         if self._step_primitives == 0:
             self._primitive(self._idle)
         return failure
+
+    def _start_option(
+        self, option: _Option, deadline: float
+    ) -> tuple[PolicyStepper | None, Failure | None]:
+        """A fresh run of ``option``'s code: its generator, or why it could not start."""
+        wall_s = self._option_wall_s
+        try:
+            namespace = load(option.compiled, wall_s=wall_s)
+        except SandboxError as err:  # the module body behaved differently this time
+            return None, err.failure
+        stepper = namespace.start(
+            "run",
+            self._proxy,
+            allowed_actions=self._world_actions,
+            deadline=deadline,
+            wall_s=wall_s,
+        )
+        return stepper, None
+
+    def _drop_suspended(self) -> None:
+        """Close the resumable options kept from the episode that is over."""
+        suspended, self._suspended = self._suspended, {}
+        for stepper in suspended.values():
+            stepper.close()
 
     def _succeeded(self, obs: Observation) -> bool:
         return self.config.subtask.met(obs.inventory, self._counts, since=self._start_counts)

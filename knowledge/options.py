@@ -3,6 +3,10 @@
 - :func:`options_for` — (name, description, source) of the options for a step: walking
   to what it hits, hitting, exploring, placing and making what it needs.
 - :func:`option` / :data:`OPTION_NAMES` — any option's source, every option's name.
+- :func:`stage_code_option` — the stage's own coded policy as an option
+  (:data:`STAGE_CODE`): offered beside the menu when a coded sub-action moves to RL, and
+  run *resumable* (``messages.task.CodedAction.resumable``) for up to
+  :data:`STAGE_CODE_STEPS` steps a choice.
 
 Each source defines ``run(skills)`` over the skill API, like a template
 (:mod:`knowledge.library`), but without the prelude: one skill call or two.
@@ -118,3 +122,20 @@ def options_for(step: Step) -> list[tuple[str, str, str]]:
     known = _all_options()
     seen = [n for n in dict.fromkeys(names) if n in known]
     return [(n, known[n][0], option(n)) for n in seen]
+
+
+STAGE_CODE = "stage_code"
+"""The option name of a sub-action's own coded policy (no library option has it)."""
+STAGE_CODE_STEPS = 50
+"""K of the stage's own code: steps it runs per choice before the learner decides again
+(the next choice of it goes on where it stopped)."""
+
+
+def stage_code_option(code: str) -> tuple[str, str, str]:
+    """(name, description, source) of the stage's own coded policy as an option: the code
+    the fast agent wrote for the sub-action, run as it is (``run(skills)``)."""
+    description = (
+        f"run this sub-action's own coded policy for up to {STAGE_CODE_STEPS} steps,"
+        " going on where it stopped the last time it was chosen in the episode"
+    )
+    return STAGE_CODE, description, code

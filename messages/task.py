@@ -88,6 +88,12 @@ class CodedAction:
     """K: the option runs until its generator ends or this many primitive steps."""
     description: str = ""
     """What it does, for prompts and reports."""
+    resumable: bool = False
+    """Keep the code's generator between choices in one episode: the next time this
+    action is chosen, it goes on where the last choice stopped (after ``max_steps``)
+    instead of starting afresh. Once the code finishes or fails, the next choice starts
+    it afresh; every episode starts it afresh. The stage's own coded policy is offered
+    this way (:data:`knowledge.options.STAGE_CODE`)."""
 
 
 @message("task.rl_config")

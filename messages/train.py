@@ -43,6 +43,12 @@ class PPOSettings:
     """Entropy bonus: keeps exploring in a sparse-reward world."""
     net_arch: list[int] = field(default_factory=lambda: [128, 128])
     """Hidden layer sizes of the policy and value networks."""
+    smdp: bool = False
+    """Discount what follows a decision by γ^k, k the world steps it took (a coded option
+    runs several), in returns and GAE (:mod:`envs.smdp`); false (the default): γ per
+    decision, as plain PPO. Off by default because it did not measure better: on
+    collect_iron at 8,192 decisions plain PPO did as well or better on 3 seeds of 3
+    (``benchmarks/bench_options.py``, BENCHMARKS.md)."""
 
 
 @message("train.request")

@@ -196,7 +196,7 @@ class TrainingSettings:
     )
     """[training.ppo]: PPO's hyperparameters, keys and defaults as in
     :class:`messages.train.PPOSettings` (n_steps, batch_size, n_epochs, learning_rate,
-    gamma, gae_lambda, clip_range, ent_coef, net_arch)."""
+    gamma, gae_lambda, clip_range, ent_coef, net_arch, smdp: true or false)."""
 
 
 @dataclass

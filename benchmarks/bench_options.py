@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Benchmark: PPO over coded options with and without the stage's own code as a
+resumable option, and with and without SMDP discounting, against the coded version.
+
+    python benchmarks/bench_options.py                  make_stone_pickaxe, 8,192 decisions,
+                                                        2 envs, 40 held-out worlds
+    python benchmarks/bench_options.py --sub collect_iron --steps 16384
+    python benchmarks/bench_options.py --quick          1,024 decisions, 10 worlds
+
+The job is a diamond-plan sub-action as the offline fast agent writes its RL config:
+the library's coded options for the step (``knowledge.options.options_for``), moving and
+'do' as primitives, the sparse success reward, and as setup code the library's coded
+stages of every step before it. The variants: that menu alone, or with the stage's own
+coded policy (the library's code for the step, the "coded version") as the resumable
+option ``stage_code`` (50 steps a choice); each with SMDP PPO (γ^k) or plain PPO (γ per
+decision). Same policy seed, same training worlds, same budget. Each trained policy is
+played (actions sampled, seeded, as the learner's own evaluation does) on the same
+held-out worlds as the coded version (the stage's code alone through the same env:
+setup, success test and step cap). Success with 95 % Wilson intervals, and each
+variant against the coded version world for world (``method.paired.compare``).
+
+Not a test: it prints a table (``--json`` writes the rows) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from actors.learner import LearnerActor, set_torch_threads  # noqa: E402
+from envs.held_out import held_out  # noqa: E402
+from envs.setup_code import compose_setup  # noqa: E402
+from knowledge import library, options, recipes  # noqa: E402
+from messages.task import CodedAction, RLConfig  # noqa: E402
+from messages.train import PPOSettings, TrainRequest  # noqa: E402
+from method.paired import compare, wilson_interval  # noqa: E402
+
+RL_PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do"]
+"""The offline fast agent's primitives for a learned sub-action (llm/offline.py)."""
+OPTION_STEPS = 50
+"""A library option's step cap, as the fast agent sets it (actors/fast.py)."""
+EVAL_SEED = 1_000_000
+"""First held-out world (the learner's default; training worlds lie far below)."""
+
+
+def configs(name: str, target: str = "diamond") -> tuple[RLConfig, RLConfig, RLConfig]:
+    """``name``'s RL config with the library menu, the same with the stage's own code as
+    the resumable option ``stage_code``, and the coded version alone (only that option)."""
+    steps = recipes.chain(target)
+    names = [s.name for s in steps]
+    if name not in names:
+        raise SystemExit(f"--sub {name!r} is not a step of the {target} plan: one of {names}")
+    i = names.index(name)
+    stages = library.coded_stages(steps[: i + 1])
+    menu = [
+        CodedAction(n, src, max_steps=OPTION_STEPS, description=d)
+        for n, d, src in options.options_for(steps[i])
+    ]
+    n, d, src = options.stage_code_option(stages[i].code)
+    own = CodedAction(n, src, max_steps=options.STAGE_CODE_STEPS, description=d, resumable=True)
+    coded_names = {c.name for c in menu}
+    base = RLConfig(
+        subtask=stages[i].subtask,
+        observation=["view", "inventory", "status"],
+        primitives=[p for p in RL_PRIMITIVES if p not in coded_names],
+        coded_actions=menu,
+        setup_code=compose_setup(stages[:i]),
+    )
+    with_own = dataclasses.replace(base, coded_actions=[own, *menu])
+    code_only = dataclasses.replace(base, primitives=["noop"], coded_actions=[own])
+    return base, with_own, code_only
+
+
+def train_and_play(req: TrainRequest, seeds: list[int]) -> dict:
+    """Train ``req`` with the learner's own ``train`` in this process, then play the
+    policy on ``seeds``: its row, with the outcome per world."""
+    import torch
+    from stable_baselines3 import PPO
+
+    with tempfile.TemporaryDirectory() as tmp:
+        learner = LearnerActor.__new__(LearnerActor)
+        learner.workdir = learner.run_dir = Path(tmp)
+        learner.run_id, learner.actor_id = "bench", "learner-bench"
+        started = time.perf_counter()
+        result = learner.train(req, "cpu", threading.Event(), "nobody")
+        train_wall = time.perf_counter() - started
+        if result.failure:
+            raise SystemExit(f"{req.name}: {result.failure}")
+        model = PPO.load(result.policy_path, device="cpu")
+    torch.manual_seed(req.seed)
+    started = time.perf_counter()
+    rate, steps, records = held_out(
+        req.config, lambda obs: model.predict(obs, deterministic=False)[0], seeds
+    )
+    chosen: dict[str, int] = {}
+    for r in records:
+        for a in r.get("actions", ()):
+            chosen[a] = chosen.get(a, 0) + 1
+    return {
+        "train_s": round(train_wall, 1),
+        "eval_s": round(time.perf_counter() - started, 1),
+        "decisions": result.steps,
+        "world_steps": result.primitive_steps,
+        "train_episodes": result.episodes,
+        "records": records,
+        "choices": dict(sorted(chosen.items(), key=lambda kv: -kv[1])[:6]),
+    }
+
+
+def outcomes(records: list[dict]) -> dict[int, int]:
+    """World seed → 1 success, 0 failure (worlds whose setup failed left out)."""
+    return {r["seed"]: int(r["success"]) for r in records if "skipped" not in r}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sub", default="make_stone_pickaxe", help="the learned sub-action")
+    parser.add_argument("--steps", type=int, default=8192, help="PPO decisions per job")
+    parser.add_argument("--envs", type=int, default=2, help="vectorised envs")
+    parser.add_argument("--eval", type=int, default=40, help="held-out worlds")
+    parser.add_argument("--seed", type=int, default=0, help="policy seed")
+    parser.add_argument("--gamma", type=float, default=PPOSettings().gamma, help="PPO's γ")
+    parser.add_argument(
+        "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
+        help="comma-separated: menu or menu+own, /plain for plain PPO",
+    )  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="1,024 decisions, 10 worlds")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.eval = 1024, 10
+    set_torch_threads()
+    base, with_own, code_only = configs(args.sub)
+    seeds = list(range(EVAL_SEED, EVAL_SEED + args.eval))
+    print(f"job: {args.sub}, {args.steps} decisions, {args.envs} envs, {args.eval} held-out "
+          f"worlds from {EVAL_SEED}, policy seed {args.seed}", flush=True)  # fmt: skip
+
+    started = time.perf_counter()
+    _, _, records = held_out(code_only, lambda obs: 1, seeds)  # always the stage's code
+    coded = outcomes(records)
+    rows = [{"variant": "coded version", "eval_s": round(time.perf_counter() - started, 1),
+             "records": records}]  # fmt: skip
+    print(json.dumps({"variant": "coded version", "success": sum(coded.values()),
+                      "worlds": len(coded)}), flush=True)  # fmt: skip
+    for variant in args.variants.split(","):
+        menu, _, plain = variant.partition("/")
+        config = with_own if menu == "menu+own" else base
+        req = TrainRequest(
+            name=f"bench-{args.sub}-{menu.replace('+', '-')}-{'plain' if plain else 'smdp'}",
+            config=config, total_steps=args.steps, n_envs=args.envs, seed=args.seed,
+            ppo=PPOSettings(smdp=not plain, gamma=args.gamma), eval_episodes=1,
+            progress_every_s=3600.0,
+        )  # fmt: skip
+        row = {"variant": variant, **train_and_play(req, seeds)}
+        rows.append(row)
+        mine = outcomes(row["records"])
+        shown = {k: v for k, v in row.items() if k != "records"}
+        shown |= {"success": sum(mine.values()), "worlds": len(mine)}
+        print(json.dumps(shown), flush=True)
+
+    print(f"\n{args.sub}: {args.steps} decisions per job, {len(coded)} held-out worlds\n")
+    print("| variant | success | 95 % interval | vs coded: difference | lower bound | "
+          "world steps trained | train s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        mine = outcomes(row["records"])
+        wins, n = sum(mine.values()), len(mine)
+        low, high = wilson_interval(wins, n)
+        cells = [row["variant"], f"{wins}/{n} = {wins / max(n, 1):.2f}", f"{low:.2f}–{high:.2f}"]
+        if row["variant"] == "coded version":
+            cells += ["—", "—", "—", "—"]
+        else:
+            common = sorted(set(mine) & set(coded))
+            verdict = compare([coded[s] for s in common], [mine[s] for s in common])
+            cells += [f"{verdict.difference:+.2f}", f"{verdict.lower:+.2f}",
+                      str(row["world_steps"]), str(row["train_s"])]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
