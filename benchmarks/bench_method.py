@@ -72,7 +72,7 @@ PHASES = {
 }
 
 
-def _bare_loop(seconds: float, seed: int, out: multiprocessing.Queue) -> None:
+def _bare_loop(seconds: float, seed: int, pool: int, out: multiprocessing.Queue) -> None:
     import numpy as np
 
     from envs.crafter_world import CrafterWorld
@@ -83,7 +83,9 @@ def _bare_loop(seconds: float, seed: int, out: multiprocessing.Queue) -> None:
     steps, episode = 0, seed * 1_000_000
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        world.reset(episode)
+        # A fresh world every episode, or worlds again from a pool (the world cache's
+        # restores, as training on a pool of worlds gets them).
+        world.reset(episode if pool <= 0 else seed * 1_000_000 + episode % pool)
         episode += 1
         for _ in range(10_000):
             steps += 1
@@ -92,11 +94,11 @@ def _bare_loop(seconds: float, seed: int, out: multiprocessing.Queue) -> None:
     out.put(steps / (time.perf_counter() - start))
 
 
-def bare_limit(cores: int, seconds: float) -> float:
+def bare_limit(cores: int, seconds: float, pool: int = 0) -> float:
     """Steps per second of ``cores`` bare loops at once."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_bare_loop, args=(seconds, i + 1, out)) for i in range(cores)]
+    procs = [ctx.Process(target=_bare_loop, args=(seconds, i + 1, pool, out)) for i in range(cores)]
     for p in procs:
         p.start()
     rates = [out.get(timeout=seconds + 300) for _ in procs]
@@ -126,6 +128,14 @@ def main() -> int:
     parser.add_argument("--config", type=Path, default=ROOT / "rlgpt/configs/diamond.toml")
     parser.add_argument("--quick", action="store_true", help="a small run instead (~2 min)")
     parser.add_argument("--limit-s", type=float, default=20.0, help="bare-loop seconds")
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=0,
+        help="bare loop: reset into a pool of this many worlds (cache restores) instead of "
+        "a fresh world every episode (0, the default)",
+    )
+    parser.add_argument("--limit-only", action="store_true", help="measure the limit, no run")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -137,8 +147,14 @@ def main() -> int:
         f"{platform.python_version()}; load average {os.getloadavg()[0]:.2f} (other load "
         "lowers both the limit and the run)"
     )
-    limit = bare_limit(cores, args.limit_s)
-    print(f"bare-loop limit: {limit:,.0f} steps/s ({cores} processes, random actions, resets)")
+    limit = bare_limit(cores, args.limit_s, args.pool)
+    worlds = f"a pool of {args.pool} worlds" if args.pool > 0 else "a fresh world each episode"
+    print(
+        f"bare-loop limit: {limit:,.0f} steps/s ({cores} processes, random actions, resets "
+        f"into {worlds})"
+    )
+    if args.limit_only:
+        return 0
 
     # The run's folder is kept (its report, events and ledger back the figures).
     workdir = Path(tempfile.mkdtemp(prefix="bench-method-"))
