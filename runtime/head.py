@@ -407,7 +407,7 @@ async def run_head(
         cause = _root_cause(exc)
         full = _disk_full(exc)
         if full is not None:
-            # The reserve makes room for the last records (and the journal's last line).
+            # The reserve makes room for the last records (run_failed, run_stopped).
             reserve.unlink(missing_ok=True)
             events.mend_file()
             why = (
@@ -436,7 +436,7 @@ async def run_head(
 RESERVE_FILE = ".space-reserve"
 RESERVE_BYTES = 256 * 1024
 """Space the head holds in the run folder while it runs, given back when the disk fills
-so that the run's last records (``run_failed``, the journal's last line) still fit."""
+so that the run's last records (``run_failed``, ``run_stopped``) still fit."""
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
