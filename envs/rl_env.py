@@ -114,6 +114,7 @@ from envs.start_states import (
 from envs.start_states import resolve as resolve_start_states
 from envs.world import VOID, Observation, World
 from messages import decode, encode
+from messages.causes import TIMEOUT
 from messages.task import ObservationPart, RLConfig
 from sandbox import (
     CompiledCode,
@@ -670,7 +671,10 @@ class SubtaskEnv(gym.Env):
         try:
             self._run_setup(world_seed)
         except SetupError as err:
-            if key is not None:
+            # A world whose setup failed is known bad — unless the wall clock stopped it
+            # (a busy machine, not the world and the code): that one is tried again.
+            timed_out = err.failure is not None and err.failure.cause == TIMEOUT
+            if key is not None and not timed_out:
                 self._start_states.put(key, FailedSetup(err.steps, err.reason, err.failure))
             raise
         if key is not None:

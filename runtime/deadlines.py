@@ -11,7 +11,8 @@ actor's own limits (the environment's watchdog, the sandbox's budgets) always an
 first and the deadline only catches a peer that has gone silent:
 
 - ``rollout.request``: ``wall_s`` × episodes (the environment's watchdog budget less
-  its grace) + :data:`GRACE_S`;
+  its grace) + :data:`ROLLOUT_START_S` (a runner the environment actor must start or
+  replace before the batch: its start limit) + :data:`GRACE_S`;
 - ``train.request``: no wall limit of its own, so the budget at a floor of
   :data:`TRAIN_FLOOR_STEPS_PER_S` decisions a second, plus its held-out evaluation at
   :data:`EVAL_EPISODE_S` an episode, + :data:`GRACE_S`;
@@ -32,6 +33,10 @@ GRACE_S = 60.0
 """On top of a request's own budget: the environment's watchdog grace (10 s), encoding
 and moving a large answer, an actor process slowed by a busy 2-core machine. A deadline
 is a last resort against silence, never the limit that normally answers."""
+ROLLOUT_START_S = 180.0
+"""The environment actor's allowance for starting its runner process before a batch
+(``envs.runner.START_TIMEOUT_S``; a replacement after a crash warms up again): a healthy
+rollout that waits for it must not pass its deadline."""
 TRAIN_FLOOR_STEPS_PER_S = 2.0
 """Slowest training rate still taken for work, in decisions a second: PPO on Crafter
 runs ~280 world steps a second on this project's 2-core machine (BENCHMARKS.md), and a
@@ -45,7 +50,7 @@ EVAL_EPISODE_S = 60.0
 def hold_limit(msg: Any) -> float:
     """The default ``deadline_s`` for asking ``msg`` of another actor; 0: none."""
     if isinstance(msg, RolloutRequest):
-        return msg.wall_s * max(1, len(msg.seeds)) + GRACE_S
+        return msg.wall_s * max(1, len(msg.seeds)) + ROLLOUT_START_S + GRACE_S
     if isinstance(msg, TrainRequest):
         train = max(0, msg.total_steps) / TRAIN_FLOOR_STEPS_PER_S
         return train + max(0, msg.eval_episodes) * EVAL_EPISODE_S + GRACE_S

@@ -424,6 +424,8 @@ async def run_head(
         if full is None:
             status.update(code=EXIT_FAILED, why=str(cause))
     finally:
+        if status["code"] != 0:
+            reserve.unlink(missing_ok=True)  # whatever ended the run, nothing is left
         ctx.destroy(linger=0)
         if bound_ipc:  # never another live head's socket (claim_ipc_path refused it)
             ipc_file.unlink(missing_ok=True)

@@ -335,13 +335,16 @@ def test_envelope_deadlines_travel_and_old_envelopes_still_decode() -> None:
 
 def test_default_deadlines_come_from_the_requests_own_budget() -> None:
     from envs.configs import collect_wood_with_coded
+    from envs.runner import START_TIMEOUT_S
     from messages.rollout import RolloutRequest
     from messages.train import TrainRequest
-    from runtime.deadlines import GRACE_S, hold_limit
+    from runtime.deadlines import GRACE_S, ROLLOUT_START_S, hold_limit
 
     config = collect_wood_with_coded()
     rollout = RolloutRequest(config.subtask, code="x", seeds=[1, 2, 3], wall_s=20)
-    assert hold_limit(rollout) == 60 + GRACE_S
+    # A rollout's deadline covers the runner's start (a replacement warms up first).
+    assert ROLLOUT_START_S >= START_TIMEOUT_S
+    assert hold_limit(rollout) == 60 + ROLLOUT_START_S + GRACE_S
     train = TrainRequest("t", config, total_steps=1000, eval_episodes=2)
     assert hold_limit(train) == 500 + 120 + GRACE_S
     assert hold_limit(Probe(hold_s=3)) == 3 + GRACE_S

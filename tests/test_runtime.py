@@ -148,6 +148,8 @@ def test_restart_intensity_exceeded_stops_the_run_with_an_error(tmp_path: Path) 
     assert failed and failed[0]["reason"] == "restart_intensity"
     assert "restart_limit" in failed[0]["detail"]
     assert not (run.run_dir / "report.json").exists()
+    # Whatever ended the run, the head's space reserve (runtime/head.py) is not left.
+    assert not (run.run_dir / ".space-reserve").exists()
 
 
 def test_blocking_work_does_not_stop_heartbeats(tmp_path: Path) -> None:

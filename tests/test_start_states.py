@@ -271,3 +271,18 @@ def test_one_entry_holds_the_whole_start_in_a_few_hundred_kilobytes() -> None:
     (entry,) = cache._entries.values()
     assert isinstance(entry, StartState) and entry.setup_steps > 0
     assert 20_000 < entry.nbytes() < 400_000
+
+
+# Setup code that spins until its wall budget runs out: the sandbox stops it (timeout).
+SLOW_SETUP = "def run(skills):\n    n = 0\n    while True:\n        n += 1\n    yield 'noop'\n"
+
+
+def test_a_setup_stopped_by_the_wall_clock_is_not_remembered_as_a_bad_world() -> None:
+    # A timeout says the machine was slow, not that the world is bad: the next reset
+    # tries that world's setup again instead of skipping it for the process's lifetime.
+    cache = StartStates()
+    env = SubtaskEnv(config(SLOW_SETUP), start_states=cache, setup_wall_s=0.2)
+    with pytest.raises(SetupError) as caught:
+        env.reset(seed=3)
+    assert caught.value.failure.cause == "timeout"
+    assert cache.get(cache_key(env, 3)) is None
