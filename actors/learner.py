@@ -77,6 +77,11 @@ def latest_checkpoint(folder: Path) -> tuple[Path, int] | None:
     return path, steps
 
 
+WORKER_POLL_S = 0.1
+"""How often a job sent back to this learner checks that its previous attempt's worker
+thread has ended."""
+
+
 class LearnerActor(Actor):
     role = "learner"
 
@@ -85,14 +90,26 @@ class LearnerActor(Actor):
         check_device(self.device)
         set_torch_threads()
         self.workdir = self.run_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "rlgpt-learner"
+        self._workers: dict[str, threading.Event] = {}
+        """Job name → set when the worker thread of its last attempt here has ended."""
 
     @handles(TrainRequest)
     async def on_train(self, req: TrainRequest, env: Envelope) -> TrainResult:
         device = check_device(req.device or self.device)
+        # A cancelled attempt (its deadline passed, say) answers at once, but its worker
+        # thread only stops at its next PPO step, or after its evaluation: the same job
+        # sent back here waits for it, so that two attempts never train one job (and
+        # write one folder) at once.
+        previous = self._workers.get(req.name)
+        if previous is not None and not previous.is_set():
+            log.info("training_waits_for_previous_attempt", job=req.name)
+            while not previous.is_set():
+                await trio.sleep(WORKER_POLL_S)
+        done = self._workers[req.name] = threading.Event()
         stop = threading.Event()
         log.info("training_started", job=req.name, steps=req.total_steps, device=device)
         try:
-            result = await self.run_blocking(self.train, req, device, stop, env.frm)
+            result = await self.run_blocking(self._train_then, done, req, device, stop, env.frm)
         except BaseException:
             stop.set()  # cancelled or failed: make the worker thread stop at its next step
             raise
@@ -105,6 +122,13 @@ class LearnerActor(Actor):
             wall_s=result.wall_s,
         )
         return result
+
+    def _train_then(self, done: threading.Event, *args: Any) -> TrainResult:
+        try:
+            return self.train(*args)
+        finally:
+            log.info("training_worker_ended", job=args[0].name)
+            done.set()
 
     def train(
         self, req: TrainRequest, device: str, stop: threading.Event, asker: str

@@ -313,3 +313,50 @@ def test_a_model_without_curves_leaves_no_logger_folder(tmp_path: Path, monkeypa
     _checkpoint(tmp_path / "ckpt", req)
     assert (tmp_path / "ckpt").is_dir()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("SB3-")]
+
+
+def test_a_job_sent_back_after_its_deadline_waits_for_its_first_attempt_to_end(
+    tmp_path: Path,
+) -> None:
+    # One learner, a deadline shorter than the job: the broker takes the job back and,
+    # with no other learner, sends it to the same one. The cancelled attempt answers at
+    # once but its worker thread runs on to its next PPO step (or through its
+    # evaluation): the next attempt must not start training before that thread ends.
+    from runtime.actor import RemoteFailure
+
+    settings = make_settings(
+        tmp_path, {"learner": ActorSettings(count=1)}, max_job_tries=2, heartbeat_timeout=30
+    )
+    req = dataclasses.replace(
+        request("again", 4096, eval_episodes=8, ppo=TINY_PPO), progress_every_s=3600.0
+    )
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("learner", 1)
+        try:
+            await head.client.ask("@learner", req, deadline_s=2.0)
+        except RemoteFailure as exc:
+            seen["failure"] = exc.failure.reason
+        # Let the last attempt's thread end, so its events are in the file.
+        with trio.fail_after(180):
+            while len(ended(head.run_dir)) < 2:
+                await trio.sleep(0.5)
+        return {}
+
+    def ended(run_dir: Path) -> list[dict]:
+        from helpers import read_events
+
+        return [e for e in read_events(run_dir) if e["event"] == "training_worker_ended"]
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0 and seen["failure"] == "deadline"
+    marks = [
+        (e["event"], e["ts"])
+        for e in run.events
+        if e.get("actor") == "learner-0"
+        and e["event"] in ("training_started", "training_worker_ended")
+    ]
+    events = [m[0] for m in marks]
+    assert events[:4] == ["training_started", "training_worker_ended"] * 2, events
+    assert any(e["event"] == "training_waits_for_previous_attempt" for e in run.events)
