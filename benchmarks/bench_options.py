@@ -38,44 +38,29 @@ sys.path.insert(0, str(ROOT))
 
 from actors.learner import LearnerActor, set_torch_threads  # noqa: E402
 from envs.held_out import held_out  # noqa: E402
-from envs.setup_code import compose_setup  # noqa: E402
 from knowledge import library, options, recipes  # noqa: E402
 from messages.task import CodedAction, RLConfig  # noqa: E402
 from messages.train import PPOSettings, TrainRequest  # noqa: E402
 from method.paired import compare, wilson_interval  # noqa: E402
 
-RL_PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do"]
-"""The offline fast agent's primitives for a learned sub-action (llm/offline.py)."""
-OPTION_STEPS = 50
-"""A library option's step cap, as the fast agent sets it (actors/fast.py)."""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_start_states import learned_config  # noqa: E402
+
 EVAL_SEED = 1_000_000
 """First held-out world (the learner's default; training worlds lie far below)."""
 
 
 def configs(name: str, target: str = "diamond") -> tuple[RLConfig, RLConfig, RLConfig]:
-    """``name``'s RL config with the library menu, the same with the stage's own code as
-    the resumable option ``stage_code``, and the coded version alone (only that option)."""
+    """``name``'s RL config with the library menu (``bench_start_states.learned_config``,
+    as the offline fast agent writes it), the same with the stage's own code as the
+    resumable option ``stage_code``, and the coded version alone (only that option)."""
+    base = learned_config(name, target)
     steps = recipes.chain(target)
-    names = [s.name for s in steps]
-    if name not in names:
-        raise SystemExit(f"--sub {name!r} is not a step of the {target} plan: one of {names}")
-    i = names.index(name)
-    stages = library.coded_stages(steps[: i + 1])
-    menu = [
-        CodedAction(n, src, max_steps=OPTION_STEPS, description=d)
-        for n, d, src in options.options_for(steps[i])
-    ]
-    n, d, src = options.stage_code_option(stages[i].code)
+    i = [s.name for s in steps].index(name)
+    code = library.coded_stages(steps[: i + 1])[i].code
+    n, d, src = options.stage_code_option(code)
     own = CodedAction(n, src, max_steps=options.STAGE_CODE_STEPS, description=d, resumable=True)
-    coded_names = {c.name for c in menu}
-    base = RLConfig(
-        subtask=stages[i].subtask,
-        observation=["view", "inventory", "status"],
-        primitives=[p for p in RL_PRIMITIVES if p not in coded_names],
-        coded_actions=menu,
-        setup_code=compose_setup(stages[:i]),
-    )
-    with_own = dataclasses.replace(base, coded_actions=[own, *menu])
+    with_own = dataclasses.replace(base, coded_actions=[own, *base.coded_actions])
     code_only = dataclasses.replace(base, primitives=["noop"], coded_actions=[own])
     return base, with_own, code_only
 
