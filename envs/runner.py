@@ -762,8 +762,9 @@ class Runner:
         """Run ``req`` in the runner; a crash or a stall ends in a fresh runner starting
         and the outcome saying which. Cancelled, it kills the runner (and starts another)."""
         await self.wait_ready()
-        if self.proc.returncode is not None:
-            # It died while idle (killed from outside): not this batch's doing.
+        if self.proc.returncode is not None or _zombie(self.proc.pid):
+            # It died while idle (killed from outside): not this batch's doing. (Not yet
+            # reaped, it is a zombie: its exit is not in returncode until someone waits.)
             self.restarts += 1
             await self.start()
         budget, grace = batch_budget_s(req), grace_s()
@@ -862,3 +863,12 @@ def fault_episode(req: RolloutRequest, seed: int, cause: str, detail: str) -> Ep
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process ``pid`` has exited and awaits reaping (Linux ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 :].startswith("Z")
