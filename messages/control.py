@@ -21,6 +21,14 @@ class Register:
     """OS process id, for operators."""
     host: str = ""
     """Host name, for operators."""
+    version: str = ""
+    """The actor's package version (``runtime.provenance``); empty from older builds."""
+    source_hash: str = ""
+    """sha256 of the actor's source tree (``runtime.provenance``): the broker refuses an
+    actor whose tree differs from the head's unless ``allow_mismatch`` is set."""
+    allow_mismatch: bool = False
+    """Register even if the source differs (``attach --allow-version-mismatch``): the
+    head logs a warning instead of refusing."""
 
 
 @message("control.registered")

@@ -4,7 +4,9 @@
     rlgpt run --config diamond              the same, with the command named
     rlgpt tail [RUN_DIR]                    follow a run's events (default: latest)
     rlgpt attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR | --run-dir RUN]
-    rlgpt keys [--dir keys]                 create CURVE keys for non-loopback use
+                 [--key-name NAME] [--allow-version-mismatch]
+    rlgpt keys [init] [--dir keys]          create CURVE keys (server + "client")
+    rlgpt keys add NAME | revoke NAME | list [--dir keys]   one client key per machine
     rlgpt models list | fetch NAME...       local models: the verified table, fetch one
     rlgpt play RUN_DIR [--seed N]           replay a run's final policy (its policy/ bundle)
     rlgpt compare RUN_A RUN_B ...           compare finished runs
@@ -209,9 +211,19 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
         " on loopback without one",
     )  # fmt: skip
     parser.add_argument(
+        "--key-name", default="client",
+        help="which client key of the keys folder to use: NAME.key_secret (default: client;"
+        " `keys add NAME` on the head makes one per machine)",
+    )  # fmt: skip
+    parser.add_argument(
         "--run-dir", default="",
         help="append events to RUN_DIR/events.jsonl (on the head's machine); also finds "
         "RUN_DIR/keys when --keys is not given",
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-version-mismatch", action="store_true",
+        help="register even if this checkout's source differs from the head's (the head "
+        "logs a warning); without it such an actor is refused",
     )  # fmt: skip
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     # "json": events as JSON lines, for a head that reads this process's output.
@@ -236,8 +248,8 @@ def cmd_actor(args: argparse.Namespace) -> int:
     try:
         cls = actor_class(args.role)
         check_device(args.device)
-        keys = args.keys or _run_keys(args.connect, args.run_dir)
-        curve = CurveClient.load(Path(keys)) if keys else None
+        keys = args.keys or _run_keys(args.connect, args.run_dir, args.key_name)
+        curve = CurveClient.load(Path(keys), args.key_name) if keys else None
     except (ValueError, DeviceError, KeysMissing) as exc:
         print(f"{command} error: {exc}", file=sys.stderr)
         return 2
@@ -264,6 +276,7 @@ def cmd_actor(args: argparse.Namespace) -> int:
         parent_pid=args.parent_pid,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         max_frame_bytes=args.max_frame_bytes,
+        allow_version_mismatch=args.allow_version_mismatch,
     )
 
     async def serve() -> None:
@@ -292,7 +305,7 @@ def cmd_actor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_keys(connect: str, run_dir: str) -> str:
+def _run_keys(connect: str, run_dir: str, name: str = "client") -> str:
     """The keys a head made for its run (``RUN_DIR/keys``), for an actor attached on the
     same machine to its loopback tcp endpoint with ``--run-dir`` and no ``--keys``; ''
     where there are none (ipc needs none)."""
@@ -301,7 +314,7 @@ def _run_keys(connect: str, run_dir: str) -> str:
     if not run_dir or not connect.startswith("tcp://"):
         return ""
     folder = Path(run_dir) / RUN_KEYS
-    return str(folder) if (folder / "client.key_secret").is_file() else ""
+    return str(folder) if (folder / f"{name}.key_secret").is_file() else ""
 
 
 def _find(exc: BaseException, kind: type) -> BaseException | None:
@@ -341,25 +354,75 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def keys_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dir", default="keys", help="folder to write (default: keys)")
+    parser.add_argument("--dir", default="keys", help="keys folder (default: keys)")
     parser.add_argument("--force", action="store_true", help="replace existing keys")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    init = sub.add_parser(
+        "init", help='server key pair + the client key "client" (the same as no action)'
+    )
+    add = sub.add_parser("add", help="a client key for one machine: NAME.key_secret to copy "
+                         "there, authorized/NAME.key for the head")  # fmt: skip
+    add.add_argument("name", metavar="NAME", help="the machine's name (letters, digits, ._-)")
+    revoke = sub.add_parser(
+        "revoke", help="move authorized/NAME.key to revoked/: a running head refuses it and "
+        "disconnects its actors within a second",
+    )  # fmt: skip
+    revoke.add_argument("name", metavar="NAME")
+    listing = sub.add_parser("list", help="the client keys, authorized and revoked")
+    for child in (init, add, revoke, listing):
+        child.add_argument(
+            "--dir", dest="sub_dir", default=None, help="keys folder (default: keys)"
+        )
+    for child in (init, add):
+        child.add_argument("--force", dest="sub_force", action="store_true",
+                           help="replace a key that exists (or was revoked)")  # fmt: skip
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from runtime.security import KeysMissing, create_keys
+    from runtime import security
 
+    folder = Path(getattr(args, "sub_dir", None) or args.dir)
+    force = args.force or getattr(args, "sub_force", False)
+    action = args.action or "init"
+    prog = command_name()
     try:
-        folder = create_keys(Path(args.dir), force=args.force)
-    except KeysMissing as exc:
+        if action == "init":
+            security.create_keys(folder, force=force)
+            print(
+                f"wrote {folder}/server.key_secret (stays on the head), {folder}/server.key and "
+                f"{folder}/client.key_secret (copy both to attaching machines), "
+                f"{folder}/authorized/client.key (accepted clients).\n"
+                f'Head: set [runtime] keys_dir = "{folder}" and listen = "tcp://0.0.0.0:5555".\n'
+                f"Attach: {prog} attach learner --connect tcp://HEAD:5555 --keys {folder}\n"
+                f"One key per machine: {prog} keys add NAME --dir {folder}"
+            )
+        elif action == "add":
+            secret = security.add_client_key(folder, args.name, force=force)
+            print(
+                f"wrote {secret} (copy it and {folder}/server.key to the machine {args.name}"
+                f" only) and {folder}/authorized/{args.name}.key (a running head accepts it"
+                f" within a second).\nThere: {prog} attach learner --connect tcp://HEAD:5555"
+                f" --keys DIR --key-name {args.name}"
+            )
+        elif action == "revoke":
+            moved = security.revoke_client_key(folder, args.name)
+            print(
+                f"moved the key {args.name!r} to {moved}: a running head refuses it from now"
+                " on and disconnects the actors attached with it (their jobs go to others)."
+            )
+        else:
+            entries = security.list_keys(folder)
+            if not entries:
+                print(f"no client keys in {folder} ({prog} keys init --dir {folder})")
+            width = max([4, *(len(e.name) for e in entries)])
+            if entries:
+                print(f"{'NAME':<{width}}  {'STATE':<10}  {'PUBLIC KEY':<40}  SECRET HERE")
+            for e in entries:
+                here = "yes" if e.secret_here else "no"
+                print(f"{e.name:<{width}}  {e.state:<10}  {e.public:<40}  {here}")
+    except security.KeysMissing as exc:
         print(f"keys error: {exc}", file=sys.stderr)
         return 2
-    print(
-        f"wrote {folder}/server.key_secret (stays on the head), {folder}/server.key and "
-        f"{folder}/client.key_secret (copy both to attaching machines), "
-        f"{folder}/authorized/client.key (accepted clients).\n"
-        f'Head: set [runtime] keys_dir = "{folder}" and listen = "tcp://0.0.0.0:5555".\n'
-        f"Attach: python run.py attach learner --connect tcp://HEAD:5555 --keys {folder}"
-    )
     return 0
 
 
@@ -416,8 +479,10 @@ COMMANDS: list[Command] = [
         "attach", "add an actor (e.g. a learner on another GPU) to a running head",
         actor_arguments, cmd_actor,
     ),
-    Command("keys", "create CURVE keys for actors on other machines", keys_arguments, cmd_keys,
-            "Create CURVE keys."),
+    Command("keys", "CURVE keys for actors on other machines: init, add/revoke/list one per "
+            "machine", keys_arguments, cmd_keys,
+            "CURVE keys. No action (or init): the server key pair and a client key \"client\". "
+            "add NAME / revoke NAME / list: one client key per attaching machine."),
     Command(
         "models", "local models (backend = \"local\"): list the verified ones, fetch one",
         models_arguments, cmd_models,

@@ -21,6 +21,13 @@ keep flowing while it runs. Lifecycle: :meth:`setup` → register → serve → 
 A job the broker hands out again (it presumed this actor dead, then the actor registered
 anew) never runs twice here: while its handler runs, that handler's reply answers both;
 once answered, the recorded reply is sent again (event ``job_redelivered``).
+
+Registering states this process's package version and source hash
+(:mod:`runtime.provenance`); a head running another tree refuses it (unless
+``allow_version_mismatch``), and :meth:`Actor.run` raises :class:`ActorRefused` with the
+head's message. So it does when the head revokes the key this actor connected with (a
+``control.failure`` of reason ``key_revoked`` from the broker): the actor stops at once
+instead of registering again.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from messages.control import (
     Registered,
     Shutdown,
 )
+from runtime import provenance
 from runtime.deadlines import hold_limit
 from runtime.events import bind, log
 from runtime.ratelimit import EventLimiter
@@ -75,6 +83,8 @@ from runtime.zmqtrio import TrioSocket
 M = TypeVar("M")
 Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
 
+FATAL_FROM_BROKER = frozenset({"key_revoked"})
+"""Failures the broker sends unasked that end the actor (it would be refused again)."""
 # How long an actor waits for the broker to answer its registration before trying
 # again; ZeroMQ reconnects underneath, so a late broker is simply waited for.
 REGISTER_RETRY_S = 2.0
@@ -154,8 +164,11 @@ class Actor:
         max_frame_bytes: int = DEFAULT_MAX_FRAME,
         parent_pid: int | None = None,
         run_dir: Path | None = None,
+        allow_version_mismatch: bool = False,
     ) -> None:
         self.requested_name = name
+        self.allow_version_mismatch = allow_version_mismatch
+        """Register even where the head runs another source tree (it logs a warning)."""
         self.run_dir = run_dir
         """Where the actor may write artifacts (None when attached from elsewhere)."""
         self.actor_id = name
@@ -351,6 +364,7 @@ class Actor:
         self.stop("handshake_failed")
 
     async def _register(self) -> None:
+        mine = provenance.current()
         hello = Register(
             role=self.role,
             name=self.requested_name,
@@ -358,6 +372,9 @@ class Actor:
             device=self.device,
             pid=os.getpid(),
             host=socket.gethostname(),
+            version=mine.version,
+            source_hash=mine.source_hash,
+            allow_mismatch=self.allow_version_mismatch,
         )
         while True:
             try:
@@ -475,9 +492,15 @@ class Actor:
             if scope is not None:
                 scope.cancel()
             return
-        if isinstance(msg, Failure) and msg.reason == "not_registered" and env.frm == BROKER:
-            self._nursery.start_soon(self._reregister)
-            return
+        if isinstance(msg, Failure) and env.frm == BROKER:
+            if msg.reason == "not_registered":
+                self._nursery.start_soon(self._reregister)
+                return
+            if msg.reason in FATAL_FROM_BROKER:
+                log.error("actor_refused", reason=msg.reason, detail=msg.detail)
+                self._refused = ActorRefused(msg.detail or msg.reason)
+                self.stop(msg.reason)
+                return
         if env.mode == ASK and self._redelivered(env):
             return
         name = self._handlers.get(type(msg))

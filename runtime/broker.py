@@ -33,6 +33,24 @@ validates them), except for messages addressed to the broker itself. It does che
 who may send what (:data:`SENDER_ROLES`, :data:`HEAD_ONLY`): a peer's role is the one it
 registered, its name is bound to its connection until that connection is declared dead,
 and a message its role may not send is refused (``message_refused``), never delivered.
+
+**Keys.** With CURVE clients (``BrokerSettings.key_allowed``), every message of an
+attached connection carries the user id ZAP gave it (``NAME/KEY``, ``runtime.security``),
+read by the socket (``runtime.zmqtrio``) except from connections known to have none (the
+head's own and its ipc actors). A peer is bound to the key it registered with: a message
+under its routing id with another key is refused (``key_mismatch``), so no client can
+pass for another key's actor. When the head's authenticator sees ``authorized/`` change,
+:meth:`Broker.check_keys` disconnects every actor whose key is no longer there (or was
+replaced): event ``actor_revoked`` with the key's name, its jobs re-queued as for a dead
+actor, a ``control.failure`` of reason ``key_revoked`` sent to it (the attach process
+exits with status 2 saying so), and every later frame from a connection with that key
+refused (``key_revoked`` again) until the key is authorized anew.
+
+**Versions.** With ``BrokerSettings.provenance`` (the head sets its own), a Register
+must state the same source hash (``runtime.provenance``): another is refused
+(``registration_refused`` with reason ``version_mismatch`` and both versions and hashes),
+and the actor is told both and what to do; one registered with ``allow_mismatch`` is
+accepted with a ``version_mismatch_allowed`` warning.
 """
 
 from __future__ import annotations
@@ -72,7 +90,9 @@ from messages.control import (
     StatusReply,
 )
 from runtime.events import log
+from runtime.provenance import Provenance
 from runtime.ratelimit import EventLimiter
+from runtime.security import key_name_of
 from runtime.zmqtrio import TrioSocket
 
 HEAD_ROLE = "head"
@@ -116,6 +136,12 @@ class BrokerSettings:
     on_lost: Callable[[str, str], None] | None = None
     """Called with (actor id, reason) when an actor is presumed dead; the head uses it
     to kill a local process that stopped heartbeating, so its work cannot run twice."""
+    key_allowed: Callable[[str], bool] | None = None
+    """Whether a connection's user id (``NAME/KEY``) is still authorized; None: no CURVE
+    clients, and user ids are not read at all."""
+    provenance: Provenance | None = None
+    """The head's version and source hash, which registering actors must match; None:
+    no check (a broker outside a head: tests, benchmarks)."""
 
 
 @dataclass(eq=False)
@@ -128,6 +154,8 @@ class Peer:
     pid: int
     last_seen: float
     inflight: dict[tuple[str, str], Job] = field(default_factory=dict)
+    key: str = ""
+    """The user id of the CURVE key it connected with (``NAME/KEY``); '' for ipc/inproc."""
     local: bool = False
     """Runs inside the head process (as trio tasks): it cannot stall while the broker
     runs, so it is never reaped for silence."""
@@ -164,7 +192,12 @@ class Job:
 class Broker:
     def __init__(self, settings: BrokerSettings, sock: zmq.Socket) -> None:
         self.settings = settings
-        self.sock = TrioSocket(sock, self._on_frames)
+        self.plain: set[bytes] = set()
+        """Routing ids whose messages carry no user id to read: the head's own
+        connections and actors registered without a key (ipc). Any other connection's
+        user id is read with every message (when there are CURVE clients)."""
+        user_ids = self.plain if settings.key_allowed is not None else None
+        self.sock = TrioSocket(sock, self._on_frames, user_ids=user_ids)
         self.peers: dict[str, Peer] = {}
         self.by_identity: dict[bytes, Peer] = {}
         self.roles: dict[str, list[Peer]] = {}
@@ -304,6 +337,10 @@ class Broker:
             body, env.kind = encode(failure), type(failure).__message_kind__
         if peer is None:
             return self._from_stranger(identity, env, body)
+        if self.sock.user_id is not None and self.sock.user_id != peer.key:
+            # Another connection under this one's routing id (a client may pick its
+            # own): it holds another key, or none, and may not act as this peer.
+            return self._reject(identity, "key_mismatch", f"{env.kind} as {peer.actor_id}")
         peer.last_seen = self._now()
         env.frm = peer.actor_id
         if env.to == BROKER:
@@ -322,13 +359,23 @@ class Broker:
         self._rejections(identity.hex(), reason, detail=detail[:200])
 
     def _from_stranger(self, identity: bytes, env: Envelope, body: bytes) -> None:
+        key = self.sock.user_id or ""
+        if key and not self.settings.key_allowed(key):
+            # Its key was revoked after its handshake: nothing from it counts.
+            self._reject(identity, "key_revoked", f"{env.kind} with key {key_name_of(key)!r}")
+            failure = Failure("key_revoked", _revoked_detail(key))
+            if env.mode == ASK:
+                back = Envelope(REPLY, "", "", BROKER, env.id)
+            else:
+                back = Envelope(TELL, "", "", BROKER)
+            return self._send(identity, back, failure)
         if env.to == BROKER and env.kind == Register.__message_kind__ and env.mode == ASK:
             try:
                 msg = decode(body, self.settings.max_frame_bytes)
             except DecodeError as exc:
                 return self._reject(identity, exc.reason, exc.detail)
             if isinstance(msg, Register):
-                return self._register(identity, env, msg)
+                return self._register(identity, env, msg, key)
         # Someone we forgot (heartbeats missed) or never knew: tell it to register again.
         self._reject(identity, "not_registered", env.kind)
         self._send(identity, Envelope(TELL, "", "", BROKER), Failure("not_registered"))
@@ -344,7 +391,7 @@ class Broker:
             reply = Envelope(REPLY, "", env.frm, BROKER, env.id)
             return self._send(peer.identity, reply, self.status())
         if isinstance(msg, Register):
-            return self._register(peer.identity, env, msg)
+            return self._register(peer.identity, env, msg, peer.key)
         if isinstance(msg, Cancel):
             return self._cancel(peer, msg.job)
         self._reject(peer.identity, "not_for_broker", env.kind)
@@ -357,12 +404,13 @@ class Broker:
         Only such a connection may register the ``head`` role or send control messages
         to actors."""
         identity = b"head-side-" + secrets.token_bytes(LOCAL_IDENTITY_BYTES)
-        self.trusted.add(identity)
+        self.trust(identity)
         return identity
 
     def trust(self, identity: bytes) -> None:
         """Treat an existing routing id as head-side (tests that script raw frames)."""
         self.trusted.add(identity)
+        self.plain.add(identity)
 
     def _refusal(self, peer: Peer, env: Envelope) -> str:
         """Why ``peer`` may not send ``env`` to another actor; empty when it may."""
@@ -411,12 +459,38 @@ class Broker:
 
     # -- registration and death ----------------------------------------------------
 
-    def _register(self, identity: bytes, env: Envelope, msg: Register) -> None:
+    def _version_refusal(self, name: str, msg: Register) -> Failure | None:
+        """A Failure when ``msg`` states another source tree than the head's (and did not
+        allow it); a warning when it did. None when it may register."""
+        head = self.settings.provenance
+        if head is None or msg.source_hash == head.source_hash:
+            return None
+        actor = Provenance(msg.version or "not stated", msg.source_hash)
+        fields = {
+            "role": msg.role, "host": msg.host,
+            "actor_version": actor.version, "actor_source": msg.source_hash,
+            "head_version": head.version, "head_source": head.source_hash,
+        }  # fmt: skip
+        if msg.allow_mismatch:
+            log.warning("version_mismatch_allowed", actor_id=name, **fields)
+            return None
+        self._registrations(name, "version_mismatch", **fields)
+        detail = (
+            f"version_mismatch: this actor runs {actor.short()}, the head runs {head.short()}."
+            " Update this machine's checkout (or reinstall the package) to the head's"
+            " commit, or pass --allow-version-mismatch to attach anyway, knowingly"
+        )
+        return Failure("version_mismatch", detail)
+
+    def _register(self, identity: bytes, env: Envelope, msg: Register, key: str = "") -> None:
         name = msg.name or f"{msg.role}-{next(self._names)}"
         refused = self._name_refusal(identity, name, msg.role)
         if refused is not None:
             # Refuse rather than have two connections evict each other (and their jobs).
             self._registrations(name, refused.reason, role=msg.role)
+        else:
+            refused = self._version_refusal(name, msg)
+        if refused is not None:
             back = Envelope(REPLY, "", name, BROKER, env.id)
             return self._send(identity, back, refused)
         if identity in self.by_identity:
@@ -424,6 +498,9 @@ class Broker:
         peer = Peer(
             identity, name, msg.role, max(1, msg.capacity), msg.device, msg.pid, self._now()
         )
+        peer.key = key
+        if not key:
+            self.plain.add(identity)  # nothing to check in its messages from now on
         # A connection the head made itself (its routing id minted here) runs inside the
         # head: it is never reaped for silence, since a pause of the head silences it and
         # the broker alike.
@@ -439,6 +516,8 @@ class Broker:
             device=msg.device,
             pid=msg.pid,
             host=msg.host,
+            key=key_name_of(key),
+            version=msg.version,
         )
         reply = Envelope(REPLY, "", name, BROKER, env.id)
         welcome = Registered(name, self.settings.heartbeat_interval, self.settings.run_id)
@@ -494,6 +573,8 @@ class Broker:
             return
         del self.peers[peer.actor_id]
         self.by_identity.pop(peer.identity, None)
+        if peer.identity not in self.trusted:
+            self.plain.discard(peer.identity)
         self.roles[peer.role].remove(peer)
         # A clean exit with nothing in hand (a stopped run) loses nothing: the supervisor's
         # actor_process_exited says it already, so this stays out of the way.
@@ -517,6 +598,24 @@ class Broker:
         peer.inflight.clear()
         for role_peer in list(self.roles.get(peer.role, ())):
             self._dispatch(role_peer)
+
+    def check_keys(self) -> None:
+        """The authorized keys changed: disconnect every actor whose key is gone."""
+        allowed = self.settings.key_allowed
+        if allowed is None:
+            return
+        for peer in [p for p in self.peers.values() if p.key and not allowed(p.key)]:
+            self.revoke(peer)
+
+    def revoke(self, peer: Peer) -> None:
+        """Disconnect ``peer``, whose key was revoked: tell it why, take its jobs back."""
+        log.warning(
+            "actor_revoked", actor_id=peer.actor_id, key=key_name_of(peer.key),
+            role=peer.role, jobs=len(peer.inflight),
+        )  # fmt: skip
+        failure = Failure("key_revoked", _revoked_detail(peer.key))
+        self._send(peer.identity, Envelope(TELL, "", peer.actor_id, BROKER), failure)
+        self.remove(peer, "key_revoked")
 
     # -- jobs ----------------------------------------------------------------------
 
@@ -672,6 +771,14 @@ class Broker:
             failed=self.failed,
             requeued=self.requeued,
         )
+
+
+def _revoked_detail(key: str) -> str:
+    return (
+        f"key_revoked: the head revoked the key {key_name_of(key)!r} this actor connected"
+        " with; ask the head's operator for a new one (`python run.py keys add NAME` there,"
+        " then attach with --key-name NAME)"
+    )
 
 
 def _spare(peer: Peer) -> float:

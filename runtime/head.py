@@ -7,8 +7,12 @@ for the run in ``RUN_DIR/keys`` when it is loopback and ``keys_dir`` is unset), 
 configured actor processes, runs the *driver* — the coroutine that
 does the run's actual work through an in-process client actor — and then shuts every
 actor down. Ctrl-C or SIGTERM at any point stops everything the same way and the
-run's exit status says it did not finish. A head killed with SIGKILL cannot remove its
-socket file: the next head to start removes it (:func:`claim_ipc_path`).
+run's exit status says it did not finish. With a tcp endpoint, the head re-reads the
+authorized client keys every heartbeat interval and disconnects actors whose key was
+revoked (``runtime.security``, ``Broker.check_keys``); every actor must run the head's
+source tree (``runtime.provenance``) unless attached with ``--allow-version-mismatch``.
+A head killed with SIGKILL cannot remove its socket file: the next head to start
+removes it (:func:`claim_ipc_path`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import zmq
 
 from messages import Envelope
 from messages.train import TrainProgress
-from runtime import events
+from runtime import events, provenance
 from runtime.actor import Actor, RemoteFailure, handles, wire_cap
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ConfigError, Settings
@@ -304,7 +308,7 @@ async def run_head(
             keys_dir = run_dir / RUN_KEYS
             run_keys(keys_dir)
         curve = CurveServer.load(keys_dir) if keys_dir is not None else None
-        auth = Authenticator(ctx, curve)
+        auth = Authenticator(ctx, curve, poll_s=rt.heartbeat_interval)
         sock.bind(inproc)
         private_ipc_dir(ipc_file)
         claim_ipc_path(ipc_file)
@@ -336,9 +340,12 @@ async def run_head(
                 max_job_tries=rt.max_job_tries,
                 max_frame_bytes=rt.max_frame_bytes,
                 run_id=run_id,
+                key_allowed=curve.keys.allows if curve is not None and listen else None,
+                provenance=provenance.current(),
             ),
             sock,
         )
+        auth.on_keys_changed = broker.check_keys
         supervisor = Supervisor(
             limit=rt.restart_limit,
             window=rt.restart_window,

@@ -15,6 +15,14 @@ saves a task wake-up per message, which is most of the cost of a hop (see
 ``benchmarks/bench_runtime.py``). After an inline send the owner is woken only if input
 arrived meanwhile, since the send may have consumed the FD's edge.
 
+**Who sent it.** A socket made with ``user_ids`` (the broker's, when the head accepts
+CURVE clients) also reads the *user id* ZeroMQ attaches to each message of a connection
+that ZAP accepted with one (``runtime.security``: the client key's name and key) and
+leaves it in :attr:`TrioSocket.user_id` for ``on_frames``. It costs a ``Frame`` for the
+envelope frame (about 1 µs a message, more where there is no user id: ZeroMQ raises),
+so messages whose routing id is in the ``user_ids`` set are received as before and get
+``None``: the broker puts there the connections it already knows carry no key.
+
 No polling with sleeps: the owner sleeps in ``wait_readable`` until the FD fires or a
 sender wakes it by cancelling that wait.
 """
@@ -60,16 +68,48 @@ def recv_frames(sock: zmq.Socket) -> list[bytes]:
     return frames
 
 
+def recv_frames_user_id(sock: zmq.Socket, skip: set[bytes]) -> tuple[list[bytes], str | None]:
+    """:func:`recv_frames` for a ROUTER, with the message's ZeroMQ ``User-Id`` (read from
+    its second frame: every frame of a message carries it); ``None`` without reading it
+    when the routing id is in ``skip``, ``""`` when the connection has none."""
+    first = _raw_recv(sock, _NOBLOCK, True, False)
+    if first in skip or not sock.getsockopt(_RCVMORE):
+        frames = [first]
+        user = None
+    else:
+        frame = _raw_recv(sock, _NOBLOCK, False, False)
+        frames = [first, frame.bytes]
+        try:
+            user = frame.get("User-Id")
+        except zmq.ZMQError:  # no metadata (inproc), or none by that name
+            user = ""
+    while sock.getsockopt(_RCVMORE):
+        frames.append(_raw_recv(sock, _NOBLOCK, True, False))
+    return frames, user
+
+
 class TrioSocket:
     """One ZeroMQ socket driven by one trio task.
 
     ``on_frames(frames)`` is called synchronously for every received multipart message;
     it must not block (start a task if the work is slow). It may call :meth:`send`.
+    With ``user_ids`` (a set the caller keeps filling), :attr:`user_id` holds the
+    message's user id meanwhile (see the module's doc).
     """
 
-    def __init__(self, sock: zmq.Socket, on_frames: Callable[[list[bytes]], None]) -> None:
+    def __init__(
+        self,
+        sock: zmq.Socket,
+        on_frames: Callable[[list[bytes]], None],
+        *,
+        user_ids: set[bytes] | None = None,
+    ) -> None:
         self.sock = sock
         self._on_frames = on_frames
+        self._skip_user_id = user_ids
+        self.user_id: str | None = None
+        """The user id of the message ``on_frames`` is handling: ``NAME/KEY`` from a
+        CURVE client, ``""`` from a connection without one, ``None`` when not read."""
         self._outbox: deque[list[bytes]] = deque()
         self._wake: trio.CancelScope | None = None
         self._closed = False
@@ -117,12 +157,16 @@ class TrioSocket:
         getsockopt = sock.getsockopt
         outbox = self._outbox
         on_frames = self._on_frames
+        skip = self._skip_user_id
         try:
             while True:
                 events = getsockopt(_EVENTS)
                 received = 0
                 while events & _POLLIN and received < RECV_BATCH:
-                    frames = recv_frames(sock)
+                    if skip is None:
+                        frames = recv_frames(sock)
+                    else:
+                        frames, self.user_id = recv_frames_user_id(sock, skip)
                     received += 1
                     on_frames(frames)
                     events = getsockopt(_EVENTS)

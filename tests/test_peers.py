@@ -51,7 +51,7 @@ from messages.control import (
 )
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.train import TrainRequest, TrainResult
-from runtime import deadlines, ratelimit
+from runtime import deadlines, provenance, ratelimit
 from runtime.actor import RemoteFailure
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ActorSettings
@@ -92,7 +92,11 @@ class Rogue:
                 return reply
 
     async def register(self, role: str, name: str) -> object:
-        return await self.ask(BROKER, Register(role=role, name=name))
+        # It states this tree's source hash, as a real actor does: the head refuses
+        # another (tests/test_keys.py), and these rogues test what comes after.
+        mine = provenance.current()
+        hello = Register(role=role, name=name, version=mine.version, source_hash=mine.source_hash)
+        return await self.ask(BROKER, hello)
 
     def close(self) -> None:
         self.sock.close(linger=0)
