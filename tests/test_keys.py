@@ -307,7 +307,8 @@ def test_an_actor_running_other_code_is_refused_on_both_sides_unless_it_allows_i
     async def driver(head: Head) -> dict:
         argv = [sys.executable, str(other / "run.py"), "attach", "probe", "--connect",
                 head.listen, "--keys", str(keys), "--name", "old"]  # fmt: skip
-        done = await trio.run_process(argv, capture_stderr=True, check=False, cwd=other)
+        with trio.fail_after(60):  # refused: it exits by itself
+            done = await trio.run_process(argv, capture_stderr=True, check=False, cwd=other)
         seen["refused"] = (done.returncode, done.stderr.decode())
         proc = await trio.lowlevel.open_process([*argv, "--allow-version-mismatch"], cwd=other)
         try:
