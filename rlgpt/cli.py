@@ -371,7 +371,7 @@ def keys_arguments(parser: argparse.ArgumentParser) -> None:
     listing = sub.add_parser("list", help="the client keys, authorized and revoked")
     for child in (init, add, revoke, listing):
         child.add_argument(
-            "--dir", dest="sub_dir", default=None, help="keys folder (default: keys)"
+            "--dir", dest="sub_dir", metavar="DIR", default=None, help="keys folder (default: keys)"
         )
     for child in (init, add):
         child.add_argument("--force", dest="sub_force", action="store_true",
