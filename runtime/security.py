@@ -239,7 +239,11 @@ class KeyRing:
         """Re-read the folder if its listing changed; True when it did. A file that
         cannot be read (a copy half written) keeps the key its name had, so a slow copy
         never revokes anyone."""
-        stamp = self._listing()
+        try:
+            stamp = self._listing()
+        except OSError as exc:  # (not there is fine: no keys) unreadable: keep what we had
+            log.warning("client_keys_unreadable", folder=str(self.folder), detail=str(exc))
+            return False
         if stamp == self._stamp:
             return False
         old = {name: key for key, name in self.names.items()}
