@@ -216,6 +216,7 @@ class KeyRing:
         self.names: dict[bytes, str] = {}
         """Z85 public key → key name."""
         self._stamp: tuple | None = None
+        self._error = ""
         self.reload()
 
     def _listing(self) -> tuple:
@@ -239,7 +240,14 @@ class KeyRing:
         """Re-read the folder if its listing changed; True when it did. A file that
         cannot be read (a copy half written) keeps the key its name had, so a slow copy
         never revokes anyone."""
-        stamp = self._listing()
+        try:
+            stamp = self._listing()
+        except OSError as exc:  # (not there is fine: no keys) unreadable: keep what we had
+            if str(exc) != self._error:  # once, not every poll
+                log.warning("client_keys_unreadable", folder=str(self.folder), detail=str(exc))
+            self._error = str(exc)
+            return False
+        self._error = ""
         if stamp == self._stamp:
             return False
         old = {name: key for key, name in self.names.items()}

@@ -17,6 +17,7 @@ import stat
 import sys
 import time
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from messages.codec import encode_envelope
 from messages.control import Failure, Probe, Register, Registered, StatusQuery
 from rlgpt.cli import main
 from runtime import provenance
+from runtime.config import ActorSettings
 from runtime.head import Head
 from runtime.security import CurveClient, add_client_key, create_keys, revoke_client_key
 
@@ -335,11 +337,20 @@ def test_an_actor_running_other_code_is_refused_on_both_sides_unless_it_allows_i
     assert allowed["actor_id"] == "old" and allowed["actor_source"] == theirs
 
 
-def test_the_heads_own_actors_state_the_same_tree() -> None:
-    # In-process and head-started actors run this very tree: they pass (the suite's
-    # other head tests register both kinds with the check on).
-    assert provenance.current() == provenance.current()
-    assert len(provenance.source_hash()) == 64
+def test_the_heads_own_actors_pass_the_check_with_this_trees_hash(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, {"probe": ActorSettings(count=1)})
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("probe", 1)
+        return {"seq": (await head.client.ask("@probe", Probe(seq=5), timeout=60)).seq}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0 and run.report["seq"] == 5
+    mine = provenance.current()
+    registered = {e["actor_id"]: e for e in run.named("actor_registered")}
+    assert {"head", "probe-0"} <= set(registered)
+    assert all(e["version"] == mine.version for e in registered.values())
+    assert not run.named("registration_refused") and not run.named("version_mismatch_allowed")
 
 
 # ----------------------------------------------------------------- the hash
@@ -367,6 +378,15 @@ def test_the_source_hash_covers_code_and_data_and_nothing_else(tmp_path: Path) -
     # A file moved to another name is another tree, even with the same bytes.
     (tree / "envs" / "trace.py").rename(tree / "envs" / "trace2.py")
     assert provenance.hash_tree(tree) != base
+
+
+def test_a_checkout_and_its_wheel_installed_hash_alike(tmp_path: Path) -> None:
+    from test_package import _wheel  # builds from a copy of this checkout (~4 s)
+
+    installed = tmp_path / "site-packages"
+    with zipfile.ZipFile(_wheel(tmp_path / "dist")) as wheel:
+        wheel.extractall(installed)
+    assert provenance.hash_tree(installed) == provenance.hash_tree(ROOT)
 
 
 def test_the_hashed_packages_and_data_are_the_ones_the_wheel_ships() -> None:
