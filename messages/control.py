@@ -21,6 +21,9 @@ class Register:
     """OS process id, for operators."""
     host: str = ""
     """Host name, for operators."""
+    run_id: str = ""
+    """The run this actor means to join (``attach --run-id``); a head of another run
+    refuses it. Empty: any run."""
 
 
 @message("control.registered")
