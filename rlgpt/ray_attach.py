@@ -42,13 +42,14 @@ RAY_EXTRA = "pip install -e '.[ray]' (from a checkout) or pip install 'rlgpt-act
 PLACE_PROGRESS_S = 5.0
 """How often the launcher says which copies Ray has not placed yet."""
 PLACE_TIMEOUT_S = 600.0
-"""How long Ray may take to find room for every copy (a cluster short of GPUs never
-does): then the launcher stops, naming what it asked for."""
+"""How long Ray may take to find room for every copy when ``--wait`` does not say (a
+cluster short of GPUs never does): then the launcher stops, naming what it asked for."""
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 class LaunchError(Exception):
-    """What went wrong, for an ``attach error:`` line (status 2)."""
+    """What went wrong, for an ``attach error:`` line (status 2 before any copy started,
+    1 after)."""
 
 
 def launch(args: argparse.Namespace) -> int:
@@ -67,32 +68,31 @@ def launch(args: argparse.Namespace) -> int:
         print(f"attach error: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports to Ray's servers
-    started = time.monotonic()
-    try:
-        ray.init(address=args.ray, logging_level="WARNING", log_to_driver=True)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        print(
-            f"attach error: no Ray cluster at --ray {args.ray} ({exc}); start one with "
-            "`ray start --head` and pass the address it prints",
-            file=sys.stderr,
-        )
-        return 2
-    connected = time.monotonic() - started
-    host_class = ray.remote(
-        num_cpus=args.cpus_per_learner,
-        num_gpus=args.gpus_per_learner,
-        max_restarts=args.max_restarts,
-    )(AttachHost)
-    hosts: list = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    hosts: list = []
     try:
+        started = time.monotonic()
+        try:
+            # ray.init retries an address where nothing listens for minutes: ask first.
+            _check_reachable(args.ray)
+            ray.init(address=args.ray, logging_level="WARNING", log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise LaunchError(
+                f"no Ray cluster at --ray {args.ray} ({exc}); start one with `ray start "
+                "--head` and pass the address it prints (HOST:PORT)"
+            ) from None
         print(
-            f"attach: connected to Ray at {args.ray} in {connected:.1f} s; placing "
-            f"{args.count} {args.role} (each {args.gpus_per_learner:g} GPU, "
+            f"attach: connected to Ray at {args.ray} in {time.monotonic() - started:.1f} s; "
+            f"placing {args.count} {args.role} (each {args.gpus_per_learner:g} GPU, "
             f"{args.cpus_per_learner:g} CPU)",
             file=sys.stderr,
             flush=True,
         )
+        host_class = ray.remote(
+            num_cpus=args.cpus_per_learner,
+            num_gpus=args.gpus_per_learner,
+            max_restarts=args.max_restarts,
+        )(AttachHost)
         hosts = [host_class.remote() for _ in range(args.count)]
         _place(ray, hosts, args)
         code_root = str(Path(__file__).resolve().parent.parent)
@@ -102,11 +102,12 @@ def launch(args: argparse.Namespace) -> int:
         return 130
     except LaunchError as exc:
         print(f"attach error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if not hosts else 1
     finally:
         for host in hosts:
             ray.kill(host, no_restart=True)
-        ray.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
         signal.signal(signal.SIGTERM, previous)
 
 
@@ -157,6 +158,22 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
     return argv, keys_to_text(curve) if curve is not None else ""
 
 
+RAY_CONNECT_TIMEOUT_S = 10.0
+"""How long a TCP connection to a Ray head's port may take before it counts as absent."""
+
+
+def _check_reachable(address: str) -> None:
+    """ConnectionError when ``HOST:PORT`` does not accept a TCP connection; other
+    forms (``auto``, ``ray://...``) are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConnectionError(f"{host}:{port} does not answer: {exc.strerror or exc}") from None
+
+
 def _key_name(args: argparse.Namespace) -> str:
     # --key-name comes with per-machine keys (`run.py keys add NAME`); "client" before.
     return getattr(args, "key_name", "") or "client"
@@ -166,18 +183,21 @@ def _place(ray, hosts: list, args: argparse.Namespace) -> None:
     """Wait until Ray has started every copy; print where each went and how long the
     whole placement took."""
     started = time.monotonic()
+    limit = args.wait or PLACE_TIMEOUT_S
     pending = {host.where.remote(): i for i, host in enumerate(hosts)}
     while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=PLACE_PROGRESS_S)
+        left = limit - (time.monotonic() - started)
+        timeout = max(0.0, min(PLACE_PROGRESS_S, left))
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
         waited = time.monotonic() - started
         for ref in ready:
             i = pending.pop(ref)
             print(f"attach: {_where_line(args, i, ray.get(ref))} after {waited:.1f} s", flush=True)
-        if not ready and waited >= PLACE_TIMEOUT_S:
+        if not ready and waited >= limit:
             raise LaunchError(
-                f"Ray placed {args.count - len(pending)} of {args.count} within "
-                f"{PLACE_TIMEOUT_S:g} s: the cluster lacks free nodes with "
-                f"{args.gpus_per_learner:g} GPU and {args.cpus_per_learner:g} CPU (`ray status`)"
+                f"Ray placed {args.count - len(pending)} of {args.count} within {limit:g} s "
+                f"(--wait): the cluster lacks free room for {args.gpus_per_learner:g} GPU and "
+                f"{args.cpus_per_learner:g} CPU each (`ray status` shows what is free)"
             )
         if not ready:
             print(
@@ -239,7 +259,7 @@ def _serve(ray, hosts: list, argv: list[str], keys: str, code_root: str, args) -
                 print(f"attach: {name} cannot be placed again ({exc})", file=sys.stderr)
                 worst = max(worst, 1)
                 continue
-            print(f"attach: {_where_line(args, i, where)}", flush=True)
+            print(f"attach: {_where_line(args, i, where)} (again)", flush=True)
             running[hosts[i].run.remote(argv, keys, code_root)] = i
     return worst
 

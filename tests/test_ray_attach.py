@@ -38,10 +38,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture
-def ray_cluster(tmp_path: Path):
-    """A one-node Ray cluster of 2 CPUs, its files under tmp_path; stopped (every process
-    of it, not only this user's other Ray instances) at the end."""
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A one-node Ray cluster of 2 CPUs for this module's tests; stopped at the end, every
+    process of it (and only of it: not `ray stop`, which ends every Ray of this user)."""
+    tmp_path = tmp_path_factory.mktemp("ray")
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -111,6 +112,20 @@ def test_ray_places_two_learners_that_each_train_a_job_and_leave_nothing_behind(
         )
         seen["place_s"] = float(placed.group(1))
         seen["launched_to_placed_s"] = time.monotonic() - started
+        # A copy whose attach process dies is started again (while no head exists yet).
+        first = int(re.search(r"learner 1/2 placed on .*pid (\d+)", log.read_text()).group(1))
+        (attach,) = wait_until_blocking(
+            lambda: _children(first), timeout=60, what="the first copy's attach process"
+        )
+        os.kill(attach, signal.SIGKILL)
+        wait_until_blocking(
+            lambda: (
+                "learner 1/2: its attach exited with status -9; starting it again"
+                in log.read_text()
+            ),
+            timeout=60,
+            what="the killed copy started again",
+        )
 
         async def driver(head: Head) -> dict:
             t0 = time.monotonic()
@@ -149,8 +164,8 @@ def test_ray_places_two_learners_that_each_train_a_job_and_leave_nothing_behind(
                 os.killpg(launcher.pid, signal.SIGKILL)
     text = log.read_text()
     where = re.findall(r"learner (\d)/2 placed on node (\S+) .*pid (\d+)", text)
-    assert sorted(w[0] for w in where) == ["1", "2"], text
-    ray_pids = [int(w[2]) for w in where]
+    assert sorted({w[0] for w in where}) == ["1", "2"], text
+    ray_pids = sorted({int(w[2]) for w in where})
     learner_pids = list(seen["learners"].values())
     # Nothing left: not the Ray actors' processes, not the attach processes they ran.
     wait_until_blocking(
@@ -163,6 +178,62 @@ def test_ray_places_two_learners_that_each_train_a_job_and_leave_nothing_behind(
         f"{seen['launched_to_placed_s']:.1f} s); both registered {seen['registered_s']:.1f} s "
         "after the head started"
     )
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_ray_launcher_stops_every_copy_and_its_process(
+    tmp_path: Path, ray_cluster: str
+) -> None:
+    keys = create_keys(tmp_path / "keys")
+    log = tmp_path / "launcher.log"
+    launcher = subprocess.Popen(
+        [*RUN, "attach", "learner", "--ray", ray_cluster, "--count", "2",
+         "--connect", f"tcp://127.0.0.1:{_free_port()}", "--keys", str(keys),
+         "--run-id", "nobody-runs-this", "--wait", "300"],
+        env={**os.environ, **RAY_ENV}, cwd=ROOT, stdout=log.open("w"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until_blocking(
+            lambda: "placed 2 learner actors through Ray" in log.read_text(),
+            timeout=180,
+            what="Ray placing both copies",
+        )
+        hosts = [int(p) for p in re.findall(r"placed on node .*pid (\d+)", log.read_text())]
+        attaches = wait_until_blocking(
+            lambda: (
+                (found := [c for h in hosts for c in _children(h)]) and len(found) == 2 and found
+            ),
+            timeout=60,
+            what="both attach processes",
+        )
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=60) == 130, log.read_text()
+        assert "stopping every copy" in log.read_text()
+        wait_until_blocking(
+            lambda: not any(_alive(p) for p in hosts + attaches),
+            timeout=60,
+            what="the Ray actors and their attach processes gone",
+        )
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if ppid == pid and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
 
 
 def test_ray_placement_without_ray_installed_names_the_extra(tmp_path: Path) -> None:
