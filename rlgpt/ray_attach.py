@@ -15,8 +15,9 @@ own with ``--run-dir``) and hands them to each Ray actor as a method argument, i
 the actor writes them to its child's standard input (``--keys-stdin``). They are never
 on a command line or in an environment variable (which ``ps`` shows to every local
 user), and no key file has to exist on the Ray nodes. They do travel inside Ray's own
-task messages: on a network you do not trust, turn on Ray's TLS (``RAY_USE_TLS``) or
-put the key folder on a shared filesystem and attach without Ray instead.
+task messages, and a Ray cluster without authentication runs code for anyone who
+reaches its ports: on a network you do not trust, turn on Ray's token authentication
+and TLS (``RAY_USE_TLS``), or attach without Ray, with key files on each machine.
 
 Stopping: Ctrl-C or SIGTERM kills every Ray actor this launcher made (their children
 follow through the death signal); the actors are owned by this launcher's Ray job, so

@@ -56,8 +56,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
         [str(ray_bin), "start", "--head", "--block", "--port=0", "--num-cpus=2",
          "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
          f"--temp-dir={temp}", f"--ray-client-server-port={_free_port()}"],
-        env={**os.environ, **RAY_ENV}, cwd=ROOT, start_new_session=True,
-        stdout=(tmp_path / "ray.log").open("w"), stderr=subprocess.STDOUT,
+        # TMPDIR: what the learners keep (checkpoints under the run id) stays in here.
+        env={**os.environ, **RAY_ENV, "TMPDIR": str(tmp_path)}, cwd=ROOT,
+        start_new_session=True, stdout=(tmp_path / "ray.log").open("w"),
+        stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         address_file = temp / "ray_current_cluster"
@@ -90,7 +92,7 @@ def test_ray_places_two_learners_that_each_train_a_job_and_leave_nothing_behind(
     keys = create_keys(tmp_path / "keys")
     connect = f"tcp://127.0.0.1:{_free_port()}"
     settings = make_settings(tmp_path, listen=connect, keys_dir=str(keys))
-    run_id, run_dir = new_run_dir(settings, "ray-run")
+    run_id, run_dir = new_run_dir(settings, f"ray-{os.getpid()}-{time.time_ns()}")
     log = tmp_path / "launcher.log"
     # The launcher starts first: its learners wait for the head of run ray-run.
     started = time.monotonic()
