@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import trio
 from helpers import ROOT, make_settings, read_events, wait_until_blocking
 
@@ -147,3 +148,18 @@ def test_run_id_errors_exit_2_naming_the_fix(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "cannot name a run folder" in bad.stderr
+
+
+def test_the_deploy_demo_configs_load_and_start_no_learner_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actors import ROLES
+    from method import settings
+
+    monkeypatch.chdir(tmp_path)  # keys_dir = "keys" is read from where the head runs
+    create_keys(tmp_path / "keys")
+    for name in ("attach-demo.toml", "cluster-demo.toml"):
+        s = settings.load(str(ROOT / "deploy" / name), ROLES)
+        settings.check_runnable(s)
+        assert s.actors["learner"].count == 0 and s.task.learn == ["collect_wood"]
+        assert s.runtime.listen.endswith(":5555") and s.runtime.keys_dir == "keys"
