@@ -256,7 +256,8 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wait", type=float, default=None, metavar="SECONDS",
         help=f"give up when no head has answered within SECONDS (attach: default "
-        f"{ATTACH_WAIT_S:g}; 0: wait for ever)",
+        f"{ATTACH_WAIT_S:g}; 0: wait for ever); with --ray, also how long Ray may take to "
+        "place them",
     )  # fmt: skip
     # The keys as JSON on standard input, not in files (the Ray launcher hands them over
     # this way: never on a command line or in the environment, which `ps` shows).

@@ -124,6 +124,10 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
         raise LaunchError("--gpus-per-learner and --cpus-per-learner cannot be negative")
     if args.keys_stdin:
         raise LaunchError("--keys-stdin is for the copies themselves; pass --keys DIR")
+    if args.name:
+        # A copy started again would ask for its name while the broker still holds it
+        # for the dead one (until the heartbeat timeout), and be refused.
+        raise LaunchError("--name does not go with --ray: the head names each copy")
     keys = args.keys or _run_keys(args.connect, args.run_dir)
     try:
         curve = CurveClient.load(Path(keys), _key_name(args)) if keys else None

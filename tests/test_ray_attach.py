@@ -252,3 +252,23 @@ def test_ray_placement_without_ray_installed_names_the_extra(tmp_path: Path) -> 
     assert done.returncode == 2
     assert "--ray needs Ray, which is not installed" in done.stderr
     assert "pip install -e '.[ray]'" in done.stderr
+
+
+def test_ray_launcher_refuses_what_cannot_work_at_once(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="Ray is the optional extra: pip install -e '.[ray]'")
+    keys = create_keys(tmp_path / "keys")
+    base = [*RUN, "attach", "learner", "--count", "2", "--connect", "tcp://127.0.0.1:5555"]
+    cases = [
+        (["--ray", "127.0.0.1:1", "--keys", str(keys)], "no Ray cluster at --ray 127.0.0.1:1"),
+        (["--ray", "127.0.0.1:1"], "--ray needs keys to reach tcp://127.0.0.1:5555"),
+        (["--ray", "127.0.0.1:1", "--keys", str(keys), "--name", "x"], "--name does not go"),
+        (["--ray", "127.0.0.1:1", "--keys", str(tmp_path)], "client.key_secret not found"),
+    ]
+    for args, expect in cases:
+        started = time.monotonic()
+        done = subprocess.run(
+            [*base, *args], env={**os.environ, **RAY_ENV}, cwd=tmp_path,
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2 and expect in done.stderr, (args, done.stderr)
+        assert time.monotonic() - started < 20  # not Ray's minutes of retrying
