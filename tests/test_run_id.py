@@ -93,7 +93,7 @@ def test_a_worker_gives_up_after_its_wait_with_a_clear_message(tmp_path: Path) -
     started = time.monotonic()
     done = subprocess.run(
         [*RUN, "attach", "probe", "--connect", connect, "--keys", str(keys)]
-        + ["--run-id", "never", "--wait", "3", "--quiet"],
+        + ["--run-id", "never", "--wait", "1", "--quiet"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -101,7 +101,7 @@ def test_a_worker_gives_up_after_its_wait_with_a_clear_message(tmp_path: Path) -
     )
     took = time.monotonic() - started
     assert done.returncode == 1, done.stderr
-    assert f"no head answered at {connect} within 3 s (--wait)" in done.stderr
+    assert f"no head answered at {connect} within 1 s (--wait)" in done.stderr
     assert "is the head of run never running" in done.stderr
     assert took < 30
 
