@@ -314,7 +314,11 @@ class AttachHost:
                     proc.wait()
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+"""Loaded here, not in the forked child: a Ray worker runs threads, and between fork and
+exec the child should do no more than one system call."""
+
+
 def _die_with_parent() -> None:
     """In the child, before exec: SIGTERM when the Ray worker that started it dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
