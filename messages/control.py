@@ -29,6 +29,9 @@ class Register:
     allow_mismatch: bool = False
     """Register even if the source differs (``attach --allow-version-mismatch``): the
     head logs a warning instead of refusing."""
+    run_id: str = ""
+    """The run this actor means to join (``attach --run-id``); a head of another run
+    refuses it. Empty: any run."""
 
 
 @message("control.registered")

@@ -5,6 +5,7 @@
     rlgpt tail [RUN_DIR]                    follow a run's events (default: latest)
     rlgpt attach ROLE --connect tcp://HOST:PORT [--device cuda:1] [--keys DIR | --run-dir RUN]
                  [--key-name NAME] [--allow-version-mismatch]
+                 [--run-id ID] [--ray ADDRESS --count N --gpus-per-learner G]
     rlgpt keys [init] [--dir keys]          create CURVE keys (server + "client")
     rlgpt keys add NAME | revoke NAME | list [--dir keys]   one client key per machine
     rlgpt models list | fetch NAME...       local models: the verified table, fetch one
@@ -85,6 +86,12 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", default="", metavar="RUN_DIR", help="continue a run whose head was stopped"
     )
     parser.add_argument(
+        "--run-id", default="", metavar="ID",
+        help="name the run ID (folder RUNS_DIR/ID) instead of NAME-TIME; workers started "
+        "with `attach --run-id ID` wait for it. A folder of that id with a config.json is "
+        "resumed, as --resume does",
+    )  # fmt: skip
+    parser.add_argument(
         "--quiet",
         action="store_true",
         help="console shows warnings only, then the final summary",
@@ -103,9 +110,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from method import settings as method_settings
     from rlgpt import view as views
     from runtime import config
-    from runtime.head import EXIT_CONFIG, check_run_dir, new_run_dir, run_head
+    from runtime.head import EXIT_CONFIG, check_run_dir, check_run_id, new_run_dir, run_head
 
     try:
+        if args.run_id:
+            check_run_id(args.run_id)
+            if args.resume:
+                raise ValueError(
+                    f"--resume {args.resume} and --run-id {args.run_id} both name the run; pass one"
+                )
         if args.resume:
             run_dir = Path(args.resume)
             if not (run_dir / "config.json").is_file():
@@ -116,15 +129,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             settings = method_settings.load_resolved(run_dir / "config.json", ROLES)
         else:
             settings = method_settings.load(args.config, ROLES)
+            if args.run_id and (named := _named_run(settings, args.run_id)) is not None:
+                # That run exists: it goes on, with the config it started with.
+                args.resume, run_dir = str(named), named
+                settings = method_settings.load_resolved(run_dir / "config.json", ROLES)
         method_settings.check_runnable(settings)
         _check_backend(settings)
         # Last: a bad config leaves no run folder behind.
         if args.resume:
             check_run_dir(run_dir)
         else:
-            run_id, run_dir = new_run_dir(settings)
+            run_id, run_dir = new_run_dir(settings, args.run_id)
     except config.ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValueError as exc:  # --run-id: an id that cannot name a folder, a clash
+        print(f"run error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     # After the config check (the head never imports torch: tests/test_layout.py).
     if settings.run.driver == "checkup":
@@ -150,6 +170,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.close()  # the head closes it on its way out; this covers a crash before
     views.print_summary(run_dir, code, command=command_name())
     return code
+
+
+def _named_run(settings, run_id: str) -> Path | None:
+    """For ``--run-id ID``: ``RUNS_DIR/ID`` when it holds a run (its config.json: that
+    run is resumed), None when there is no such folder (a new run of that id).
+    ValueError for a folder of that name that is not a run's."""
+    folder = Path(settings.run.runs_dir) / run_id
+    if (folder / "config.json").is_file():
+        return folder
+    if folder.exists():
+        raise ValueError(
+            f"{folder} exists but holds no config.json (it is not a run folder): pick "
+            "another --run-id, or remove that folder"
+        )
+    return None
 
 
 def _check_backend(settings) -> None:
@@ -225,6 +260,19 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
         help="register even if this checkout's source differs from the head's (the head "
         "logs a warning); without it such an actor is refused",
     )  # fmt: skip
+        "--run-id", default="", metavar="ID",
+        help="join only the run ID (the head's `run.py --run-id ID`): wait for its head, "
+        "refuse a head of another run",
+    )  # fmt: skip
+    parser.add_argument(
+        "--wait", type=float, default=None, metavar="SECONDS",
+        help=f"give up when no head has answered within SECONDS (attach: default "
+        f"{ATTACH_WAIT_S:g}; 0: wait for ever); with --ray, also how long Ray may take to "
+        "place them",
+    )  # fmt: skip
+    # The keys as JSON on standard input, not in files (the Ray launcher hands them over
+    # this way: never on a command line or in the environment, which `ps` shows).
+    parser.add_argument("--keys-stdin", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     # "json": events as JSON lines, for a head that reads this process's output.
     parser.add_argument(
@@ -236,8 +284,46 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
 
 
+ATTACH_WAIT_S = 600.0
+"""How long ``attach`` waits for a head to answer before it gives up (``--wait``): long
+enough for a head started after its workers (a batch job's head still queued, a model
+still loading), short enough that a worker pointed at the wrong place ends by itself."""
+WAIT_PROGRESS_S = 5.0
+"""How often a waiting ``attach`` says it is still waiting."""
+
+
+def attach_arguments(parser: argparse.ArgumentParser) -> None:
+    actor_arguments(parser)
+    ray = parser.add_argument_group(
+        "placement through Ray (pip install -e '.[ray]')",
+        "Start COUNT copies of this attach as Ray actors; Ray picks the nodes. The keys are "
+        "read here and handed to each in memory.",
+    )
+    ray.add_argument(
+        "--ray", default="", metavar="ADDRESS",
+        help="a Ray cluster's address (HOST:PORT as `ray start --head` printed, or auto)",
+    )  # fmt: skip
+    ray.add_argument("--count", type=int, default=1, help="how many to start (default 1)")
+    ray.add_argument(
+        "--gpus-per-learner", type=float, default=0.0, metavar="G",
+        help="GPUs Ray reserves for each (default 0; with G > 0, --device defaults to cuda)",
+    )  # fmt: skip
+    ray.add_argument(
+        "--cpus-per-learner", type=float, default=1.0, metavar="C",
+        help="CPUs Ray reserves for each (default 1)",
+    )  # fmt: skip
+    ray.add_argument(
+        "--max-restarts", type=int, default=3, metavar="R",
+        help="start one again at most R times after it crashed or its node died (default 3)",
+    )  # fmt: skip
+
+
 def cmd_actor(args: argparse.Namespace) -> int:
     command = args.command.name
+    if getattr(args, "ray", ""):
+        from rlgpt.ray_attach import launch
+
+        return launch(args)
     import trio
 
     from actors import actor_class
@@ -245,11 +331,19 @@ def cmd_actor(args: argparse.Namespace) -> int:
     from runtime.devices import DeviceError, check_device
     from runtime.security import CurveClient, KeysMissing, is_loopback
 
+    wait = args.wait if args.wait is not None else (ATTACH_WAIT_S if command == "attach" else 0)
     try:
         cls = actor_class(args.role)
         check_device(args.device)
-        keys = args.keys or _run_keys(args.connect, args.run_dir, args.key_name)
-        curve = CurveClient.load(Path(keys), args.key_name) if keys else None
+        if args.run_id:
+            from runtime.head import check_run_id
+
+            check_run_id(args.run_id)
+        if args.keys_stdin:
+            curve = keys_from_text(sys.stdin.read())
+        else:
+            keys = args.keys or _run_keys(args.connect, args.run_dir, args.key_name)
+            curve = CurveClient.load(Path(keys), args.key_name) if keys else None
     except (ValueError, DeviceError, KeysMissing) as exc:
         print(f"{command} error: {exc}", file=sys.stderr)
         return 2
@@ -278,6 +372,32 @@ def cmd_actor(args: argparse.Namespace) -> int:
         max_frame_bytes=args.max_frame_bytes,
         allow_version_mismatch=args.allow_version_mismatch,
     )
+    actor.join_run = args.run_id
+    gave_up: list[str] = []
+
+    async def wait_for_head() -> None:
+        """Say every few seconds that no head answers yet; stop after ``wait`` s."""
+        start = trio.current_time()
+        whose = f"the head of run {args.run_id}" if args.run_id else "a head"
+        while True:
+            left = wait - (trio.current_time() - start) if wait else WAIT_PROGRESS_S
+            with trio.move_on_after(min(WAIT_PROGRESS_S, max(left, 0.0))):
+                await actor.wait_registered()
+                return
+            waited = trio.current_time() - start
+            if wait and waited >= wait:
+                gave_up.append(
+                    f"no head answered at {args.connect} within {wait:g} s (--wait); is "
+                    f"{whose} running, listening there, and reachable from this machine?"
+                )
+                actor.stop("wait_timeout")
+                return
+            limit = f" of {wait:g}" if wait else ""
+            print(
+                f"{command}: waiting for {whose} at {args.connect} ({waited:.0f} s{limit})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:
@@ -289,6 +409,8 @@ def cmd_actor(args: argparse.Namespace) -> int:
                         return
 
             nursery.start_soon(on_signal)
+            if command == "attach":
+                nursery.start_soon(wait_for_head)
             await actor.run(args.connect, curve=curve)
             nursery.cancel_scope.cancel()
 
@@ -302,7 +424,39 @@ def cmd_actor(args: argparse.Namespace) -> int:
             raise
         print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
         return 2
+    if gave_up:
+        print(f"{command} error: {gave_up[0]}", file=sys.stderr)
+        return 1
     return 0
+
+
+def keys_to_text(curve) -> str:
+    """A :class:`runtime.security.CurveClient` as the JSON ``--keys-stdin`` reads."""
+    import json
+
+    return json.dumps(
+        {
+            "public": curve.public.decode(),
+            "secret": curve.secret.decode(),
+            "server_public": curve.server_public.decode(),
+        }
+    )
+
+
+def keys_from_text(text: str):
+    """The keys ``--keys-stdin`` got (:func:`keys_to_text`); ValueError if malformed."""
+    import json
+
+    from runtime.security import CurveClient
+
+    try:
+        data = json.loads(text)
+        fields = {k: str(data[k]).encode() for k in ("public", "secret", "server_public")}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--keys-stdin: standard input holds no keys ({exc})") from None
+    if any(len(v) != 40 for v in fields.values()):  # a Z85 CURVE key is 40 characters
+        raise ValueError("--keys-stdin: a key is not 40 Z85 characters")
+    return CurveClient(**fields)
 
 
 def _run_keys(connect: str, run_dir: str, name: str = "client") -> str:
@@ -476,8 +630,9 @@ COMMANDS: list[Command] = [
     Command("tail", "follow a run's events, readably", tail_arguments, cmd_tail,
             "Follow a run's events."),
     Command(
-        "attach", "add an actor (e.g. a learner on another GPU) to a running head",
-        actor_arguments, cmd_actor,
+        "attach", "add an actor (e.g. a learner on another GPU) to a running head, or "
+        "COUNT of them placed by Ray (--ray)",
+        attach_arguments, cmd_actor,
     ),
     Command("keys", "CURVE keys for actors on other machines: init, add/revoke/list one per "
             "machine", keys_arguments, cmd_keys,

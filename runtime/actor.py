@@ -177,6 +177,9 @@ class Actor:
         self.max_frame_bytes = max_frame_bytes
         self.parent_pid = parent_pid
         self.run_id = ""
+        self.join_run = ""
+        """The run this actor means to join (``attach --run-id``): a head of another run
+        refuses it, and it refuses one that answers with another. Empty: any run."""
         self.inflight = 0
         self._ids = itertools.count()
         self._nonce = secrets.token_hex(3)
@@ -266,6 +269,10 @@ class Actor:
         If the actor is cancelled the thread is abandoned (it cannot be interrupted),
         so long work should check a flag of its own to stop early."""
         return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+    async def wait_registered(self) -> None:
+        """Return once the broker has welcomed this actor (its first registration)."""
+        await self._registered.wait()
 
     def stop(self, reason: str = "") -> None:
         """Leave the serve loop cleanly (teardown runs)."""
@@ -375,6 +382,7 @@ class Actor:
             version=mine.version,
             source_hash=mine.source_hash,
             allow_mismatch=self.allow_version_mismatch,
+            run_id=self.join_run,
         )
         while True:
             try:
@@ -385,6 +393,11 @@ class Actor:
             except RemoteFailure as exc:
                 raise ActorRefused(exc.failure.detail or exc.failure.reason) from None
             if isinstance(reply, Registered):
+                if self.join_run and reply.run_id != self.join_run:
+                    # A head that did not check (it predates Register.run_id).
+                    raise ActorRefused(
+                        f"the head serves run {reply.run_id!r}, not {self.join_run!r}"
+                    )
                 self.actor_id = reply.actor_id
                 self.run_id = reply.run_id
                 self.heartbeat_interval = reply.heartbeat_interval

@@ -457,6 +457,17 @@ class Broker:
             return Failure("name_taken", detail)
         return None
 
+    def _run_refusal(self, msg: Register) -> Failure | None:
+        """Why an actor that asked for run ``msg.run_id`` may not join this one (a
+        worker started for another run found this head on its port); None when it may."""
+        if not msg.run_id or msg.run_id == self.settings.run_id:
+            return None
+        return Failure(
+            "wrong_run",
+            f"this head serves run {self.settings.run_id!r}, not {msg.run_id!r}: connect to"
+            f" the head of run {msg.run_id!r}, or attach with --run-id {self.settings.run_id}",
+        )
+
     # -- registration and death ----------------------------------------------------
 
     def _version_refusal(self, name: str, msg: Register) -> Failure | None:
@@ -483,8 +494,18 @@ class Broker:
         return Failure("version_mismatch", detail)
 
     def _register(self, identity: bytes, env: Envelope, msg: Register, key: str = "") -> None:
+        known = self.by_identity.get(identity)
+        if known is not None and known.role == msg.role and msg.name in ("", known.actor_id):
+            # The same connection asking again: an actor that waited for a broker sent a
+            # Register every few seconds, and ZeroMQ delivers every one it queued once
+            # the broker is up. Answer with the same id rather than renaming it each time.
+            reply = Envelope(REPLY, "", known.actor_id, BROKER, env.id)
+            welcome = Registered(
+                known.actor_id, self.settings.heartbeat_interval, self.settings.run_id
+            )
+            return self._send(identity, reply, welcome)
         name = msg.name or f"{msg.role}-{next(self._names)}"
-        refused = self._name_refusal(identity, name, msg.role)
+        refused = self._name_refusal(identity, name, msg.role) or self._run_refusal(msg)
         if refused is not None:
             # Refuse rather than have two connections evict each other (and their jobs).
             self._registrations(name, refused.reason, role=msg.role)

@@ -210,11 +210,30 @@ def claim_ipc_path(path: Path) -> None:
             log.info("stale_socket_removed", path=str(other), age_s=round(age, 1))
 
 
-def new_run_dir(settings: Settings) -> tuple[str, Path]:
-    """Make ``<runs_dir>/<name>-<timestamp>``; raises :class:`ConfigError` (status 2)
-    naming ``[run] runs_dir`` or ``[run] name`` when the run could not live there."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    run_id = f"{settings.run.name}-{stamp}-{secrets.token_hex(2)}"
+RUN_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+"""What a run id given on the command line (``--run-id``) may hold: it names a folder
+and the head's socket file, so no path separators, spaces or shell characters."""
+
+
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it can name a run folder; ValueError saying what is wrong."""
+    bad = sorted(set(run_id) - RUN_ID_CHARS)
+    if not run_id or bad or run_id.startswith((".", "-")):
+        why = f"it holds {''.join(bad)!r}" if bad else "it is empty or starts with . or -"
+        raise ValueError(
+            f"--run-id {run_id!r} cannot name a run folder ({why}): use letters, digits, "
+            "'.', '_' and '-', starting with a letter or digit"
+        )
+    return run_id
+
+
+def new_run_dir(settings: Settings, run_id: str = "") -> tuple[str, Path]:
+    """Make ``<runs_dir>/<name>-<timestamp>`` (or ``<runs_dir>/<run_id>`` when the caller
+    fixes the id: ``run.py --run-id``); raises :class:`ConfigError` (status 2) naming
+    ``[run] runs_dir`` or ``[run] name`` when the run could not live there."""
+    if not run_id:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        run_id = f"{settings.run.name}-{stamp}-{secrets.token_hex(2)}"
     _check_ipc_path(settings.source, run_id)
     run_dir = Path(settings.run.runs_dir) / run_id
     try:
