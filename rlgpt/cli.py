@@ -260,6 +260,7 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
         help="register even if this checkout's source differs from the head's (the head "
         "logs a warning); without it such an actor is refused",
     )  # fmt: skip
+    parser.add_argument(
         "--run-id", default="", metavar="ID",
         help="join only the run ID (the head's `run.py --run-id ID`): wait for its head, "
         "refuse a head of another run",

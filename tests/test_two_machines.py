@@ -28,10 +28,10 @@ def test_a_remote_learner_with_its_own_key_is_revoked_mid_job_and_the_job_resume
     why = namespaces_available()
     if why:
         pytest.skip(f"this machine refuses network namespaces ({why})")
+    scenario = [sys.executable, str(HERE / "two_machines.py"), str(tmp_path)]
     done = subprocess.run(
-        ["unshare", "-n", "-u", "--fork", sys.executable, str(HERE / "two_machines.py"), str(tmp_path)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        ["unshare", "-n", "-u", "--fork", *scenario], capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads((tmp_path / "scenario.json").read_text())
     print(json.dumps({k: v for k, v in seen.items() if k != "remote_stderr"}, indent=1))
