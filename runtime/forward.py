@@ -257,7 +257,13 @@ class EventForwarder:
             while queue and len(lines) < self.batch_events:
                 cost = len(queue[0][1]) + ITEM_OVERHEAD
                 if size + cost > self.batch_bytes:
-                    break
+                    if lines:
+                        break
+                    # (A stub's name alone too long: never a batch that cannot go.)
+                    self._bytes -= len(queue.popleft()[1])
+                    self.dropped += 1  # (told in the next batch)
+                    self.dropped_total += 1
+                    continue
                 _, line = queue.popleft()
                 self._bytes -= len(line)
                 lines.append(line)
