@@ -318,6 +318,9 @@ class EventIntake:
         self._last: OrderedDict[str, int] = OrderedDict()
         """Last batch written per stream, newest streams last."""
         self.written = 0
+        """Events written (for the benchmark and the curious)."""
+        self.batches = 0
+        """Batches written."""
         self.rejected = 0
 
     def take(self, actor_id: str, role: str, batch: EventBatch) -> EventsTaken:
@@ -350,6 +353,7 @@ class EventIntake:
             records.append(record)
         if lines and events.append_lines(lines):
             self.written += len(lines)
+            self.batches += 1
             for record in records:
                 events.relay(record)
         if bad:
