@@ -2,7 +2,9 @@
 
 Every process of a run (the head and each local actor) appends to the same file. Each
 event is written with a single ``write`` on a file opened with ``O_APPEND``, so lines
-from different processes never interleave. The same events are shown on the console in
+from different processes never interleave. An actor attached from another machine has
+no such file: its events travel to the head, which appends them (:mod:`runtime.forward`,
+:func:`forward_to`, :func:`append_lines`). The same events are shown on the console in
 a readable one-line form (:func:`render`), which ``run.py tail`` reuses. The console
 never blocks the process: its lines go out from a thread of their own, and when the
 console is not read (``run.py ... | less`` left paused, a full stderr pipe) lines past a
