@@ -22,7 +22,8 @@ attached from another machine (``run.py attach ROLE --connect tcp://...`` withou
   ``events_dropped`` record (count, first and last ``ts`` dropped) that opens the next
   batch sits exactly where the missing events would. Nothing is lost on the actor's
   side: its console has every event, and an actor that stops with events dropped or
-  unsent says how many there (``events_dropped`` with ``unsent``).
+  unsent says how many there (``events_dropped`` with the total and ``unsent``, or
+  ``events_unsent``), even when the head never came back.
 * **Head side** (:class:`EventIntake`, called by the broker): each line must be a JSON
   object; it is written to the events file with ``host``, ``remote: true``, and the
   actor's id and role as the broker knows them (a peer cannot speak for another), its
@@ -289,15 +290,23 @@ class EventForwarder:
         """Say in the local log what never reached the head (called last, as the actor
         stops)."""
         unsent = self.queued + (len(self._pending.events) if self._pending else 0)
-        if self.dropped_total or unsent:
+        if not self.reachable:
+            why = "head unreachable"
+        elif self._pending is not None:
+            why = "head not answering"  # (its last batch got no answer yet)
+        else:
+            why = "actor stopping"
+        if self.dropped_total:
             self._local(
                 "warning",
                 "events_dropped",
                 events=self.dropped_total,
                 unsent=unsent,
                 sent=self.sent,
-                reason="actor stopping" if self.reachable else "head unreachable",
+                reason=why,
             )
+        elif unsent:
+            self._local("info", "events_unsent", unsent=unsent, sent=self.sent, reason=why)
 
     @staticmethod
     def _local(level: str, event: str, **fields: Any) -> None:

@@ -4,6 +4,7 @@ heads, a real ``run.py attach`` process over loopback tcp with CURVE, real socke
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -80,6 +81,11 @@ def test_an_attached_actors_events_land_in_the_heads_log_with_its_host(tmp_path:
                 lambda: len(_remote(head.run_dir, "probe_event")) >= 2000,
                 timeout=30,
                 what="the 2,000 events in the head's events.jsonl",
+            )
+            # Stopped while the head goes on: what it logged on its way out comes too.
+            proc.terminate()
+            await wait_until(
+                lambda: _remote(head.run_dir, "actor_stopped"), timeout=30, what="its last events"
             )
         finally:
             _stop(proc)
@@ -171,6 +177,42 @@ def test_events_logged_while_the_head_is_gone_are_dropped_counted_and_reported_w
     text = log.read_text()
     assert text.count("probe_event") == count
     assert "events_forwarding_paused" in text and f"events={dropped}" in text
+
+
+def test_an_actor_whose_head_never_comes_back_says_on_its_own_log_what_it_dropped(
+    tmp_path: Path,
+) -> None:
+    keys = create_keys(tmp_path / "keys")
+    settings = make_settings(tmp_path, listen="tcp://127.0.0.1:0", keys_dir=str(keys))
+    log = tmp_path / "actor.log"
+    count = 200
+    procs: list[subprocess.Popen] = []
+
+    async def driver(head: Head) -> dict:
+        procs.append(_attach(head.listen, keys, log, "--name", "far", "--events-queue", "50"))
+        await head.wait_for("probe", 1, timeout=60)
+        head.client.tell("far", Probe(seq=1, hold_s=1.0, log_events=count))
+        await wait_until(
+            lambda: _remote(head.run_dir, "probe_event"), timeout=30, what="the first events"
+        )
+        raise RuntimeError("the head dies for good")
+
+    run_id, run_dir = new_run_dir(settings)
+    try:
+        assert trio.run(run_head, settings, run_dir, run_id, driver) == 1
+        wait_until_blocking(
+            lambda: f"i={count - 1}" in log.read_text(), timeout=60, what="all events logged"
+        )
+    finally:
+        for proc in procs:
+            _stop(proc)  # SIGTERM: it stops as it would with no head to tell it
+    said = [line for line in log.read_text().splitlines() if " events_dropped " in line]
+    assert said, log.read_text()[-2000:]
+    fields = dict(re.findall(r"(\w+)=(\S+)", said[-1]))
+    assert int(fields["events"]) > 0 and int(fields["unsent"]) > 0
+    assert 'reason="head unreachable"' in said[-1] or 'reason="head not answering"' in said[-1]
+    delivered = {e["i"] for e in _remote(run_dir, "probe_event")}
+    assert len(delivered) + int(fields["events"]) + int(fields["unsent"]) >= count
 
 
 def test_only_the_head_takes_events_and_it_names_the_sender_itself(tmp_path: Path) -> None:
