@@ -357,7 +357,7 @@ class Broker:
         if isinstance(msg, Cancel):
             return self._cancel(peer, msg.job)
         if isinstance(msg, EventBatch):
-            taken = self.intake.take(peer.actor_id, peer.role, msg)
+            taken = self.intake.take(peer.actor_id, peer.role, msg, self.settings.run_id)
             if env.mode == ASK:
                 self._send(peer.identity, Envelope(REPLY, "", env.frm, BROKER, env.id), taken)
             return

@@ -126,6 +126,9 @@ class EventForwarder:
         self._pending: EventBatch | None = None
         """The batch sent and not yet answered: sent again until it is."""
         self.reachable = True
+        """False from an unanswered batch until the head answers again."""
+        self._answered = False
+        """The head has answered at least once."""
         self._down_since = 0.0
         self._token: trio.lowlevel.TrioToken | None = None
         self._full: trio.Event | None = None
@@ -223,6 +226,7 @@ class EventForwarder:
                     queue_events=self.queue_events,
                 )
             return False
+        self._answered = True
         if not self.reachable:
             self.reachable = True
             paused = round(time.monotonic() - self._down_since, 3)
@@ -279,8 +283,8 @@ class EventForwarder:
         lately); None when nothing is, or when the head is unreachable."""
         if self._pending is not None:
             return None  # unanswered: the head is gone or slow; do not reorder
-        if not self.reachable:
-            return None
+        if not self.reachable or not self._answered:
+            return None  # (a refused actor never heard from the head: no linger for it)
         batch = self._take()
         if batch is not None:
             self.sent += len(batch.events)  # (best effort: no answer comes)
@@ -332,7 +336,9 @@ class EventIntake:
         """Batches written."""
         self.rejected = 0
 
-    def take(self, actor_id: str, role: str, batch: EventBatch) -> EventsTaken:
+    def take(self, actor_id: str, role: str, batch: EventBatch, run: str = "") -> EventsTaken:
+        """Write ``batch`` from the registered peer ``actor_id`` (of ``role``) into the
+        events file of ``run``; the answer to send back."""
         last = self._last.get(batch.stream, 0)
         if batch.seq == 0 or batch.seq <= last:
             return EventsTaken(batch.seq, 0)  # a question, or a batch written already
@@ -343,7 +349,6 @@ class EventIntake:
         lines: list[str] = []
         records: list[dict[str, Any]] = []
         bad = 0
-        run = events._sink.static.get("run")
         for text in batch.events:
             try:
                 record = json.loads(text)
@@ -355,7 +360,7 @@ class EventIntake:
             # Who sent it is the broker's word, not the line's.
             record["actor"], record["role"] = actor_id, role
             record["host"], record["remote"] = batch.host, True
-            if run is not None:
+            if run:
                 record["run"] = run
             record.setdefault("ts", events._now())
             lines.append(json.dumps(record, separators=(",", ":")))
