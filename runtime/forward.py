@@ -139,7 +139,10 @@ class EventForwarder:
         """Keep one record for the head (the events sink calls this)."""
         if getattr(_muted, "on", False):
             return  # this forwarder's own local-only records
-        line = json.dumps(record, default=events._json_default, separators=(",", ":"))
+        try:
+            line = json.dumps(record, default=events._json_default, separators=(",", ":"))
+        except (TypeError, ValueError):  # (a circular value): logging never raises for it
+            line = self._stub(record, -1)
         if len(line) + ITEM_OVERHEAD > self.batch_bytes:
             line = self._stub(record, len(line))
         ts = str(record.get("ts", ""))
@@ -164,8 +167,8 @@ class EventForwarder:
     def _stub(self, record: dict[str, Any], size: int) -> str:
         """What goes in place of an event too big for a batch: its name and size (the
         actor's own log has it whole)."""
-        stub = {k: record[k] for k in ("ts", "level", "event") if k in record}
-        stub |= {"too_large": size, "limit": self.batch_bytes}
+        stub = {k: str(record[k]) for k in ("ts", "level", "event") if k in record}
+        stub |= {"too_large": size, "limit": self.batch_bytes} if size >= 0 else {"unencodable": 1}
         return json.dumps(stub, default=events._json_default, separators=(",", ":"))
 
     def _wake(self) -> None:

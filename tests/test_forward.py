@@ -3,6 +3,7 @@ heads, a real ``run.py attach`` process over loopback tcp with CURVE, real socke
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import socket
@@ -27,7 +28,8 @@ from messages import (
 )
 from messages.control import Probe, Register
 from messages.events import EventBatch, EventsTaken
-from runtime.forward import EventForwarder
+from runtime import events
+from runtime.forward import EventForwarder, EventIntake
 from runtime.head import Head, new_run_dir, run_head
 from runtime.security import create_keys
 
@@ -303,3 +305,17 @@ def test_a_batch_never_exceeds_the_frame_cap_and_an_oversize_event_becomes_a_stu
     }
     assert lines[-1]["too_large"] > 2 * cap
     assert [b.seq for b in batches] == list(range(1, len(batches) + 1))
+
+
+def test_a_full_disk_at_the_head_costs_a_batch_counted_never_an_exception(tmp_path: Path) -> None:
+    events.configure(events_file=Path("/dev/full"), console=None)  # every write: ENOSPC
+    try:
+        intake = EventIntake()
+        lines = [json.dumps({"ts": "t", "event": "chatter", "i": i}) for i in range(3)]
+        taken = intake.take("far", "probe", EventBatch("s", 1, "there", lines), "run-1")
+        assert taken == EventsTaken(1, 3)
+        assert intake.written == 0
+        error = events.file_error()
+        assert error is not None and error.errno == errno.ENOSPC
+    finally:
+        events.close()
