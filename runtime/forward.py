@@ -35,6 +35,7 @@ attached from another machine (``run.py attach ROLE --connect tcp://...`` withou
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import threading
 import time
@@ -104,6 +105,9 @@ class EventForwarder:
         if queue_events < 1:
             raise ValueError(f"the events queue must hold at least 1 event, not {queue_events}")
         self.host = host
+        self._pid = os.getpid()
+        """A forked child (a vector env's worker) inherits this forwarder but never
+        sends: it keeps nothing (and never takes a lock its parent held at the fork)."""
         self.stream = secrets.token_hex(8)
         self.queue_events = queue_events
         self.queue_bytes = queue_bytes
@@ -137,8 +141,8 @@ class EventForwarder:
 
     def put(self, record: dict[str, Any]) -> None:
         """Keep one record for the head (the events sink calls this)."""
-        if getattr(_muted, "on", False):
-            return  # this forwarder's own local-only records
+        if getattr(_muted, "on", False) or os.getpid() != self._pid:
+            return  # this forwarder's own local-only records, or a forked child's
         try:
             line = json.dumps(record, default=events._json_default, separators=(",", ":"))
         except (TypeError, ValueError):  # (a circular value): logging never raises for it
