@@ -30,6 +30,12 @@ attached from another machine (``run.py attach ROLE --connect tcp://...`` withou
   own ``ts`` and fields kept, one batch in one write (the events file's rules: a full
   disk costs lines, counted, never an exception). The records also go to the head's
   console.
+
+Why an ask to the broker and not a tell: a tell into a connection that is down waits in
+ZeroMQ's queue or is lost with it, uncounted; only an answer says a batch is in, so the
+actor knows when to keep events back and what it dropped. The broker answers at once
+(no job, no queue) and writes in the head's process. The one tell is the last batch of
+an actor that stops (no answer can be read then), sent only to a head that answered.
 """
 
 from __future__ import annotations
