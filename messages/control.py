@@ -88,6 +88,10 @@ class Probe:
     """Seconds of blocking work to simulate before answering."""
     crash: bool = False
     """Kill the answering process instead (fault-injection for tests)."""
+    log_events: int = 0
+    """Log this many ``probe_event`` events (field ``i``: 0, 1, ...) in the worker
+    thread, spread over ``hold_s``, before answering: a load of known size for the event
+    log's tests and benchmark (test hooks only, as ``crash``)."""
 
 
 @message("control.probe_reply")

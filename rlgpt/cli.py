@@ -274,6 +274,11 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
     # The keys as JSON on standard input, not in files (the Ray launcher hands them over
     # this way: never on a command line or in the environment, which `ps` shows).
     parser.add_argument("--keys-stdin", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--events-queue", type=int, default=None, metavar="N",
+        help="without --run-dir the events go to the head: how many to keep while it is"
+        " unreachable, the oldest dropped and counted past that (default 10,000)",
+    )  # fmt: skip
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     # "json": events as JSON lines, for a head that reads this process's output.
     parser.add_argument(
@@ -348,6 +353,9 @@ def cmd_actor(args: argparse.Namespace) -> int:
     except (ValueError, DeviceError, KeysMissing) as exc:
         print(f"{command} error: {exc}", file=sys.stderr)
         return 2
+    if args.events_queue is not None and args.events_queue < 1:
+        print(f"{command} error: --events-queue must be at least 1", file=sys.stderr)
+        return 2
     if curve is None and not is_loopback(args.connect):
         print(
             f"{command} error: {args.connect} is not loopback; pass --keys DIR with the "
@@ -361,6 +369,20 @@ def cmd_actor(args: argparse.Namespace) -> int:
         view=events.JsonView() if args.console == "json" else None,
         role=cls.role,
     )
+    forwarder = None
+    if not args.run_dir:
+        # No run folder here (attached from another machine): the head writes our
+        # events into the run's log; the console keeps showing them too.
+        import socket
+
+        from runtime.forward import QUEUE_EVENTS, EventForwarder
+
+        forwarder = EventForwarder(
+            socket.gethostname(),
+            queue_events=args.events_queue or QUEUE_EVENTS,
+            max_frame_bytes=args.max_frame_bytes,
+        )
+        events.forward_to(forwarder.put)
     limits = getattr(cls, "apply_process_limits", None)
     if limits is not None:
         events.log.info("process_limits", **limits())
@@ -399,6 +421,8 @@ def cmd_actor(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+
+    actor.forwarder = forwarder
 
     async def serve() -> None:
         async with trio.open_nursery() as nursery:

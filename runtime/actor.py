@@ -76,9 +76,10 @@ from messages.control import (
 from runtime import provenance
 from runtime.deadlines import hold_limit
 from runtime.events import bind, log
+from runtime.forward import EventForwarder
 from runtime.ratelimit import EventLimiter
 from runtime.security import CurveClient
-from runtime.zmqtrio import TrioSocket
+from runtime.zmqtrio import TrioSocket, send_frames
 
 M = TypeVar("M")
 Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
@@ -106,6 +107,9 @@ EARLY_MAIL_LIMIT = 10_000
 # use; the byte cap keeps big rollout results from holding memory (>= 2 largest frames).
 ANSWERED_KEEP = 64
 ANSWERED_KEEP_BYTES = 128 * 2**20
+# How long closing the socket may hold on to an attached actor's last events batch, so
+# that what it logged while stopping still reaches the head.
+LAST_EVENTS_LINGER_MS = 1000
 
 
 class RemoteFailure(Exception):
@@ -145,6 +149,9 @@ class Actor:
     role: ClassVar[str] = "actor"
     """Role name that ``@role`` addresses reach."""
     _handlers: ClassVar[dict[type, str]] = {}
+    forwarder: EventForwarder | None = None
+    """Sends this process's events to the head (an actor attached with no run folder
+    here: :mod:`runtime.forward`); None when it writes the run's events file itself."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -327,6 +334,8 @@ class Actor:
                 self._bind()
                 log.info("actor_started", pid=os.getpid(), device=self.device)
                 nursery.start_soon(self._heartbeat)
+                if self.forwarder is not None:
+                    nursery.start_soon(self.forwarder.run, self)
                 task_status.started()
                 self._ready = True  # from now on, _on_frames dispatches to handlers
                 early, self._early = self._early, []
@@ -341,7 +350,24 @@ class Actor:
                 finally:
                     self._rejections.flush()
                     log.info("actor_stopped", reason=self.stop_reason or "cancelled")
-                    sock.close(linger=0)
+                    sock.close(linger=self._last_events(sock))
+
+    def _last_events(self, sock: zmq.Socket) -> int:
+        """Send what the forwarder still holds as one last batch (a tell: no answer can
+        be read any more) and say locally what never went; the linger for closing."""
+        if self.forwarder is None:
+            return 0
+        batch = self.forwarder.final_batch()
+        linger = 0
+        if batch is not None:
+            env = Envelope(TELL, self._next_id(), BROKER, kind=type(batch).__message_kind__)
+            try:
+                send_frames(sock, [encode_envelope(env), encode(batch)])
+                linger = LAST_EVENTS_LINGER_MS
+            except zmq.ZMQError:
+                pass  # a full queue: the head is not reading; the local log has them
+        self.forwarder.report_unsent()
+        return linger
 
     async def _watch_handshakes(self, monitor: TrioSocket) -> None:
         try:
@@ -599,13 +625,27 @@ class Actor:
                 raise PermissionError(f"crash probes need {TEST_HOOKS_ENV}=1 (tests only)")
             log.warning("probe_crash_requested", frm=env.frm)
             os.kill(os.getpid(), signal.SIGKILL)
-        if msg.hold_s > 0:
+        if msg.log_events and os.environ.get(TEST_HOOKS_ENV) != "1":
+            raise PermissionError(f"event-logging probes need {TEST_HOOKS_ENV}=1 (tests only)")
+        if msg.hold_s > 0 or msg.log_events:
             return self._hold(msg)
         return ProbeReply(msg.seq, msg.payload, self.actor_id)
 
     async def _hold(self, msg: Probe) -> ProbeReply:
-        await self.run_blocking(time.sleep, msg.hold_s)
+        await self.run_blocking(_hold, msg.hold_s, msg.log_events, msg.seq)
         return ProbeReply(msg.seq, msg.payload, self.actor_id)
+
+
+def _hold(hold_s: float, count: int, seq: int) -> None:
+    """A probe's blocking work: ``count`` events spread over ``hold_s`` seconds."""
+    if not count:
+        time.sleep(hold_s)
+        return
+    start = time.monotonic()
+    for i in range(count):
+        log.info("probe_event", seq=seq, i=i)
+        if hold_s > 0:
+            time.sleep(max(0.0, start + hold_s * (i + 1) / count - time.monotonic()))
 
 
 def wire_cap(max_frame_bytes: int) -> int:

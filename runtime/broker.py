@@ -29,10 +29,12 @@ jump between its own ticks: SIGSTOP, a VM pause) every actor gets a fresh heartb
 window, and the head's in-process actors are never reaped for silence.
 
 The broker reads envelopes only; bodies pass through untouched (their addressee
-validates them), except for messages addressed to the broker itself. It does check
-who may send what (:data:`SENDER_ROLES`, :data:`HEAD_ONLY`): a peer's role is the one it
-registered, its name is bound to its connection until that connection is declared dead,
-and a message its role may not send is refused (``message_refused``), never delivered.
+validates them), except for messages addressed to the broker itself (an attached actor's
+events among them: :mod:`runtime.forward`). It does check who may send what
+(:data:`SENDER_ROLES`, :data:`HEAD_ONLY_PREFIX`, :data:`HEAD_ONLY_KINDS`): a peer's role is
+the one it registered, its name is bound to its connection until that connection is
+declared dead, and a message its role may not send is refused (``message_refused``),
+never delivered.
 
 **Keys.** With CURVE clients (``BrokerSettings.key_allowed``), every message of an
 attached connection carries the user id ZAP gave it (``NAME/KEY``, ``runtime.security``),
@@ -89,8 +91,10 @@ from messages.control import (
     StatusQuery,
     StatusReply,
 )
+from messages.events import EventBatch
 from runtime.events import log
 from runtime.provenance import Provenance
+from runtime.forward import EventIntake
 from runtime.ratelimit import EventLimiter
 from runtime.security import key_name_of
 from runtime.zmqtrio import TrioSocket
@@ -114,6 +118,9 @@ HEAD_ONLY_PREFIX = "control."
 actor register again, ``control.cancel`` sent directly...) reaches an actor only from
 the head's side: the broker itself or a connection the head made
 (:meth:`Broker.local_identity`)."""
+HEAD_ONLY_KINDS = frozenset({EventBatch.__message_kind__})
+"""Kinds only the head takes (addressed to ``broker``, which answers for it): sent to any
+actor they are refused. An attached actor's events go into the run's log, nowhere else."""
 LOCAL_IDENTITY_BYTES = 16
 """Random bytes in a head-side routing id: unguessable by another process (ZeroMQ keeps
 the first connection that claims an id, and these are claimed before any actor starts)."""
@@ -224,6 +231,8 @@ class Broker:
         )
         self._watchers: list[tuple[str, int, trio.Event]] = []
         self._now = trio.current_time
+        self.intake = EventIntake()
+        """Writes attached actors' events (``events.batch``) to the run's events file."""
 
     # -- running -------------------------------------------------------------------
 
@@ -394,6 +403,11 @@ class Broker:
             return self._register(peer.identity, env, msg, peer.key)
         if isinstance(msg, Cancel):
             return self._cancel(peer, msg.job)
+        if isinstance(msg, EventBatch):
+            taken = self.intake.take(peer.actor_id, peer.role, msg, self.settings.run_id)
+            if env.mode == ASK:
+                self._send(peer.identity, Envelope(REPLY, "", env.frm, BROKER, env.id), taken)
+            return
         self._reject(peer.identity, "not_for_broker", env.kind)
 
     # -- who may do what --------------------------------------------------------------
@@ -417,6 +431,8 @@ class Broker:
         allowed = SENDER_ROLES.get(env.kind)
         if allowed is not None and peer.role not in allowed:
             return f"only {'/'.join(sorted(allowed))} actors send {env.kind}"
+        if env.kind in HEAD_ONLY_KINDS:
+            return f"{env.kind} goes to the head ({BROKER}) only"
         if (
             env.kind.startswith(HEAD_ONLY_PREFIX)
             and env.kind not in OPEN_CONTROL

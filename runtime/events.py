@@ -2,7 +2,9 @@
 
 Every process of a run (the head and each local actor) appends to the same file. Each
 event is written with a single ``write`` on a file opened with ``O_APPEND``, so lines
-from different processes never interleave. The same events are shown on the console in
+from different processes never interleave. An actor attached from another machine has
+no such file: its events travel to the head, which appends them (:mod:`runtime.forward`,
+:func:`forward_to`, :func:`append_lines`). The same events are shown on the console in
 a readable one-line form (:func:`render`), which ``run.py tail`` reuses. The console
 never blocks the process: its lines go out from a thread of their own, and when the
 console is not read (``run.py ... | less`` left paused, a full stderr pipe) lines past a
@@ -31,6 +33,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -51,6 +54,7 @@ CONSOLE_CLOSE_S = 1.0
 
 # Keys every event carries, printed first and not repeated among the fields.
 _HEAD_KEYS = ("ts", "level", "run", "actor", "role", "event")
+_REMOTE_HEAD_KEYS = (*_HEAD_KEYS, "host", "remote")
 
 
 def _json_default(value: Any) -> Any:
@@ -240,6 +244,9 @@ class _Sink:
         self.fd_lock = threading.Lock()
         """Held while the file descriptor is written or closed: the console's thread
         writes ``console_dropped`` too, and must never write to a reused descriptor."""
+        self.forward: Callable[[dict[str, Any]], None] | None = None
+        """Also hands every record the file would get to this (:func:`forward_to`): an
+        attached actor's events on their way to the head. Called in the logging thread."""
 
     def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> str:
         level = LEVELS.get(method, 20)
@@ -264,20 +271,32 @@ class _Sink:
         full disk above all) must not turn the event that reports a failure into a new
         one. Lines that could not be written are counted; the first line that can be
         written again is preceded by an ``events_lost`` record with the count."""
-        line = json.dumps(record, default=_json_default, separators=(",", ":")) + "\n"
+        if self.forward is not None:
+            self.forward(record)
+        if self.fd is not None:
+            self.write_lines([json.dumps(record, default=_json_default, separators=(",", ":"))])
+
+    def write_lines(self, lines: list[str]) -> bool:
+        """Append JSON lines (without their newlines) in one ``write``, so no other
+        process's line lands among them; the rules of :meth:`write_file` (never raises;
+        lines refused are counted, then reported by ``events_lost``). False when they
+        did not go in (or there is no file)."""
+        data = "".join(line + "\n" for line in lines)
         with self.fd_lock:
             if self.fd is None:
-                return
+                return False
             if self.lost:
                 self._mend()
-                lost = {"ts": record.get("ts", _now()), "level": "warning"}
+                lost = {"ts": _now(), "level": "warning"}
                 lost |= {"event": "events_lost", "lines": self.lost, "error": str(self.error)}
                 if not self._write(json.dumps(lost, separators=(",", ":")) + "\n"):
-                    self.lost += 1
-                    return
+                    self.lost += len(lines)
+                    return False
                 self.lost = 0
-            if not self._write(line):
-                self.lost += 1
+            if not self._write(data):
+                self.lost += len(lines)
+                return False
+            return True
 
     def _mend(self) -> None:
         """End a line torn by a full disk (this process's or another's: every actor
@@ -367,6 +386,19 @@ def bind(**fields: Any) -> None:
     structlog.contextvars.bind_contextvars(**fields)
 
 
+def forward_to(put: Callable[[dict[str, Any]], None] | None) -> None:
+    """Hand every record this process's events file would get (same level) also to
+    ``put`` (None: stop): an attached actor's events on their way to the head
+    (:class:`runtime.forward.EventForwarder`). ``put`` runs in the thread that logs."""
+    _sink.forward = put
+
+
+def append_lines(lines: list[str]) -> bool:
+    """Append ready JSON lines to this process's events file in one write (the head
+    writing an attached actor's batch); never raises. False when they did not go in."""
+    return _sink.write_lines(lines)
+
+
 def relay(item: dict[str, Any] | Output) -> None:
     """Show on this process's console what another process logged (an event record it
     already wrote to the events file, or a plain line of its output). Never blocks."""
@@ -415,9 +447,15 @@ def render(record: dict[str, Any], *, color: bool = False) -> str:
     ts = str(record.get("ts", ""))
     clock = ts[11:23] if len(ts) >= 23 else ts
     who = str(record.get("actor") or record.get("role") or "-")
+    skip = _HEAD_KEYS
+    if record.get("remote") is True:
+        # An attached actor's event, forwarded by the head (runtime/forward.py): named
+        # with the host it ran on.
+        who += f"@{record.get('host', '?')}"
+        skip = _REMOTE_HEAD_KEYS
     name = str(record.get("event", "?"))
     fields = " ".join(
-        f"{k}={_short(v)}" for k, v in record.items() if k not in _HEAD_KEYS and k != "exception"
+        f"{k}={_short(v)}" for k, v in record.items() if k not in skip and k != "exception"
     )
     line = f"{clock} {who:<14} {name:<22} {fields}".rstrip()
     if "exception" in record:
