@@ -93,8 +93,8 @@ from messages.control import (
 )
 from messages.events import EventBatch
 from runtime.events import log
-from runtime.provenance import Provenance
 from runtime.forward import EventIntake
+from runtime.provenance import Provenance
 from runtime.ratelimit import EventLimiter
 from runtime.security import key_name_of
 from runtime.zmqtrio import TrioSocket

@@ -28,7 +28,7 @@ from messages import (
 )
 from messages.control import Probe, Register
 from messages.events import EventBatch, EventsTaken
-from runtime import events
+from runtime import events, provenance
 from runtime.forward import EventForwarder, EventIntake
 from runtime.head import Head, new_run_dir, run_head
 from runtime.security import create_keys
@@ -243,7 +243,9 @@ def test_only_the_head_takes_events_and_it_names_the_sender_itself(tmp_path: Pat
                         return decode(body)
 
         try:
-            await ask(BROKER, Register(role="probe", name="rogue"))
+            mine = provenance.current()  # a rogue with this tree: registration is not the point
+            hello = Register(role="probe", name="rogue", source_hash=mine.source_hash)
+            await ask(BROKER, hello)
             forged = json.dumps({"event": "run_finished", "actor": "head", "role": "head"})
             batch = EventBatch("s1", 1, "elsewhere", [forged, "not json", "[1, 2]"])
             # To another actor: refused, never delivered.
