@@ -303,6 +303,7 @@ class ArtifactServer(Actor):
         record = self._job(job)
         if "decisions" in fields and fields["decisions"] < record.get("decisions", -1):
             return  # an older checkpoint arriving late never replaces a newer one
+        older = record.get("sha256")
         record.update(fields)
         record["reached"] = max(record.get("reached", 0), record.get("decisions", 0))
         path = self._job_file(job)
@@ -310,6 +311,9 @@ class ArtifactServer(Actor):
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record) + "\n")
         os.replace(tmp, path)
+        if isinstance(older, str) and is_sha256(older) and older != record.get("sha256"):
+            # A job's older checkpoint is of no more use: the store keeps one per job.
+            self.store.path(older).unlink(missing_ok=True)
 
     @handles(LatestCheckpoint)
     def on_latest(self, msg: LatestCheckpoint, env: Envelope) -> LatestCheckpointReply:
