@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from messages.train import TrainResult
-from runtime.artifacts import STORE_DIR, Store
 
 
 class PolicyUnusable(Exception):
@@ -103,6 +102,8 @@ def store_artifact(run_dir: Path, result: TrainResult) -> Path:
     tmp.write_bytes(result.policy_bytes)
     os.replace(tmp, path)
     # Also by content, for environment actors on other machines to fetch (a hard link).
+    from runtime.artifacts import STORE_DIR, Store
+
     Store(run_dir / STORE_DIR).add_file(path, digest)
     return path
 
