@@ -90,14 +90,13 @@ def test_an_environment_actor_on_another_machine_runs_a_learned_stage_fetched_by
         stored = head.run_dir / "policies" / "wood.zip"  # where the head keeps a result
         stored.parent.mkdir(parents=True)
         shutil.copy(tmp_path / "wood.zip", stored)
-        await head.wait_for("environment", 1)
-        seen["local"] = await head.client.ask(
-            "environment-0", _composed(config, str(stored), digest), timeout=120
-        )
         remote = await _attach("environment", head, keys, "remote-env", "--run-dir",
                                str(elsewhere))  # fmt: skip
         try:
             await head.wait_for("environment", 2)
+            seen["local"] = await head.client.ask(
+                "environment-0", _composed(config, str(stored), digest), timeout=120
+            )
             # The head's path means nothing there: the file comes by its hash ...
             seen["remote"] = await head.client.ask(
                 "remote-env", _composed(config, str(stored), digest), timeout=120
@@ -264,7 +263,8 @@ def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_
     seen: dict = {}
 
     def machine(name: str) -> dict:
-        # Each learner keeps its files in its own TMPDIR: two machines' disks.
+        # Each learner keeps its files in its own TMPDIR: two machines' disks. Both are
+        # there from the start: the one that gets the job is killed, the other takes it.
         folder = tmp_path / name
         folder.mkdir()
         return {**os.environ, "TMPDIR": str(folder)}
@@ -276,7 +276,11 @@ def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_
             async def ask() -> None:
                 seen["result"] = await head.client.ask("@learner", req)
 
-            first = await _attach("learner", head, keys, "learner-a", env=machine("a"))
+            learners = {
+                name: await _attach("learner", head, keys, name, env=machine(name))
+                for name in ("learner-a", "learner-b")
+            }
+            await head.wait_for("learner", 2)
             nursery.start_soon(ask)
 
             def checkpointed() -> bool:
@@ -291,21 +295,22 @@ def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_
             await wait_until(checkpointed, timeout=300, what="a checkpoint in the head's store")
             seen["killed_at"] = head.client.progress["moving"].steps
             seen["stored"] = json.loads(job_file.read_text())
-            os.kill(first.pid, signal.SIGKILL)
-            await first.wait()
-            second = await _attach("learner", head, keys, "learner-b", env=machine("b"))
+            (holder,) = [a.actor_id for a in head.broker.status().actors if a.inflight]
+            seen["killed"] = holder
+            os.kill(learners[holder].pid, signal.SIGKILL)
             try:
                 await wait_until(lambda: "result" in seen, timeout=300, what="the job's result")
             finally:
-                second.terminate()
-                await second.wait()
+                for proc in learners.values():
+                    proc.terminate()
+                    await proc.wait()
         return {}
 
     run = run_head_with(settings, driver)
     assert run.code == 0
     result: TrainResult = seen["result"]
-    assert result.actor_id == "learner-b"
-    assert result.resumed_from >= every  # from the head's copy: b's disk had none
+    assert result.actor_id != seen["killed"]
+    assert result.resumed_from >= every  # from the head's copy: its own disk had none
     assert result.resumed_from >= seen["stored"]["decisions"]
     assert result.steps >= 1024
     assert result.resumed_from + result.steps_lost >= seen["killed_at"]
