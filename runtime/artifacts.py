@@ -191,6 +191,11 @@ class ArtifactServer(Actor):
         self._scanned: dict[tuple[str, int, int], str] = {}
         """(path, size, mtime) → sha256 of the run's policy files hashed so far."""
 
+    async def setup(self) -> None:
+        # Puts a head that stopped left half done: none is under way yet.
+        for part in (self.store.root / "tmp").glob("*.part"):
+            part.unlink(missing_ok=True)
+
     # -- get -------------------------------------------------------------------------
 
     @handles(ArtifactGet)
@@ -405,14 +410,19 @@ def unpack_tensorboard(pack: Path, dest: Path) -> int:
 
 
 async def fetch(actor: Actor, sha256: str, store: Store, *, what: str = "") -> Path:
-    """The file with ``sha256`` in ``store``, fetched from the head's store first when it
-    is not there: chunk by chunk (each checked: its hash, offset and length, a short one
-    refused), into a temp file, the whole checked before it is renamed into ``store``.
+    """The file with ``sha256`` in ``store`` (checked again), fetched from the head's
+    store first when it is not there or no longer matches: chunk by chunk (each checked:
+    its hash, offset and length, a short one refused), into a temp file, the whole
+    checked before it is renamed into ``store``.
     Raises :class:`ArtifactMissing` when the head has none, :class:`ArtifactError`
     when what came is not that file or the head does not answer."""
     have = store.get(sha256)
     if have is not None:
-        return have
+        if await trio.to_thread.run_sync(sha256_file, have) == sha256:
+            return have
+        # A cache file changed under us (a bad disk, a hand edit): fetch it again.
+        log.warning("artifact_cache_corrupt", sha256=sha256, path=str(have))
+        have.unlink(missing_ok=True)
     started = time.monotonic()
     want = chunk_size(actor.max_frame_bytes)
     tmp = store._tmp(sha256)

@@ -182,6 +182,27 @@ def test_a_corrupted_or_short_chunk_is_refused_and_nothing_is_kept(
     assert not list((cache.root / "tmp").iterdir())
 
 
+def test_a_cached_file_that_no_longer_matches_its_hash_is_fetched_again(tmp_path: Path) -> None:
+    blob = os.urandom(3000)
+    digest = hashlib.sha256(blob).hexdigest()
+    cache = Store(tmp_path / "cache")
+    cache.add_bytes(blob, digest)
+    cache.path(digest).write_bytes(b"rotten" + blob[6:])  # the disk changed it since
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        Store(head.run_dir / "artifacts").add_bytes(blob, digest)
+        worker = Worker(name="worker")
+        await head.start_local(worker)
+        seen["path"] = await artifacts.fetch(worker, digest, cache)
+        return {}
+
+    run = run_head_with(make_settings(tmp_path), driver)
+    assert run.code == 0
+    assert seen["path"].read_bytes() == blob
+    assert run.named("artifact_cache_corrupt") and run.named("artifact_fetched")
+
+
 def test_a_put_whose_bytes_do_not_match_its_sha256_is_refused(tmp_path: Path) -> None:
     class FakeLearner(Actor):
         """Speaks the learner's put (the broker lets only learners put)."""
