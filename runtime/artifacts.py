@@ -69,6 +69,9 @@ TB_MAX_MEMBERS = 1000
 """Most files in one TensorBoard pack (a job writes one event file per learn() call)."""
 TB_MAX_BYTES = 64 << 20
 """Most bytes a TensorBoard pack unpacks to (a job's curves are a few hundred kB)."""
+STALE_PART_S = 600.0
+"""A half-written file in a store's ``tmp/`` this old belongs to no transfer under way (a
+chunk's ask times out after :data:`ASK_TIMEOUT_S`)."""
 JOBS_DIR = "jobs"
 """Inside the store: ``<job>.json``, the newest checkpoint of each job and how far it got."""
 NAME_MAX = 100
@@ -192,9 +195,15 @@ class ArtifactServer(Actor):
         """(path, size, mtime) → sha256 of the run's policy files hashed so far."""
 
     async def setup(self) -> None:
-        # Puts a head that stopped left half done: none is under way yet.
+        # Puts a head that stopped left half done (none of this head's is under way yet;
+        # a young file may be a fetch by a worker that shares this run directory).
+        old = time.time() - STALE_PART_S
         for part in (self.store.root / "tmp").glob("*.part"):
-            part.unlink(missing_ok=True)
+            try:
+                if part.stat().st_mtime < old:
+                    part.unlink()
+            except OSError:
+                continue
 
     # -- get -------------------------------------------------------------------------
 

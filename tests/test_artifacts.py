@@ -28,7 +28,7 @@ from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Stage, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
 from runtime import artifacts
-from runtime.actor import Actor
+from runtime.actor import Actor, ActorRefused
 from runtime.artifacts import ArtifactError, ArtifactServer, Store, unpack_tensorboard
 from runtime.config import ActorSettings
 from runtime.head import Head
@@ -346,3 +346,32 @@ def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_
         f"checkpoint {stored[-1]['bytes']} bytes, TensorBoard pack {packs[-1]['bytes']} bytes,"
         f" policy {len(result.policy_bytes)} bytes"
     )
+
+
+def test_only_the_head_serves_artifacts_and_only_learners_put(tmp_path: Path) -> None:
+    class Impostor(Actor):
+        """A peer on the head's socket that would answer every worker's fetch."""
+
+        role = "artifacts"
+
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        try:
+            with trio.fail_after(30):
+                await Impostor(name="store-2").run(head.endpoint)  # not a head-side connection
+        except* ActorRefused as group:  # out of the actor's nursery
+            seen["impostor"] = str(group.exceptions[0])
+        worker = Worker(name="not-a-learner")
+        await head.start_local(worker)
+        try:
+            await artifacts.put(worker, b"z" * 100, kind="checkpoint", job="j", decisions=1)
+        except ArtifactError as exc:
+            seen["put"] = str(exc)
+        return {}
+
+    run = run_head_with(make_settings(tmp_path), driver)
+    assert run.code == 0
+    assert "artifacts role is the head's own" in seen["impostor"]
+    assert "only learner actors send artifact.put" in seen["put"]
+    assert not (run.run_dir / "artifacts" / "jobs").exists()
