@@ -14,6 +14,12 @@ repeats the stages of the last one compiles nothing (``rollout_finished`` counts
 Torch, loaded only for learned stages, runs one thread per runner (:func:`limit_torch`).
 Every failure of the code is an episode outcome, never an exception.
 
+A learned policy (a request's or a stage's) is named by its sha256, with the head's path
+beside it: a path inside this actor's run directory is used as it is; any other is never
+read, and the file comes from this machine's artifact store instead, fetched from the
+head's by its hash when missing (:mod:`runtime.artifacts`), so an actor on any machine
+runs any learned stage.
+
 A request with ``stages`` (and ``needs``) runs a composed policy instead: the task
 planner of :mod:`envs.composite` runs coded and learned sub-policies in turn inside each
 episode, and each episode report lists its stage runs.
@@ -26,6 +32,7 @@ batch cancelled mid-way writes none).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import sandbox
@@ -46,6 +53,7 @@ from envs.stats import StatsWriter
 from messages import Envelope
 from messages.causes import POLICY_UNUSABLE
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
+from runtime import artifacts
 from runtime.actor import Actor, handles
 from runtime.events import log
 
@@ -73,6 +81,8 @@ class EnvironmentActor(Actor):
         super().__init__(**{**kwargs, "capacity": 1})
         self.runner: Runner | None = None
         self.stats: StatsWriter | None = None
+        self.store = artifacts.worker_store(self.run_dir)
+        """Policies fetched from the head by sha256 (:mod:`runtime.artifacts`)."""
 
     @classmethod
     def apply_process_limits(cls) -> dict[str, int]:
@@ -99,18 +109,20 @@ class EnvironmentActor(Actor):
     async def on_rollout(self, req: RolloutRequest, env: Envelope) -> RolloutResult:
         if req.world != "crafter":
             raise ValueError(f"this environment actor runs crafter, not {req.world!r}")
-        if req.stages and (req.code or req.policy_path):
+        policy = req.policy_path or req.policy_sha256
+        if req.stages and (req.code or policy):
             raise ValueError(
                 "a rollout request runs either stages (a composed policy) or code or a"
-                " policy_path, not both: leave code and policy_path empty with stages"
+                " policy, not both: leave code, policy_path and policy_sha256 empty with stages"
             )
         if req.needs and not req.stages:
             raise ValueError("needs are served only in a composed policy: give stages too")
-        if req.policy_path and req.config is None:
+        if policy and req.config is None:
             raise ValueError("a trained-policy rollout needs the RL config it was trained on")
-        refused = self._foreign_policy(req)
-        if refused is not None:
-            return refused
+        local = await self._local_policies(req)
+        if isinstance(local, RolloutResult):
+            return local
+        req = local
         log.info(
             "rollout_started",
             subtask=req.subtask.name,
@@ -161,27 +173,58 @@ class EnvironmentActor(Actor):
         if self.stats is not None and episode.stats:
             self.stats.write(episode.length, episode.reward, episode.counts)
 
-    def _foreign_policy(self, req: RolloutRequest) -> RolloutResult | None:
-        """A request naming a policy file outside this run's directory, or without its
-        sha256, fails every episode with ``policy_unusable`` before anything is read:
-        the path came from a peer (SB3 zips are read without unpickling, envs/artifacts.py)."""
-        named = [(req.policy_path, req.policy_sha256)]
-        named += [(s.policy_path, s.policy_sha256) for s in req.stages]
-        named += [(n.stage.policy_path, n.stage.policy_sha256) for n in req.needs]
-        for path, sha256 in named:
-            if not path:
-                continue
+    async def _local_policies(self, req: RolloutRequest) -> RolloutRequest | RolloutResult:
+        """``req`` with every policy it names as a file of this machine, checked by its
+        sha256: a path inside this actor's run directory as it is (the head's run, or a
+        learner that shares it); any other policy — a path elsewhere (the head's, on
+        another machine) or a sha256 alone — from this machine's artifact store,
+        fetched from the head's by its hash when missing. A path outside the run
+        directory is never read: a peer named it. A policy without its sha256, or one the
+        head's store does not have, fails every episode with ``policy_unusable``."""
+        resolved: dict[tuple[str, str], str] = {}
+
+        async def local(path: str, sha256: str) -> str:
+            if not path and not sha256:
+                return ""
+            if (path, sha256) not in resolved:
+                resolved[(path, sha256)] = await self._policy_file(path, sha256)
+            return resolved[(path, sha256)]
+
+        try:
+            top = await local(req.policy_path, req.policy_sha256)
+            stages = [
+                dataclasses.replace(s, policy_path=await local(s.policy_path, s.policy_sha256))
+                for s in req.stages
+            ]
+            needs = []
+            for n in req.needs:
+                path = await local(n.stage.policy_path, n.stage.policy_sha256)
+                needs.append(
+                    dataclasses.replace(n, stage=dataclasses.replace(n.stage, policy_path=path))
+                )
+        except PolicyUnusable as exc:
+            log.warning("policy_refused", subtask=req.subtask.name, detail=str(exc))
+            episodes = [
+                EpisodeReport(s, False, 0, 0.0, [], POLICY_UNUSABLE, str(exc)) for s in req.seeds
+            ]
+            return RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id)
+        return dataclasses.replace(req, policy_path=top, stages=stages, needs=needs)
+
+    async def _policy_file(self, path: str, sha256: str) -> str:
+        if not sha256:
+            raise PolicyUnusable(f"{path[:200]!r} comes without its sha256")
+        where = ""
+        if path:
             try:
                 if self.run_dir is None:
                     raise PolicyUnusable(f"{path[:200]!r}: this actor has no run directory")
-                inside(self.run_dir, path)
-                if not sha256:
-                    raise PolicyUnusable(f"{path[:200]!r} comes without its sha256")
+                found = inside(self.run_dir, path)
+                if found.is_file():
+                    return str(found)  # the runner checks its sha256 as it loads it
+                where = f"{path[:200]!r} is not in the run directory {self.run_dir}"
             except PolicyUnusable as exc:
-                log.warning("policy_refused", subtask=req.subtask.name, detail=str(exc))
-                episodes = [
-                    EpisodeReport(s, False, 0, 0.0, [], POLICY_UNUSABLE, str(exc))
-                    for s in req.seeds
-                ]
-                return RolloutResult(req.subtask.name, episodes, 0.0, 0, self.actor_id)
-        return None
+                where = str(exc)  # elsewhere: never read, fetched by its hash instead
+        try:
+            return str(await artifacts.fetch(self, sha256, self.store, what="policy"))
+        except artifacts.ArtifactError as exc:
+            raise PolicyUnusable(f"{where + '; ' if where else ''}{exc}") from None

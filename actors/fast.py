@@ -31,6 +31,7 @@ from method.journal import job_key
 from method.paired import compare, faulted, reached, stage_outcomes
 from method.settings import MethodSettings
 from method.split import rollout_split
+from method.tboard import log_dir
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
 from runtime.head import log_progress
@@ -480,8 +481,12 @@ class FastAgent(Actor):
             ledger.append(self.run_dir, [ledger.training_line(result, job_key(req))])
             raise _TrainingFailed(result)
         path = store_artifact(self.run_dir, result)
-        # Recorded without the bytes (they are on disk now) and with the local path.
-        result = dataclasses.replace(result, policy_bytes=b"", policy_path=str(path))
+        # Recorded without the bytes (they are on disk now) and with the local paths: a
+        # remote learner put its TensorBoard files to the head before it answered.
+        here = {"tensorboard_dir": str(log_dir(self.run_dir) / req.name)}
+        result = dataclasses.replace(
+            result, policy_bytes=b"", policy_path=str(path), **(here if result.policy_bytes else {})
+        )
         # Booked before it is recorded: a kill between the two redoes the job, whose
         # line then replaces this one (the ledger's ids), instead of losing its episodes.
         ledger.append(self.run_dir, [ledger.training_line(result, job_key(req))])

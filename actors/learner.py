@@ -16,8 +16,13 @@ world's start is made, and resets that restore it (in this job or a later one on
 same setup) add none.
 
 A re-delivered job (its first learner died) finds the checkpoints of its earlier attempt
-and resumes from the newest; the result reports the decisions lost to the crash. An
-abandoned job (the asker cancelled or timed out) stops at the next env step.
+and resumes from the newest; the result reports the decisions lost to the crash. Every
+checkpoint is also put to the head's artifact store (:mod:`runtime.artifacts`) under the
+job's name, and a learner that has none of a job asks the head for its newest, so a job
+resumes on any learner, on any machine, losing at most one checkpoint interval. A remote
+learner (no run directory) also puts its job's TensorBoard files to the head, which
+unpacks them into the run's TensorBoard folder. An abandoned job (the asker cancelled or
+timed out) stops at the next env step.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +43,11 @@ from envs.artifacts import PolicyUnusable, policy_spec, restore_checkpoint, sha2
 from envs.held_out import held_out
 from envs.rl_env import SetupError
 from messages import Envelope
+from messages.artifact import JobReached
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
 from method import seeds
 from method.tboard import LOG_DIR
+from runtime import artifacts
 from runtime.actor import Actor, handles
 from runtime.devices import check_device
 from runtime.events import log
@@ -92,6 +100,10 @@ class LearnerActor(Actor):
         self.workdir = self.run_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "rlgpt-learner"
         self._workers: dict[str, threading.Event] = {}
         """Job name → set when the worker thread of its last attempt here has ended."""
+        self.store = artifacts.worker_store(self.run_dir)
+        """Checkpoints fetched from the head (:mod:`runtime.artifacts`)."""
+        self._putting = trio.Lock()
+        """One put to the head at a time: checkpoints arrive in the order they were made."""
 
     @handles(TrainRequest)
     async def on_train(self, req: TrainRequest, env: Envelope) -> TrainResult:
@@ -105,14 +117,19 @@ class LearnerActor(Actor):
             log.info("training_waits_for_previous_attempt", job=req.name)
             while not previous.is_set():
                 await trio.sleep(WORKER_POLL_S)
+        head = await self._head_checkpoint(req.name)
         done = self._workers[req.name] = threading.Event()
         stop = threading.Event()
         log.info("training_started", job=req.name, steps=req.total_steps, device=device)
         try:
-            result = await self.run_blocking(self._train_then, done, req, device, stop, env.frm)
+            result = await self.run_blocking(
+                self._train_then, done, req, device, stop, env.frm, head
+            )
         except BaseException:
             stop.set()  # cancelled or failed: make the worker thread stop at its next step
             raise
+        if self.run_dir is None:
+            await self._put_tensorboard(req.name)
         log.info(
             "training_finished",
             job=req.name,
@@ -123,6 +140,61 @@ class LearnerActor(Actor):
         )
         return result
 
+    async def _head_checkpoint(self, job: str) -> HeadCheckpoint | None:
+        """The newest checkpoint of ``job`` in the head's store, fetched into this
+        machine's store; None when there is none or the head's store cannot give it."""
+        try:
+            latest = await artifacts.latest_checkpoint(self, job)
+            if not latest.sha256:
+                return HeadCheckpoint(None, 0, latest.reached) if latest.reached else None
+            path = await artifacts.fetch(self, latest.sha256, self.store, what="checkpoint")
+        except artifacts.ArtifactError as exc:
+            log.warning("checkpoint_not_fetched", job=job, detail=str(exc)[:500])
+            return None
+        return HeadCheckpoint(path, latest.decisions, latest.reached)
+
+    def share_checkpoint(self, job: str, path: Path, steps: int) -> None:
+        """Put a checkpoint just saved (worker thread) to the head's store, in the
+        background: training goes on while it travels."""
+        data = path.read_bytes()  # now: the next checkpoint replaces the file
+        try:
+            trio.from_thread.run_sync(
+                self._nursery.start_soon, self._put_checkpoint, job, data, steps
+            )
+        except (RuntimeError, AttributeError, trio.RunFinishedError):
+            pass  # trained outside an actor (tests call train() directly): no head
+
+    async def _put_checkpoint(self, job: str, data: bytes, steps: int) -> None:
+        async with self._putting:
+            try:
+                await artifacts.put(self, data, kind="checkpoint", job=job, decisions=steps)
+            except artifacts.ArtifactError as exc:
+                log.warning("checkpoint_not_shared", job=job, steps=steps, detail=str(exc)[:500])
+
+    async def _put_tensorboard(self, job: str) -> None:
+        """A remote job's TensorBoard files, packed and put to the head (which unpacks
+        them into the run's TensorBoard folder)."""
+        pack = await self.run_blocking(artifacts.pack_tensorboard, self._base() / LOG_DIR / job)
+        if not pack:
+            return
+        async with self._putting:
+            try:
+                await artifacts.put(self, pack, kind="tensorboard", job=job)
+            except artifacts.ArtifactError as exc:
+                log.warning("tensorboard_not_shared", job=job, detail=str(exc)[:500])
+
+    def tell_reached(self, job: str, steps: int) -> None:
+        """Tell the head's store how far this attempt got (worker thread)."""
+        try:
+            trio.from_thread.run_sync(self.tell, "@" + artifacts.ROLE, JobReached(job, steps))
+        except (RuntimeError, AttributeError, AssertionError, trio.RunFinishedError):
+            pass  # trained outside an actor: no head to tell
+
+    def _base(self) -> Path:
+        # A remote learner keeps its files under the head's run id, so a job of the same
+        # name in another run never resumes from this run's checkpoints.
+        return self.workdir if self.run_dir is not None else self.workdir / self.run_id
+
     def _train_then(self, done: threading.Event, *args: Any) -> TrainResult:
         try:
             return self.train(*args)
@@ -131,19 +203,23 @@ class LearnerActor(Actor):
             done.set()
 
     def train(
-        self, req: TrainRequest, device: str, stop: threading.Event, asker: str
+        self,
+        req: TrainRequest,
+        device: str,
+        stop: threading.Event,
+        asker: str,
+        head: HeadCheckpoint | None = None,
     ) -> TrainResult:
-        """Train and evaluate (blocking; runs in a worker thread)."""
+        """Train and evaluate (blocking; runs in a worker thread). ``head``: what the
+        head's store holds of this job (its newest checkpoint, fetched)."""
         from envs.rl_env import make_vec_env
 
         started = time.monotonic()
-        # A remote learner keeps its files under the head's run id, so a job of the same
-        # name in another run never resumes from this run's checkpoints.
-        base = self.workdir if self.run_dir is not None else self.workdir / self.run_id
+        base = self._base()
         folder = base / "learners" / req.name
         folder.mkdir(parents=True, exist_ok=True)
         attempts = folder / "attempts.jsonl"
-        reached = _furthest(attempts)
+        reached = max(_furthest(attempts), head.reached if head is not None else 0)
         # Beside the run-level figures: one TensorBoard log dir for the whole run.
         curves = base / LOG_DIR / req.name
         vec = make_vec_env(
@@ -159,7 +235,7 @@ class LearnerActor(Actor):
             start_states=True,
         )
         try:
-            model, resumed_from = resume(req, vec, device, folder, curves)
+            model, resumed_from = resume(req, vec, device, folder, curves, head)
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
             counter = EpisodeCounter()
@@ -169,7 +245,12 @@ class LearnerActor(Actor):
                 [
                     counter,
                     SaveCheckpoints(
-                        folder, attempts, self.actor_id, req.checkpoint_every, resumed_from
+                        folder,
+                        attempts,
+                        self.actor_id,
+                        req.checkpoint_every,
+                        resumed_from,
+                        share=lambda path, steps: self.share_checkpoint(req.name, path, steps),
                     ),
                     ReportProgress(self, req, asker, counter, attempts, stop, resumed_from),
                     StopOnCancel(stop),
@@ -275,13 +356,36 @@ def make_ppo(
     return model
 
 
-def resume(req: TrainRequest, vec: Any, device: str, folder: Path, curves: Path) -> tuple[Any, int]:
+class HeadCheckpoint:
+    """What the head's artifact store holds of a job."""
+
+    def __init__(self, path: Path | None, decisions: int, reached: int) -> None:
+        self.path = path
+        """Its newest checkpoint, fetched into this machine's store (None: none)."""
+        self.decisions = decisions
+        """Agent decisions that checkpoint holds."""
+        self.reached = reached
+        """The most decisions any attempt of the job reported reaching."""
+
+
+def resume(
+    req: TrainRequest,
+    vec: Any,
+    device: str,
+    folder: Path,
+    curves: Path,
+    head: HeadCheckpoint | None = None,
+) -> tuple[Any, int]:
     """The job's model and the decisions it starts from: a fresh PPO with the job's
-    settings, into which the newest checkpoint in ``folder`` (a crashed attempt's) is
-    loaded without unpickling (:func:`envs.artifacts.restore_checkpoint`). A checkpoint
-    that cannot be used is logged (``checkpoint_unusable``) and training starts over."""
+    settings, into which the newest checkpoint — in ``folder`` (a crashed attempt's on
+    this machine) or the head's (``head``: an attempt's on any learner), whichever holds
+    more decisions — is loaded without unpickling
+    (:func:`envs.artifacts.restore_checkpoint`). A checkpoint that cannot be used is
+    logged (``checkpoint_unusable``) and training starts over."""
     model = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
     found = latest_checkpoint(folder)
+    if head is not None and head.path is not None and head.decisions > (found or (0, -1))[1]:
+        found = head.path, head.decisions
     if found is None:
         return model, 0
     path, steps = found
@@ -294,7 +398,7 @@ def resume(req: TrainRequest, vec: Any, device: str, folder: Path, curves: Path)
         # A partial load must not leak into the fresh start: build it again.
         fresh = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
         return fresh, 0
-    log.info("training_resumed", job=req.name, from_steps=steps)
+    log.info("training_resumed", job=req.name, from_steps=steps, checkpoint=str(path))
     return model, steps
 
 
@@ -439,9 +543,19 @@ class SaveCheckpoints(BaseCallback):
     """Saves the model every ``every`` decisions as ``ckpt-<steps>.zip`` in ``folder``,
     keeping only the newest, and records how far the attempt got."""
 
-    def __init__(self, folder: Path, attempts: Path, actor_id: str, every: int, since: int):
+    def __init__(
+        self,
+        folder: Path,
+        attempts: Path,
+        actor_id: str,
+        every: int,
+        since: int,
+        share: Callable[[Path, int], None] | None = None,
+    ):
         super().__init__()
         self.folder, self.attempts, self.actor_id, self.every = folder, attempts, actor_id, every
+        self.share = share
+        """Called with each checkpoint saved (the learner puts it to the head's store)."""
         self.last_checkpoint = since
         """Decisions at the newest checkpoint (the one resumed from, at first)."""
 
@@ -461,6 +575,8 @@ class SaveCheckpoints(BaseCallback):
                 old.unlink(missing_ok=True)
         self.last_checkpoint = steps
         _record_reached(self.attempts, self.actor_id, steps)
+        if self.share is not None:
+            self.share(path, steps)
 
 
 class ReportProgress(BaseCallback):
@@ -521,6 +637,7 @@ class ReportProgress(BaseCallback):
             losses=self.losses,
         )
         _record_reached(self.attempts, self.actor.actor_id, steps)
+        self.actor.tell_reached(self.req.name, steps)
         try:
             trio.from_thread.run_sync(self.actor.tell, self.asker, progress)
         except trio.RunFinishedError:

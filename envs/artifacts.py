@@ -84,8 +84,9 @@ def sha256_of(path: Path) -> str:
 def store_artifact(run_dir: Path, result: TrainResult) -> Path:
     """Where a result's policy lives in ``run_dir``: a local learner's path as it is
     (it must lie inside ``run_dir``), a remote learner's bytes written to
-    ``policies/<job>.zip`` after checking the hash. Raises :class:`ArtifactRefused`
-    for a name or path that would leave ``run_dir``."""
+    ``policies/<job>.zip`` after checking the hash (and kept by content in the run's
+    artifact store, ``artifacts/sha256/<hex>``, :mod:`runtime.artifacts`). Raises
+    :class:`ArtifactRefused` for a name or path that would leave ``run_dir``."""
     name = artifact_name(result.name)
     if not result.policy_bytes:
         try:
@@ -100,6 +101,10 @@ def store_artifact(run_dir: Path, result: TrainResult) -> Path:
     tmp = path.with_suffix(".part")
     tmp.write_bytes(result.policy_bytes)
     os.replace(tmp, path)
+    # Also by content, for environment actors on other machines to fetch (a hard link).
+    from runtime.artifacts import STORE_DIR, Store
+
+    Store(run_dir / STORE_DIR).add_file(path, digest)
     return path
 
 

@@ -3,7 +3,7 @@
 Import the family modules here so that decoding knows every kind.
 """
 
-from messages import control, events, plan, rollout, task, train  # noqa: F401  (the families)
+from messages import artifact, control, events, plan, rollout, task, train  # noqa: F401  (the families)
 from messages.base import REGISTRY, message
 from messages.codec import (
     DEFAULT_MAX_FRAME,

@@ -18,9 +18,11 @@ class RolloutRequest:
     code: str = ""
     """Policy source defining ``run(skills)`` (code-as-policy); runs in the sandbox."""
     policy_path: str = ""
-    """Or: a trained policy artifact (SB3 zip) to run instead of code."""
+    """Or: a trained policy artifact (SB3 zip) to run instead of code: its path in the
+    head's run directory, used as it is only by an actor whose run directory that is."""
     policy_sha256: str = ""
-    """The artifact's expected hash; a mismatch fails the rollout."""
+    """The artifact's hash, which names it: an actor that lacks the file (or is given no
+    path) fetches it by this from the head's store; a mismatch fails the rollout."""
     config: RLConfig | None = None
     """With ``policy_path``: the RL config the policy was trained with (its observation
     and action space); its subtask is replaced by this request's."""

@@ -129,9 +129,11 @@ class Stage:
     code: str = ""
     """A coded sub-policy: Python defining ``run(skills)`` (used when no policy is given)."""
     policy_path: str = ""
-    """Or a learned sub-policy: an SB3 zip trained on ``config``."""
+    """Or a learned sub-policy: an SB3 zip trained on ``config`` (its path in the head's
+    run directory; may be empty when ``policy_sha256`` names it)."""
     policy_sha256: str = ""
-    """The zip's expected hash."""
+    """The zip's hash, which names it: an environment actor without the file fetches it
+    by this from the head's artifact store."""
     config: RLConfig | None = None
     """The RL interface the learned sub-policy acts through (observation, coded options)."""
 

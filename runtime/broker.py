@@ -101,12 +101,21 @@ from runtime.zmqtrio import TrioSocket
 
 HEAD_ROLE = "head"
 """The head's own client; only a connection the head made itself may register it."""
+HEAD_SIDE_ROLES = frozenset({HEAD_ROLE, "artifacts"})
+"""Roles only a head-side connection may register: the head's client, and its artifact
+store (a peer serving ``@artifacts`` would answer every worker's fetch)."""
 RESERVED_NAMES = frozenset({BROKER, ""})
 """Names no actor may take: the broker's own address would let it forge ``frm``."""
 SENDER_ROLES: dict[str, frozenset[str]] = {
     "train.result": frozenset({"learner"}),
     "train.progress": frozenset({"learner"}),
     "rollout.result": frozenset({"environment"}),
+    # The head's artifact store answers; learners put checkpoints and TensorBoard packs.
+    "artifact.chunk": frozenset({"artifacts"}),
+    "artifact.ack": frozenset({"artifacts"}),
+    "artifact.latest_reply": frozenset({"artifacts"}),
+    "artifact.put": frozenset({"learner"}),
+    "artifact.reached": frozenset({"learner"}),
 }
 """Kinds only some roles may send (in any mode, replies included): a result is believed
 by whoever receives it, so it must come from the role that makes it."""
@@ -461,8 +470,8 @@ class Broker:
         is declared dead by the heartbeat timeout: a quiet actor is not a dead one."""
         if name in RESERVED_NAMES or name.startswith(ROLE_PREFIX):
             return Failure("name_reserved", f"{name!r} is not an actor name; pick another --name")
-        if role == HEAD_ROLE and identity not in self.trusted:
-            return Failure("role_reserved", "the head role is the head's own; pick another role")
+        if role in HEAD_SIDE_ROLES and identity not in self.trusted:
+            return Failure("role_reserved", f"the {role} role is the head's own; pick another role")
         old = self.peers.get(name)
         if old is not None and old.identity != identity:
             detail = (

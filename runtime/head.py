@@ -39,6 +39,7 @@ from messages import Envelope
 from messages.train import TrainProgress
 from runtime import events, provenance
 from runtime.actor import Actor, RemoteFailure, handles, wire_cap
+from runtime.artifacts import ArtifactServer
 from runtime.broker import Broker, BrokerSettings
 from runtime.config import ConfigError, Settings
 from runtime.events import log
@@ -385,6 +386,13 @@ async def run_head(
                     client.run, inproc, context=ctx, routing_id=broker.local_identity()
                 )
             )
+            # The run's files by sha256, for workers on any machine (runtime/artifacts.py).
+            artifacts = ArtifactServer(run_dir=run_dir, max_frame_bytes=rt.max_frame_bytes)
+            await nursery.start(
+                functools.partial(
+                    artifacts.run, inproc, context=ctx, routing_id=broker.local_identity()
+                )
+            )
             children_done = trio.Event()
 
             async def supervise_all() -> None:
@@ -525,7 +533,7 @@ async def _report_status(broker: Broker) -> None:
         actors = tuple(
             (p.actor_id, p.role, len(p.inflight), p.capacity)
             for p in broker.peers.values()
-            if p.actor_id != "head"
+            if p.actor_id not in ("head", "artifacts")
         )
         queued = sum(len(q) for q in broker.queues.values())
         events.status(events.Status(actors, queued))

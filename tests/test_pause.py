@@ -79,7 +79,7 @@ def test_a_head_paused_past_the_heartbeat_timeout_declares_no_one_dead_and_runs_
     assert named("run_finished")[0]["restarts"] == 0
     answers = json.loads((run_dir / "report.json").read_text())["answers"]
     assert answers["0"] == "holder" and sorted(answers) == ["0", "1", "2"]
-    assert len(named("actor_registered")) == 4  # head, holder, two probes: each once
+    assert len(named("actor_registered")) == 5  # head, artifacts, holder, two probes: each once
 
 
 def test_a_paused_run_makes_one_plan_trains_each_job_once_and_keeps_its_budget(
@@ -164,7 +164,7 @@ def test_an_in_process_agent_is_never_reaped_for_silence(tmp_path: Path) -> None
 
     run = run_head_with(settings, driver)
     assert run.code == 0
-    assert seen["peers"] == ["head", "mute"]
+    assert seen["peers"] == ["artifacts", "head", "mute"]
     assert not run.named("actor_lost")
 
 

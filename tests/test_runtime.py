@@ -214,7 +214,7 @@ def test_queued_job_goes_to_an_actor_attached_over_curve_and_a_wrong_key_is_refu
     run = run_head_with(settings, driver)
     assert run.code == 0
     assert seen["reply"].seq == 42
-    assert seen["registered_while_impostor"] == 1  # only the head's own client
+    assert seen["registered_while_impostor"] == 2  # only the head's own client and store
     assert seen["impostor_exit"] == 2  # a clear error, not an endless retry
     refused = run.named("peer_refused")
     assert refused and refused[0]["reason"] == "unknown client key"
