@@ -87,7 +87,7 @@ def usable_cores(
     quota = _cgroup_quota(cgroup, self_cgroup)
     if quota is not None and math.ceil(quota[0]) < cores:
         cores = max(1, math.ceil(quota[0]))
-        source = f"{quota[1]} ({quota[0]:g} cores)"
+        source = f"{quota[1]} ({quota[0]:g} {'core' if quota[0] == 1 else 'cores'})"
     return max(1, cores), source
 
 
@@ -105,9 +105,10 @@ def _cgroup_quota(cgroup: Path, self_cgroup: Path) -> tuple[float, str] | None:
     for folder in folders:
         try:
             quota, period = (folder / "cpu.max").read_text().split()[:2]
-            if quota != "max" and float(period) > 0 and float(quota) > 0:
-                quotas.append(float(quota) / float(period))
-        except (OSError, ValueError):
+            share = float(quota) / float(period) if quota != "max" else math.nan
+            if math.isfinite(share) and share > 0:
+                quotas.append(share)
+        except (OSError, ValueError, ZeroDivisionError):
             continue
     if quotas:
         return min(quotas), "cgroup cpu.max"
@@ -116,6 +117,6 @@ def _cgroup_quota(cgroup: Path, self_cgroup: Path) -> tuple[float, str] | None:
         period = float((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
-    if quota > 0 and period > 0:
+    if quota > 0 and period > 0 and math.isfinite(quota / period):
         return quota / period, "cgroup cpu.cfs_quota_us"
     return None

@@ -101,7 +101,7 @@ def test_a_cgroup_quota_lowers_the_cores(tmp_path: Path) -> None:
     (tmp_path / "v2" / "cpu.max").write_text("50000 100000\n")
     assert usable_cores(tmp_path / "v2", tmp_path / "none") == (1, "cgroup cpu.max (0.5 cores)")
     # No quota, or a file that makes no sense: the affinity stands.
-    for text in ("max 100000\n", "", "lots of cpus\n", "0 100000\n", "100000 0\n"):
+    for text in ("max 100000\n", "", "lots of cpus\n", "0 100000\n", "100000 0\n", "inf 1\n"):
         (tmp_path / "v2" / "cpu.max").write_text(text)
         assert usable_cores(tmp_path / "v2", tmp_path / "none") == (cores, source), text
     # A quota on a cgroup above this process's own one holds it too.
@@ -110,7 +110,7 @@ def test_a_cgroup_quota_lowers_the_cores(tmp_path: Path) -> None:
     (nested / "a" / "cpu.max").write_text("100000 100000\n")
     (nested / "a" / "b" / "cpu.max").write_text("max 100000\n")
     (tmp_path / "self_cgroup").write_text("0::/a/b\n")
-    assert usable_cores(nested, tmp_path / "self_cgroup") == (1, "cgroup cpu.max (1 cores)")
+    assert usable_cores(nested, tmp_path / "self_cgroup") == (1, "cgroup cpu.max (1 core)")
     # cgroup v1's quota, and its -1 for none.
     v1 = tmp_path / "v1" / "cpu"
     v1.mkdir(parents=True)
