@@ -161,6 +161,8 @@ async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: A
             resumed=steps_before > 0,
         )
     )
+    # The actor processes started (after `count = "auto"` was worked out: see actor_counts).
+    summary["actor_counts"] = {role: a.count for role, a in s.actors.items()}
     if head.run_dir is not None:
         (head.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     from method.report import write_report

@@ -255,13 +255,13 @@ def check_runnable(s: MethodSettings) -> None:
     if s.run.driver != "rlgpt":
         return
     env = s.actors.get("environment")
-    if env is None or env.count < 1:
+    if env is None or env.count == 0:  # "auto" starts at least one
         raise ConfigError(
             s.source,
             "actors.environment",
             "at least one environment actor for the rlgpt driver",
             "none",
-            "add [actors.environment] with count = 2 (and [actors.learner] count = 1 for RL)",
+            'add [actors.environment] with count = "auto" (and [actors.learner] for RL)',
         )
 
 

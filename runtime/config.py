@@ -14,6 +14,7 @@ import difflib
 import math
 import re
 import tomllib
+import types
 import typing
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -68,12 +69,16 @@ class Check:
     """A string must start with this; empty (unset) passes."""
     pattern: str = ""
     """A string must match this regular expression whole."""
+    words: tuple[str, ...] = ()
+    """Strings allowed besides the numbers the bounds allow (``"auto"``)."""
     expected: str = ""
     """What the error says is expected, instead of the generated words."""
     fix: str = ""
     """How the error says to fix it, instead of the generated advice."""
 
     def passes(self, value: Any) -> bool:
+        if isinstance(value, str) and self.words:
+            return value in self.words
         if self.choices:
             return value in self.choices
         if self.prefix:
@@ -101,7 +106,9 @@ class Check:
             expected = expected or f"text matching {self.pattern}"
             fix = fix or f'the default is "{default}"'
             return ConfigError(file, key, expected, repr(value), fix)
-        noun = "an integer" if type(value) is int else "a number"
+        noun = "an integer" if type(value) is int or self.words else "a number"
+        if isinstance(default, str):
+            default = f'"{default}"'
         if not expected:
             if self.positive:
                 expected = "a positive number"
@@ -111,6 +118,16 @@ class Check:
                 expected = f"{noun} ≥ {_num(self.min)}"
             else:
                 expected = f"{noun} ≤ {_num(self.max)}"
+        if self.words:
+            expected = " or ".join([*(f'"{w}"' for w in self.words), expected])
+        if self.words and type(value) is not int:  # a word, or neither word nor integer
+            close = difflib.get_close_matches(str(value), self.words, n=1)
+            example = _num(self.min + 1 if self.min is not None else 1)
+            fix = f'did you mean "{close[0]}"?' if close else (
+                fix or f'write {name} = "{self.words[0]}" or a number, e.g. {name} = {example}'
+                f" (the default is {default})"
+            )  # fmt: skip
+            return ConfigError(file, key, expected, repr(value), fix)
         if not fix and self.min is not None and value < self.min:
             fix = f"set {name} to {_num(self.min)} or more (the default is {default})"
         elif not fix and self.max is not None and value > self.max:
@@ -131,11 +148,12 @@ def check(
     choices: tuple[str, ...] = (),
     prefix: str = "",
     pattern: str = "",
+    words: tuple[str, ...] = (),
     expected: str = "",
     fix: str = "",
 ) -> dict[str, Check]:
     """Field metadata declaring a check: ``field(default=1.0, metadata=check(positive=True))``."""
-    return {CHECK: Check(positive, min, max, choices, prefix, pattern, expected, fix)}
+    return {CHECK: Check(positive, min, max, choices, prefix, pattern, words, expected, fix)}
 
 
 def check_fields(**checks: Mapping[str, Check]) -> dict[str, dict[str, Check]]:
@@ -252,10 +270,50 @@ class RuntimeSettings:
     """Largest message accepted; bigger frames are rejected and logged."""
 
 
+AUTO = "auto"
+"""The ``count`` that the head works out from the cores (:func:`auto_count`)."""
+AUTO_RULES: dict[str, tuple[float, int]] = {"environment": (1.0, 16), "learner": (0.5, 8)}
+"""``count = "auto"`` by role: (actors per usable core, most actors); any other role gets 1.
+Rounded down, at least 1. Environments step worlds and run policy code, so one per core;
+a learner's PPO update is itself one busy core for a while but waits for rollouts, so one
+per two cores. The caps keep a big machine's memory in hand (each actor ~300 MB)."""
+
+
+def auto_count(role: str, cores: int) -> int:
+    """The actors of ``role`` that ``count = "auto"`` starts on ``cores`` usable cores:
+    environment = cores (at most 16), learner = cores // 2 (at least 1, at most 8), any
+    other role 1. On 2 cores: 2 environments and 1 learner."""
+    per_core, cap = AUTO_RULES.get(role, (0.0, 1))
+    return max(1, min(cap, int(cores * per_core)))
+
+
+def resolve_counts(
+    actors: dict[str, ActorSettings], cores: int
+) -> tuple[dict[str, ActorSettings], dict[str, str]]:
+    """``actors`` with every ``count = "auto"`` replaced by :func:`auto_count`, and how
+    each role's count was chosen (``auto`` or ``explicit``)."""
+    how = {role: AUTO if a.count == AUTO else "explicit" for role, a in actors.items()}
+    resolved = {
+        role: dataclasses.replace(a, count=auto_count(role, cores)) if a.count == AUTO else a
+        for role, a in actors.items()
+    }
+    return resolved, how
+
+
+COUNT = check(min=0, max=MAX_ACTORS, words=(AUTO,))
+"""The check of ``[actors.ROLE] count``."""
+
+
 @dataclass
 class ActorSettings:
-    count: int = field(default=1, metadata=check(min=0, max=MAX_ACTORS))
-    """How many actor processes of this role the head starts."""
+    count: int | str = field(default=AUTO, metadata=COUNT)
+    """How many actor processes of this role the head starts: an integer (0: none here;
+    they may attach from elsewhere), or ``"auto"`` (the default), worked out at the run's
+    start from the cores this process may use (CPU affinity, lowered to a cgroup CPU
+    quota; :func:`runtime.cpu.usable_cores`): environment = cores (at most 16), learner =
+    cores // 2 (at least 1, at most 8), any other role 1 — 2 and 1 on two cores. The run
+    logs what it chose (``actor_counts``: cores, where that number came from, count and
+    rule per role) and records the numbers in ``config.json``, so ``--resume`` keeps them."""
     capacity: int = field(default=1, metadata=check(min=1, max=MAX_CAPACITY))
     """Jobs each works on at once."""
     device: str = "cpu"
@@ -278,6 +336,7 @@ class Settings:
 
 
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_EXAMPLES = {int: "3", float: "1.5", str: '"text"', bool: "true"}
 
 
 def _describe(value: Any) -> str:
@@ -306,6 +365,15 @@ def _convert(
                 file, key, "a list", _describe(value), f'e.g. {key.rsplit(".", 1)[-1]} = ["a", "b"]'
             )
         return [_convert(file, f"{key}[{i}]", item, v) for i, v in enumerate(value)]
+    if isinstance(hint, types.UnionType):  # e.g. int | str: "auto" or a number
+        kinds = typing.get_args(hint)
+        if type(value) in kinds:
+            return value
+        name = key.rsplit(".", 1)[-1]
+        raise ConfigError(
+            file, key, " or ".join(_TYPE_NAMES.get(k, str(k)) for k in kinds), _describe(value),
+            "write it as, e.g., " + " or ".join(f"{name} = {_EXAMPLES[k]}" for k in kinds),
+        )  # fmt: skip
     if hint is float and type(value) is int:
         return float(value)
     if hint is float and type(value) is float and not math.isfinite(value):
@@ -315,7 +383,7 @@ def _convert(
             "the key's doc says so)",
         )  # fmt: skip
     if type(value) is not hint:
-        example = {int: "3", float: "1.5", str: '"text"', bool: "true"}.get(hint, "")
+        example = _EXAMPLES.get(hint, "")
         fix = f"write it as, e.g., {key.rsplit('.', 1)[-1]} = {example}" if example else ""
         raise ConfigError(file, key, _TYPE_NAMES.get(hint, str(hint)), _describe(value), fix)
     return value
@@ -340,8 +408,10 @@ def _section(
             fix = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(fields)}"
             raise ConfigError(file, path, "a known key", f"'{key}'", fix)
         meta = fields[key].metadata
-        values[key] = _convert(file, path, hints[key], value, meta.get(FIELD_CHECKS))
         rule = meta.get(CHECK) or (checks or {}).get(key)
+        if rule is not None and rule.words and type(value) not in (int, str):
+            raise rule.error(file, path, value, _default(fields[key]))  # says the words too
+        values[key] = _convert(file, path, hints[key], value, meta.get(FIELD_CHECKS))
         if rule is not None:
             _hold(file, path, rule, values[key], _default(fields[key]))
     return cls(**values)

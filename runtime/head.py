@@ -41,7 +41,8 @@ from runtime import events, provenance
 from runtime.actor import Actor, RemoteFailure, handles, wire_cap
 from runtime.artifacts import ArtifactServer
 from runtime.broker import Broker, BrokerSettings
-from runtime.config import ConfigError, Settings
+from runtime.config import ConfigError, Settings, resolve_counts
+from runtime.cpu import usable_cores
 from runtime.events import log
 from runtime.security import RUN_KEYS, Authenticator, CurveServer, is_loopback, run_keys
 from runtime.supervisor import ChildSpec, RestartIntensityExceeded, Supervisor, actor_argv
@@ -287,6 +288,21 @@ def _write_json(path: Path, data: object) -> None:
 STATUS_INTERVAL_S = 1.0
 
 
+def _choose_actor_counts(settings: Settings) -> None:
+    """Replace each ``count = "auto"`` in ``settings.actors`` by the number the cores this
+    process may use give (:func:`runtime.config.auto_count`), and log what was chosen and
+    why (``actor_counts``). Before ``config.json`` is written: it records the numbers."""
+    cores, source = usable_cores()
+    settings.actors, rule = resolve_counts(settings.actors, cores)
+    log.info(
+        "actor_counts",
+        cores=cores,
+        cores_source=source,
+        counts={role: a.count for role, a in settings.actors.items()},
+        rule=rule,
+    )
+
+
 async def run_head(
     settings: Settings,
     run_dir: Path,
@@ -302,6 +318,7 @@ async def run_head(
     )
     os.environ[CONSOLE_ENV] = console_level  # actor processes inherit the head's verbosity
     events.bind(actor="head", role="head")
+    _choose_actor_counts(settings)
     rt = settings.runtime
     ctx = zmq.Context()
     ipc_file = ipc_path(run_id)

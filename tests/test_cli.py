@@ -56,7 +56,7 @@ def test_a_run_from_a_config_finishes_and_tail_shows_it(tmp_path: Path) -> None:
         ),
         ("[runtime]\nheartbeat_intervall = 1.0\n", "did you mean 'heartbeat_interval'?"),
         ("[actors.prob]\ncount = 1\n", "did you mean 'probe'?"),
-        ("[actors.probe]\ncount = 'two'\n", "actors.probe.count: expected an integer"),
+        ("[actors.probe]\ncount = 'two'\n", 'actors.probe.count: expected "auto" or an integer'),
         ("[runtime]\nlisten = 'tcp://0.0.0.0:5555'\n", "python run.py keys"),
         ("[run\nname = 1\n", "expected valid TOML"),
         ("runtime = 3\n", "expected a table"),

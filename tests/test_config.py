@@ -149,8 +149,8 @@ def test_a_resumed_run_reads_back_the_training_section_it_recorded(tmp_path: Pat
         ("[training.ppo]\nlearning_rate = inf\n", "training.ppo.learning_rate: expected a finite"),
         (
             "[actors.environment]\ncount = 100000\n",
-            "actors.environment.count: expected an integer from 0 to 256, found 100000. "
-            "set count to 256 or less",
+            'actors.environment.count: expected "auto" or an integer from 0 to 256, '
+            "found 100000. set count to 256 or less",
         ),
         ("[actors.environment]\ncapacity = 100000\n", "set capacity to 256 or less"),
         ("[run]\nname = 'a/b'\n", "run.name: expected letters, digits, '_', '.' or '-'"),

@@ -278,7 +278,7 @@ def test_a_revoked_connection_gets_nothing_more_and_no_client_passes_for_another
     assert isinstance(seen["register_again"], Failure)
     assert seen["register_again"].reason == "key_revoked"
     assert isinstance(seen["status"], Failure) and seen["status"].reason == "key_revoked"
-    assert seen["peers"] == ["four", "head"]
+    assert seen["peers"] == ["artifacts", "four", "head"]  # the head's own two, and four
     assert seen["five"] is None  # no status reply to the impostor
     rejected = {e["reason"] for e in run.named("message_rejected")}
     assert {"key_revoked", "key_mismatch"} <= rejected

@@ -155,6 +155,7 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
         summary["env_steps"] / summary["wall_s"], rel=0.05
     )
     assert summary["cores"] >= 1 and summary["cpu_s"] > 0
+    assert summary["actor_counts"] == {"environment": 2, "learner": 1}  # as the config set
     # Actors worked (training alone took CPU seconds), and no more than the cores exist.
     assert 0.05 < summary["core_utilisation"] <= 1.05
     # The wall clock did not decide this run, and the report says so.
