@@ -23,7 +23,8 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# This checkout's code (not whatever is installed) and the tests' helpers.
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from helpers import ROOT, make_settings, run_head_with, wait_until  # noqa: E402
 from netns import HEAD_ADDRESS, Machine, second_machine  # noqa: E402
 
@@ -71,45 +72,51 @@ def scenario(tmp: Path, machine: Machine) -> dict:
     async def driver(head: Head) -> dict:
         seen["listen"] = head.listen
         job_file = head.run_dir / "artifacts" / "jobs" / "moving.json"
-        async with trio.open_nursery() as nursery:
 
-            async def ask() -> None:
-                seen["result"] = await head.client.ask("@learner", req)
+        def stored() -> int:
+            """Decisions of the newest checkpoint the head holds for the job."""
+            return json.loads(job_file.read_text()).get("decisions", 0) if job_file.is_file() else 0
 
-            remote = await trio.lowlevel.open_process(
-                machine.argv(attach(head, "machine2", "learner-m2")),
-                env=disk("machine2"),
-                stderr=subprocess.PIPE,
-            )
-            await head.wait_for("learner", 1)
-            nursery.start_soon(ask)
+        processes: list[trio.Process] = []
+        try:
+            async with trio.open_nursery() as nursery:
 
-            def two_checkpoints() -> bool:
-                return (
-                    job_file.is_file()
-                    and json.loads(job_file.read_text())["decisions"] >= 2 * EVERY
+                async def ask() -> None:
+                    seen["result"] = await head.client.ask("@learner", req)
+
+                remote = await trio.lowlevel.open_process(
+                    machine.argv(attach(head, "machine2", "learner-m2")),
+                    env=disk("machine2"),
+                    stderr=subprocess.PIPE,
                 )
-
-            await wait_until(
-                two_checkpoints, timeout=300, what="two checkpoints in the head's store"
-            )
-            seen["stored_before_revoke"] = json.loads(job_file.read_text())["decisions"]
-            seen["progress_at_revoke"] = head.client.progress["moving"].steps
-            t0 = time.monotonic()
-            await trio.to_thread.run_sync(keys, tmp, "revoke", "machine2")
-            with trio.fail_after(30):
-                seen["remote_status"] = await remote.wait()
-            seen["revoked_exit_s"] = round(time.monotonic() - t0, 2)
-            seen["remote_stderr"] = (await remote.stderr.receive_some(65536) or b"").decode()
-            seen["stored_at_revoke"] = json.loads(job_file.read_text())["decisions"]
-            local = await trio.lowlevel.open_process(
-                attach(head, "machine1", "learner-m1"), env=disk("machine1")
-            )
-            try:
+                processes.append(remote)
+                await head.wait_for("learner", 1)
+                nursery.start_soon(ask)
+                await wait_until(
+                    lambda: stored() >= 2 * EVERY, timeout=300,
+                    what="two checkpoints in the head's store",
+                )  # fmt: skip
+                seen["stored_before_revoke"] = stored()
+                seen["progress_at_revoke"] = head.client.progress["moving"].steps
+                t0 = time.monotonic()
+                await trio.to_thread.run_sync(keys, tmp, "revoke", "machine2")
+                with trio.fail_after(30):
+                    seen["remote_status"] = await remote.wait()
+                seen["revoked_exit_s"] = round(time.monotonic() - t0, 2)
+                seen["remote_stderr"] = (await remote.stderr.receive_some(65536) or b"").decode()
+                seen["stored_at_revoke"] = stored()
+                local = await trio.lowlevel.open_process(
+                    attach(head, "machine1", "learner-m1"), env=disk("machine1")
+                )
+                processes.append(local)
                 await wait_until(lambda: "result" in seen, timeout=300, what="the job's result")
-            finally:
-                local.terminate()
-                await local.wait()
+        finally:
+            # Nothing outlives the scenario, whatever happened (a process left in the
+            # second namespace would keep it alive).
+            for process in processes:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
         return {}
 
     run = run_head_with(settings, driver)
