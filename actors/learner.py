@@ -262,6 +262,8 @@ class LearnerActor(Actor):
                 await trio.sleep(WORKER_POLL_S)
 
     def _clean_up(self) -> None:
+        if not self.run_id or not (self._jobs or self._fetched):
+            return  # it never worked here (or never joined a run): nothing of it to remove
         base = self._base()
         tally = _Tally()
         for job in sorted(self._jobs):
