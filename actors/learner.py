@@ -21,8 +21,10 @@ checkpoint is also put to the head's artifact store (:mod:`runtime.artifacts`) u
 job's name, and a learner that has none of a job asks the head for its newest, so a job
 resumes on any learner, on any machine, losing at most one checkpoint interval. A remote
 learner (no run directory) also puts its job's TensorBoard files to the head, which
-unpacks them into the run's TensorBoard folder. An abandoned job (the asker cancelled or
-timed out) stops at the next env step.
+unpacks them into the run's TensorBoard folder, and leaves nothing behind: a finished
+job's folders go at once, and when the learner stops every checkpoint the head
+acknowledged goes too (one it never did is kept and logged). An abandoned job (the asker
+cancelled or timed out) stops at the next env step.
 """
 
 from __future__ import annotations
@@ -145,7 +147,9 @@ class LearnerActor(Actor):
             stop.set()  # cancelled or failed: make the worker thread stop at its next step
             raise
         if self.run_dir is None:
-            if not await self._put_tensorboard(req.name):
+            if await self._put_tensorboard(req.name):
+                self._curves_kept.discard(req.name)
+            else:
                 self._curves_kept.add(req.name)
             # Everything of the job is in the result or the head's store now.
             await self.run_blocking(self._clean_finished, req.name)
@@ -232,7 +236,7 @@ class LearnerActor(Actor):
         """A remote job just finished (its policy is in the result, its checkpoints and
         TensorBoard files at the head): remove its folders here and the checkpoints of
         it fetched into this machine's store. TensorBoard files the head did not take
-        stay (logged ``learner_files_kept``) until they are the run's past."""
+        stay (logged ``learner_files_kept``): they are the only copy."""
         base = self._base()
         tally = _Tally()
         tally.remove(base / "learners" / job)
