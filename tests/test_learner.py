@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -418,3 +419,42 @@ def test_a_remote_learner_leaves_nothing_behind_and_trusts_no_other_runs_checkpo
     assert list((run.run_dir / "tensorboard" / "cleaned").rglob("events.out.tfevents*"))
     removed = run.named("learner_files_removed")
     assert any(e.get("why") == "job_finished" for e in removed), removed
+
+
+def test_a_stopping_remote_learner_keeps_only_a_checkpoint_the_head_never_acknowledged(
+    tmp_path: Path,
+) -> None:
+    import structlog
+
+    def stopping(acked: set[int]) -> LearnerActor:
+        """A remote learner (no run directory) that trained job ``j``, whose newest
+        checkpoint is ckpt-256, and the head acknowledged the checkpoints ``acked``."""
+        learner = LearnerActor.__new__(LearnerActor)
+        learner.workdir, learner.run_dir, learner.run_id = tmp_path / "rlgpt-learner", None, "r"
+        learner._jobs, learner._acked = {"j"}, {"j": acked}
+        learner._workers, learner._fetched, learner._curves_kept = {}, {}, set()
+        job = tmp_path / "rlgpt-learner" / "r" / "learners" / "j"
+        job.mkdir(parents=True)
+        (job / "ckpt-256.zip").write_bytes(b"x" * 100)
+        (job / "attempts.jsonl").write_text('{"reached": 300}\n')
+        curves = tmp_path / "rlgpt-learner" / "r" / "tensorboard" / "j" / "PPO_1"
+        curves.mkdir(parents=True)
+        (curves / "events.out.tfevents.1").write_bytes(b"y" * 10)
+        return learner
+
+    with structlog.testing.capture_logs() as logs:
+        stopping({128})._clean_up()
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["rlgpt-learner/r/learners/j/attempts.jsonl",
+                    "rlgpt-learner/r/learners/j/ckpt-256.zip"]  # fmt: skip
+    (kept,) = [e for e in logs if e["event"] == "learner_files_kept"]
+    assert kept["paths"] == [str(tmp_path / "rlgpt-learner/r/learners/j/ckpt-256.zip")]
+    assert "never acknowledged" in kept["why"]
+    shutil.rmtree(tmp_path / "rlgpt-learner")
+
+    with structlog.testing.capture_logs() as logs:
+        stopping({128, 256})._clean_up()
+    assert list(tmp_path.iterdir()) == []  # rlgpt-learner itself went
+    (removed,) = [e for e in logs if e["event"] == "learner_files_removed"]
+    assert (removed["files"], removed["bytes"]) == (3, 100 + 17 + 10)
+    assert not [e for e in logs if e["event"] == "learner_files_kept"]
