@@ -21,14 +21,17 @@ checkpoint is also put to the head's artifact store (:mod:`runtime.artifacts`) u
 job's name, and a learner that has none of a job asks the head for its newest, so a job
 resumes on any learner, on any machine, losing at most one checkpoint interval. A remote
 learner (no run directory) also puts its job's TensorBoard files to the head, which
-unpacks them into the run's TensorBoard folder. An abandoned job (the asker cancelled or
-timed out) stops at the next env step.
+unpacks them into the run's TensorBoard folder, and leaves nothing behind: a finished
+job's folders go at once, and when the learner stops every checkpoint the head
+acknowledged goes too (one it never did is kept and logged). An abandoned job (the asker
+cancelled or timed out) stops at the next env step.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +92,10 @@ WORKER_POLL_S = 0.1
 """How often a job sent back to this learner checks that its previous attempt's worker
 thread has ended."""
 
+STOP_WAIT_S = 5.0
+"""How long a stopping remote learner waits for its training threads to end (they stop
+at their next PPO step) before it cleans up its files."""
+
 
 class LearnerActor(Actor):
     role = "learner"
@@ -104,6 +111,16 @@ class LearnerActor(Actor):
         """Checkpoints fetched from the head (:mod:`runtime.artifacts`)."""
         self._putting = trio.Lock()
         """One put to the head at a time: checkpoints arrive in the order they were made."""
+        self._stops: dict[str, threading.Event] = {}
+        """Job name → the stop flag of its last attempt here."""
+        self._jobs: set[str] = set()
+        """Jobs this process trained (a remote learner cleans up only its own files)."""
+        self._acked: dict[str, set[int]] = {}
+        """Job name → decisions of its checkpoints the head's store acknowledged."""
+        self._fetched: dict[str, set[Path]] = {}
+        """Job name → its checkpoints fetched from the head into :attr:`store`."""
+        self._curves_kept: set[str] = set()
+        """Finished jobs whose TensorBoard files never reached the head (kept here)."""
 
     @handles(TrainRequest)
     async def on_train(self, req: TrainRequest, env: Envelope) -> TrainResult:
@@ -119,7 +136,8 @@ class LearnerActor(Actor):
                 await trio.sleep(WORKER_POLL_S)
         head = await self._head_checkpoint(req.name)
         done = self._workers[req.name] = threading.Event()
-        stop = threading.Event()
+        stop = self._stops[req.name] = threading.Event()
+        self._jobs.add(req.name)
         log.info("training_started", job=req.name, steps=req.total_steps, device=device)
         try:
             result = await self.run_blocking(
@@ -129,7 +147,12 @@ class LearnerActor(Actor):
             stop.set()  # cancelled or failed: make the worker thread stop at its next step
             raise
         if self.run_dir is None:
-            await self._put_tensorboard(req.name)
+            if await self._put_tensorboard(req.name):
+                self._curves_kept.discard(req.name)
+            else:
+                self._curves_kept.add(req.name)
+            # Everything of the job is in the result or the head's store now.
+            await self.run_blocking(self._clean_finished, req.name)
         log.info(
             "training_finished",
             job=req.name,
@@ -141,22 +164,30 @@ class LearnerActor(Actor):
         return result
 
     async def _head_checkpoint(self, job: str) -> HeadCheckpoint | None:
-        """The newest checkpoint of ``job`` in the head's store, fetched into this
-        machine's store; None when there is none or the head's store cannot give it."""
+        """What the head's store holds of ``job``, its newest checkpoint fetched into this
+        machine's store; None when it has no record of the job."""
         try:
             latest = await artifacts.latest_checkpoint(self, job)
-            if not latest.sha256:
-                return HeadCheckpoint(None, 0, latest.reached) if latest.reached else None
+        except artifacts.ArtifactError as exc:
+            log.warning("checkpoint_not_fetched", job=job, detail=str(exc)[:500])
+            return HeadCheckpoint(None, 0, 0, answered=False)
+        if not latest.sha256:
+            return HeadCheckpoint(None, 0, latest.reached) if latest.reached else None
+        try:
             path = await artifacts.fetch(self, latest.sha256, self.store, what="checkpoint")
         except artifacts.ArtifactError as exc:
             log.warning("checkpoint_not_fetched", job=job, detail=str(exc)[:500])
-            return None
+            return HeadCheckpoint(None, 0, latest.reached)
+        self._fetched.setdefault(job, set()).add(path)
         return HeadCheckpoint(path, latest.decisions, latest.reached)
 
     def share_checkpoint(self, job: str, path: Path, steps: int) -> None:
         """Put a checkpoint just saved (worker thread) to the head's store, in the
         background: training goes on while it travels."""
         data = path.read_bytes()  # now: the next checkpoint replaces the file
+        # The head hears how far the job got before the checkpoint travels: a remote
+        # learner trusts a local checkpoint only that far (:meth:`_trusted_local`).
+        self.tell_reached(job, steps)
         try:
             trio.from_thread.run_sync(
                 self._nursery.start_soon, self._put_checkpoint, job, data, steps
@@ -170,18 +201,22 @@ class LearnerActor(Actor):
                 await artifacts.put(self, data, kind="checkpoint", job=job, decisions=steps)
             except artifacts.ArtifactError as exc:
                 log.warning("checkpoint_not_shared", job=job, steps=steps, detail=str(exc)[:500])
+                return
+            self._acked.setdefault(job, set()).add(steps)
 
-    async def _put_tensorboard(self, job: str) -> None:
+    async def _put_tensorboard(self, job: str) -> bool:
         """A remote job's TensorBoard files, packed and put to the head (which unpacks
-        them into the run's TensorBoard folder)."""
+        them into the run's TensorBoard folder). False when the head did not take them."""
         pack = await self.run_blocking(artifacts.pack_tensorboard, self._base() / LOG_DIR / job)
         if not pack:
-            return
+            return True
         async with self._putting:
             try:
                 await artifacts.put(self, pack, kind="tensorboard", job=job)
             except artifacts.ArtifactError as exc:
                 log.warning("tensorboard_not_shared", job=job, detail=str(exc)[:500])
+                return False
+        return True
 
     def tell_reached(self, job: str, steps: int) -> None:
         """Tell the head's store how far this attempt got (worker thread)."""
@@ -194,6 +229,105 @@ class LearnerActor(Actor):
         # A remote learner keeps its files under the head's run id, so a job of the same
         # name in another run never resumes from this run's checkpoints.
         return self.workdir if self.run_dir is not None else self.workdir / self.run_id
+
+    # -- nothing left behind (remote learners only) -----------------------------------
+
+    def _clean_finished(self, job: str) -> None:
+        """A remote job just finished (its policy is in the result, its checkpoints and
+        TensorBoard files at the head): remove its folders here and the checkpoints of
+        it fetched into this machine's store. TensorBoard files the head did not take
+        stay (logged ``learner_files_kept``): they are the only copy."""
+        base = self._base()
+        tally = _Tally()
+        tally.remove(base / "learners" / job)
+        if job in self._curves_kept:
+            self._kept(job, "the head did not take its TensorBoard files", base / LOG_DIR / job)
+        else:
+            tally.remove(base / LOG_DIR / job)
+        for path in self._fetched.pop(job, set()):
+            tally.remove(path)
+        self._acked.pop(job, None)
+        tally.log(job=job, why="job_finished")
+
+    async def teardown(self) -> None:
+        """A remote learner stopping (run over, SIGTERM, key revoked) removes what it
+        wrote under ``$TMPDIR/rlgpt-learner/<run id>``, all but a checkpoint the head
+        never acknowledged (it may be the only copy: logged ``learner_files_kept``)."""
+        if self.run_dir is None:
+            await self._wait_for_workers()
+            self._clean_up()
+        await super().teardown()
+
+    async def _wait_for_workers(self) -> None:
+        for stop in self._stops.values():
+            stop.set()
+        with trio.move_on_after(STOP_WAIT_S):
+            while not all(done.is_set() for done in self._workers.values()):
+                await trio.sleep(WORKER_POLL_S)
+
+    def _clean_up(self) -> None:
+        if not self.run_id or not (self._jobs or self._fetched):
+            return  # it never worked here (or never joined a run): nothing of it to remove
+        base = self._base()
+        tally = _Tally()
+        for job in sorted(self._jobs):
+            folder = base / "learners" / job
+            done = self._workers.get(job)
+            if done is not None and not done.is_set():
+                self._kept(job, "its training thread has not stopped", folder)
+                continue
+            acked = self._acked.get(job, set())
+            unconfirmed = [path for steps, path in _checkpoints(folder) if steps not in acked]
+            if unconfirmed:
+                # Kept with its attempts.jsonl: a learner restarted here resumes from it.
+                self._kept(job, "the head never acknowledged this checkpoint", *unconfirmed)
+            else:
+                tally.remove(folder)
+            if job not in self._curves_kept:
+                # An unfinished job's curves: it resumes (and logs anew) elsewhere.
+                tally.remove(base / LOG_DIR / job)
+        for paths in self._fetched.values():
+            for path in paths:
+                tally.remove(path)  # the head holds them: that is where they came from
+        self._fetched.clear()
+        tally.prune(base)
+        try:
+            self.workdir.rmdir()  # rlgpt-learner itself, when no other run has files there
+        except OSError:
+            pass
+        tally.log(why="actor_stopped")
+
+    def _kept(self, job: str, why: str, *paths: Path) -> None:
+        log.warning("learner_files_kept", job=job, why=why, paths=[str(p) for p in paths])
+
+    def _trusted_local(self, job: str, folder: Path, head: HeadCheckpoint | None) -> bool:
+        """Whether a remote learner may resume from the checkpoints in ``folder``. A run
+        id can be used again (``attach --run-id``): files an earlier run left here under
+        it must not pass for this run's. The head's store is the record: a job it knows
+        nothing of has no local past (its folder's files are removed); a local checkpoint
+        further than any attempt told the head is not this run's (ignored)."""
+        if self.run_dir is not None:
+            return True
+        local = latest_checkpoint(folder)
+        if head is None:
+            stale = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+            if stale:
+                log.warning("learner_files_stale", job=job, paths=[str(p) for p in stale])
+                for path in stale:
+                    path.unlink(missing_ok=True)
+            return False
+        if not head.answered:
+            if local is not None:
+                log.warning("checkpoint_not_trusted", job=job, path=str(local[0]),
+                            why="the head's store did not answer")  # fmt: skip
+            return False
+        if local is not None and local[1] > head.reached:
+            log.warning(
+                "checkpoint_not_trusted", job=job, path=str(local[0]), decisions=local[1],
+                why=f"no attempt told the head it reached more than {head.reached} decisions",
+            )  # fmt: skip
+            return False
+        return True
 
     def _train_then(self, done: threading.Event, *args: Any) -> TrainResult:
         try:
@@ -217,6 +351,7 @@ class LearnerActor(Actor):
         started = time.monotonic()
         base = self._base()
         folder = base / "learners" / req.name
+        trusted = self._trusted_local(req.name, folder, head)
         folder.mkdir(parents=True, exist_ok=True)
         attempts = folder / "attempts.jsonl"
         reached = max(_furthest(attempts), head.reached if head is not None else 0)
@@ -235,7 +370,9 @@ class LearnerActor(Actor):
             start_states=True,
         )
         try:
-            model, resumed_from = resume(req, vec, device, folder, curves, head)
+            model, resumed_from = resume(
+                req, vec, device, folder if trusted else None, curves, head
+            )
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
             counter = EpisodeCounter()
@@ -359,7 +496,11 @@ def make_ppo(
 class HeadCheckpoint:
     """What the head's artifact store holds of a job."""
 
-    def __init__(self, path: Path | None, decisions: int, reached: int) -> None:
+    def __init__(
+        self, path: Path | None, decisions: int, reached: int, *, answered: bool = True
+    ) -> None:
+        self.answered = answered
+        """False: the head's store did not answer (nothing is known of the job)."""
         self.path = path
         """Its newest checkpoint, fetched into this machine's store (None: none)."""
         self.decisions = decisions
@@ -372,7 +513,7 @@ def resume(
     req: TrainRequest,
     vec: Any,
     device: str,
-    folder: Path,
+    folder: Path | None,
     curves: Path,
     head: HeadCheckpoint | None = None,
 ) -> tuple[Any, int]:
@@ -380,10 +521,11 @@ def resume(
     settings, into which the newest checkpoint — in ``folder`` (a crashed attempt's on
     this machine) or the head's (``head``: an attempt's on any learner), whichever holds
     more decisions — is loaded without unpickling
-    (:func:`envs.artifacts.restore_checkpoint`). A checkpoint that cannot be used is
+    (:func:`envs.artifacts.restore_checkpoint`); ``folder`` None: the local ones are not
+    to be trusted. A checkpoint that cannot be used is
     logged (``checkpoint_unusable``) and training starts over."""
     model = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
-    found = latest_checkpoint(folder)
+    found = latest_checkpoint(folder) if folder is not None else None
     if head is not None and head.path is not None and head.decisions > (found or (0, -1))[1]:
         found = head.path, head.decisions
     if found is None:
@@ -479,6 +621,66 @@ def random_success(req: TrainRequest, episodes: int, seed: int = 0) -> float:
     probe.close()
     seeds = range(req.eval_seed, req.eval_seed + episodes)
     return held_out(req.config, lambda obs: int(rng.integers(n)), seeds)[0]
+
+
+def _checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """Every ``ckpt-<steps>.zip`` in ``folder`` (a half-saved ``.part`` one counts as
+    none), with its step count."""
+    found = []
+    for path in folder.glob("ckpt-*.zip") if folder.is_dir() else ():
+        try:
+            found.append((int(path.stem.split("-", 1)[1]), path))
+        except ValueError:
+            continue
+    return sorted(found)
+
+
+class _Tally:
+    """Files and bytes a remote learner removed, logged once (``learner_files_removed``)."""
+
+    def __init__(self) -> None:
+        self.files = 0
+        self.bytes = 0
+        self.folders = 0
+
+    def remove(self, path: Path) -> None:
+        """Remove a file or a whole folder, counting what went; missing is fine."""
+        try:
+            if path.is_dir() and not path.is_symlink():
+                for item in path.rglob("*"):
+                    if item.is_file():
+                        self.files += 1
+                        self.bytes += item.stat().st_size
+                shutil.rmtree(path)
+                self.folders += 1
+            elif path.exists():
+                self.bytes += path.stat().st_size
+                path.unlink()
+                self.files += 1
+        except OSError as exc:
+            log.warning("learner_files_not_removed", path=str(path), detail=str(exc)[:300])
+
+    def prune(self, folder: Path) -> None:
+        """Remove ``folder`` and the folders under it that are empty (never a file)."""
+        if not folder.is_dir():
+            return
+        for sub in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if sub.is_dir() and not sub.is_symlink():
+                try:
+                    sub.rmdir()
+                    self.folders += 1
+                except OSError:
+                    pass  # not empty: something is kept there
+        try:
+            folder.rmdir()
+            self.folders += 1
+        except OSError:
+            pass
+
+    def log(self, **fields: Any) -> None:
+        if self.files or self.folders:
+            log.info("learner_files_removed", files=self.files, bytes=self.bytes,
+                     folders=self.folders, **fields)  # fmt: skip
 
 
 def _furthest(path: Path) -> int:

@@ -288,7 +288,7 @@ def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_
         # there from the start: the one that gets the job is killed, the other takes it.
         folder = tmp_path / name
         folder.mkdir()
-        return {**os.environ, "TMPDIR": str(folder)}
+        return {**os.environ, "TMPDIR": str(folder), "RLGPT_ARTIFACTS": str(folder / "cache")}
 
     async def driver(head: Head) -> dict:
         job_file = head.run_dir / "artifacts" / "jobs" / "moving.json"
@@ -321,6 +321,11 @@ def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_
             os.kill(learners[holder].pid, signal.SIGKILL)
             try:
                 await wait_until(lambda: "result" in seen, timeout=300, what="the job's result")
+                # The job is over: the checkpoint b fetched from the head is gone from b's
+                # cache, and b's folders of the job with it (b still runs).
+                disk = tmp_path / seen["result"].actor_id
+                seen["b_files"] = sorted(str(p.relative_to(disk)) for p in disk.rglob("*")
+                                         if p.is_file())  # fmt: skip
             finally:
                 for proc in learners.values():
                     proc.terminate()
@@ -342,6 +347,9 @@ def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_
     events = list((run.run_dir / "tensorboard" / "moving").rglob("events.out.tfevents*"))
     assert events, sorted(p.name for p in (run.run_dir / "tensorboard").rglob("*"))
     packs = [e for e in run.named("artifact_stored") if e["kind"] == "tensorboard"]
+    fetched = [e for e in run.named("artifact_fetched") if e.get("what") == "checkpoint"]
+    assert fetched, "b resumed from the head's copy, fetched into its cache"
+    assert seen["b_files"] == [], seen["b_files"]
     print(
         f"checkpoint {stored[-1]['bytes']} bytes, TensorBoard pack {packs[-1]['bytes']} bytes,"
         f" policy {len(result.policy_bytes)} bytes"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -360,3 +361,100 @@ def test_a_job_sent_back_after_its_deadline_waits_for_its_first_attempt_to_end(
     events = [m[0] for m in marks]
     assert events[:4] == ["training_started", "training_worker_ended"] * 2, events
     assert any(e["event"] == "training_waits_for_previous_attempt" for e in run.events)
+
+
+def test_a_remote_learner_leaves_nothing_behind_and_trusts_no_other_runs_checkpoint(
+    tmp_path: Path,
+) -> None:
+    # A learner attached over tcp without a run directory, on its own "disk" (TMPDIR and
+    # artifact cache). Before it starts, an earlier run that used the same run id left a
+    # checkpoint and an attempts.jsonl for the job there: the head has no record of the
+    # job, so they are not this run's and the job starts afresh, losing nothing.
+    keys = create_keys(tmp_path / "keys")
+    settings = make_settings(tmp_path, listen="tcp://127.0.0.1:0", keys_dir=str(keys))
+    disk = tmp_path / "machine2"
+    req = dataclasses.replace(
+        request("cleaned", 256, eval_episodes=1, ppo=TINY_PPO, checkpoint_every=128),
+        config=collect_wood_primitive(),  # one world step a decision: fast
+        progress_every_s=3600.0,
+    )
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        base = disk / "rlgpt-learner" / head.run_id
+        stale = base / "learners" / "cleaned"
+        stale.mkdir(parents=True)
+        (stale / "ckpt-1024.zip").write_bytes(b"PK\x03\x04 another run's checkpoint")
+        (stale / "attempts.jsonl").write_text('{"actor": "learner-old", "reached": 1100}\n')
+        env = {**os.environ, "TMPDIR": str(disk), "RLGPT_ARTIFACTS": str(disk / "cache")}
+        argv = [sys.executable, str(ROOT / "run.py"), "attach", "learner", "--connect",
+                head.listen, "--keys", str(keys), "--quiet"]  # fmt: skip
+        learner = await trio.lowlevel.open_process(argv, env=env)
+        try:
+            await head.wait_for("learner", 1)
+            seen["result"] = await head.client.ask("@learner", req, timeout=300)
+            # The job finished: its folders are gone while the learner still runs.
+            seen["after_job"] = sorted(str(p.relative_to(disk)) for p in base.rglob("*"))
+        finally:
+            learner.terminate()  # SIGTERM: it stops and cleans up
+            seen["status"] = await learner.wait()
+        seen["after_stop"] = sorted(str(p.relative_to(disk)) for p in disk.rglob("*"))
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    result: TrainResult = seen["result"]
+    assert result.policy_bytes and not result.failure
+    assert result.resumed_from == 0 and result.steps_lost == 0, result
+    assert "learners/cleaned" not in " ".join(seen["after_job"]), seen["after_job"]
+    assert "tensorboard/cleaned" not in " ".join(seen["after_job"]), seen["after_job"]
+    assert seen["status"] == 0
+    # Nothing of the run is left on the learner's disk (the cache's empty folders are
+    # the machine's, not the run's).
+    left = [p for p in seen["after_stop"] if (disk / p).is_file() or "rlgpt-learner" in p]
+    assert left == [], left
+    # The head's copies: every checkpoint and the TensorBoard files.
+    stored = [e for e in run.named("artifact_stored") if e["kind"] == "checkpoint"]
+    assert [e["job"] for e in stored] == ["cleaned", "cleaned"]
+    assert list((run.run_dir / "tensorboard" / "cleaned").rglob("events.out.tfevents*"))
+    removed = run.named("learner_files_removed")
+    assert any(e.get("why") == "job_finished" for e in removed), removed
+
+
+def test_a_stopping_remote_learner_keeps_only_a_checkpoint_the_head_never_acknowledged(
+    tmp_path: Path,
+) -> None:
+    import structlog
+
+    def stopping(acked: set[int]) -> LearnerActor:
+        """A remote learner (no run directory) that trained job ``j``, whose newest
+        checkpoint is ckpt-256, and the head acknowledged the checkpoints ``acked``."""
+        learner = LearnerActor.__new__(LearnerActor)
+        learner.workdir, learner.run_dir, learner.run_id = tmp_path / "rlgpt-learner", None, "r"
+        learner._jobs, learner._acked = {"j"}, {"j": acked}
+        learner._workers, learner._fetched, learner._curves_kept = {}, {}, set()
+        job = tmp_path / "rlgpt-learner" / "r" / "learners" / "j"
+        job.mkdir(parents=True)
+        (job / "ckpt-256.zip").write_bytes(b"x" * 100)
+        (job / "attempts.jsonl").write_text('{"reached": 300}\n')
+        curves = tmp_path / "rlgpt-learner" / "r" / "tensorboard" / "j" / "PPO_1"
+        curves.mkdir(parents=True)
+        (curves / "events.out.tfevents.1").write_bytes(b"y" * 10)
+        return learner
+
+    with structlog.testing.capture_logs() as logs:
+        stopping({128})._clean_up()
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["rlgpt-learner/r/learners/j/attempts.jsonl",
+                    "rlgpt-learner/r/learners/j/ckpt-256.zip"]  # fmt: skip
+    (kept,) = [e for e in logs if e["event"] == "learner_files_kept"]
+    assert kept["paths"] == [str(tmp_path / "rlgpt-learner/r/learners/j/ckpt-256.zip")]
+    assert "never acknowledged" in kept["why"]
+    shutil.rmtree(tmp_path / "rlgpt-learner")
+
+    with structlog.testing.capture_logs() as logs:
+        stopping({128, 256})._clean_up()
+    assert list(tmp_path.iterdir()) == []  # rlgpt-learner itself went
+    (removed,) = [e for e in logs if e["event"] == "learner_files_removed"]
+    assert (removed["files"], removed["bytes"]) == (3, 100 + 17 + 10)
+    assert not [e for e in logs if e["event"] == "learner_files_kept"]

@@ -56,3 +56,11 @@ def test_a_remote_learner_with_its_own_key_is_revoked_mid_job_and_the_job_resume
     # The head's log holds what happened on machine2, with its host.
     remote = [e for e in events if e.get("host") == WORKER_HOST and e.get("actor") == "learner-m2"]
     assert any(e["event"] == "training_started" for e in remote), remote[:5]
+    # Nothing left behind on machine2: every checkpoint it made is the head's, so none
+    # stays; only one the head never acknowledged (in flight at the revoke) may, with the
+    # job's attempts.jsonl beside it.
+    left = seen["leftover_machine2"]
+    kept = [p for p in left if p.rsplit("/", 1)[-1].startswith("ckpt-")]
+    assert not left or (len(kept) == 1 and all("/learners/moving/" in p for p in left)), left
+    if kept:
+        print(f"machine2 kept an unacknowledged checkpoint: {left}")
