@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import trio
 from helpers import ROOT, make_settings, run_head_with
 
@@ -48,6 +49,8 @@ def request(name: str, steps: int, **kw) -> TrainRequest:
     return TrainRequest(name=name, config=tight_wood(), total_steps=steps, **{**defaults, **kw})
 
 
+# Slow (a learning check, 3,072 decisions of PPO, ~30 s): keeps the default suite under 10 min.
+@pytest.mark.slow
 def test_a_job_trains_reports_progress_and_beats_random(tmp_path: Path) -> None:
     actors = {"learner": ActorSettings(count=1), "environment": ActorSettings(count=1)}
     settings = make_settings(tmp_path, actors)

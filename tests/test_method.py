@@ -182,6 +182,8 @@ def _wait_for(run_root: Path, event: str, proc: subprocess.Popen, timeout: float
     raise AssertionError(f"no {event} within {timeout} s")
 
 
+# Slow (a whole run killed and resumed, ~45 s): keeps the default suite under 10 minutes.
+@pytest.mark.slow
 def test_killed_head_resumes_without_repeating_calls_or_finished_training(
     tmp_path: Path,
 ) -> None:
