@@ -158,6 +158,9 @@ class BrokerSettings:
     provenance: Provenance | None = None
     """The head's version and source hash, which registering actors must match; None:
     no check (a broker outside a head: tests, benchmarks)."""
+    remote_events_per_s: float = 0.0
+    """Most events per second written from one attached actor's forwarded log
+    (``[runtime] remote_events_per_s``); 0: no limit."""
 
 
 @dataclass(eq=False)
@@ -240,7 +243,7 @@ class Broker:
         )
         self._watchers: list[tuple[str, int, trio.Event]] = []
         self._now = trio.current_time
-        self.intake = EventIntake()
+        self.intake = EventIntake(settings.remote_events_per_s)
         """Writes attached actors' events (``events.batch``) to the run's events file."""
 
     # -- running -------------------------------------------------------------------
@@ -259,6 +262,18 @@ class Broker:
         end, and once more when the broker stops, so the counts are complete)."""
         for limiter in (self._rejections, self._refusals, self._registrations):
             limiter.flush()
+        self.intake.flush_limited()
+
+    async def wait_for_last_events(self, timeout: float) -> None:
+        """Return once every attached actor that forwards its events and is still
+        registered has sent its last batch (it does as it stops), or ``timeout`` seconds
+        passed: the run's events file then holds what they logged up to their end."""
+        with trio.move_on_after(timeout):
+            while any(
+                name in self.peers and name not in self.intake.finished
+                for name in self.intake.senders
+            ):
+                await trio.sleep(0.02)
 
     async def _reap_silent_peers(self) -> None:
         interval, timeout = self.settings.heartbeat_interval, self.settings.heartbeat_timeout
@@ -416,6 +431,8 @@ class Broker:
             taken = self.intake.take(peer.actor_id, peer.role, msg, self.settings.run_id)
             if env.mode == ASK:
                 self._send(peer.identity, Envelope(REPLY, "", env.frm, BROKER, env.id), taken)
+            else:
+                self.intake.finished.add(peer.actor_id)  # the tell an actor sends last
             return
         self._reject(peer.identity, "not_for_broker", env.kind)
 

@@ -268,6 +268,15 @@ class RuntimeSettings:
         ),
     )
     """Largest message accepted; bigger frames are rejected and logged."""
+    remote_events_per_s: float = field(
+        default=1000.0,
+        # A learner logs a few events a second and an environment actor tens: a thousand
+        # leaves room for bursts, while a flooding key holder adds at most ~1 GB an hour.
+        metadata=check(min=0.0, max=1e7, expected="events per second from 0 (no limit) up"),
+    )
+    """Most events per second the head writes from one attached actor (its forwarded
+    log, :mod:`runtime.forward`), with bursts of up to 20 s worth; past it the rest of a
+    batch is dropped and counted (``remote_events_limited``). 0: no limit."""
 
 
 AUTO = "auto"

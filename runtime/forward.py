@@ -46,6 +46,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -89,6 +90,13 @@ PROBE_TIMEOUT_S = 1.0
 there, and a late answer only means one more question."""
 STREAMS_KEPT = 4096
 """Streams (actor processes) whose last batch the head remembers, to skip a repeat."""
+BURST_S = 20.0
+"""An attached actor may write this many seconds' worth of its event rate at once."""
+LIMITED_REPORT_S = 10.0
+"""At most one ``remote_events_limited`` per actor in this many seconds (then counted)."""
+FINAL_WAIT_S = 2.0
+"""At the end of a run the head waits up to this long (within ``shutdown_grace``) for
+every attached actor that forwards its events to send its last batch."""
 
 _muted = threading.local()
 
@@ -338,9 +346,28 @@ class EventForwarder:
 
 class EventIntake:
     """Head side: writes attached actors' batches to the events file (the broker calls
-    :meth:`take` for every ``events.batch`` a registered peer sends)."""
+    :meth:`take` for every ``events.batch`` a registered peer sends).
 
-    def __init__(self) -> None:
+    Each actor may write ``per_s`` events a second on average, in bursts of up to
+    ``BURST_S`` seconds' worth (a token bucket per actor id): a key holder cannot fill the
+    head's disk with its log. Past that the rest of a batch is dropped, counted per actor,
+    and reported (``remote_events_limited``, at most once per actor every
+    ``LIMITED_REPORT_S`` seconds, with the count since the last report)."""
+
+    def __init__(self, per_s: float = 0.0, now: Callable[[], float] = time.monotonic) -> None:
+        self.per_s = per_s
+        """Events per second allowed per actor; 0: no limit."""
+        self._now = now
+        self._tokens: dict[str, tuple[float, float]] = {}
+        """Actor id → (events it may still write, when that was worked out)."""
+        self.limited: dict[str, int] = {}
+        """Events dropped per actor by the limit, in all."""
+        self._unreported: dict[str, tuple[int, float]] = {}
+        """Actor id → (dropped since its last report, when that report was made)."""
+        self.senders: set[str] = set()
+        """Actors that sent events here (a batch or the empty question)."""
+        self.finished: set[str] = set()
+        """Actors whose last batch (a tell, sent as they stop) came in."""
         self._last: OrderedDict[str, int] = OrderedDict()
         """Last batch written per stream, newest streams last."""
         self.written = 0
@@ -352,6 +379,7 @@ class EventIntake:
     def take(self, actor_id: str, role: str, batch: EventBatch, run: str = "") -> EventsTaken:
         """Write ``batch`` from the registered peer ``actor_id`` (of ``role``) into the
         events file of ``run``; the answer to send back."""
+        self.senders.add(actor_id)
         last = self._last.get(batch.stream, 0)
         if batch.seq == 0 or batch.seq <= last:
             return EventsTaken(batch.seq, 0)  # a question, or a batch written already
@@ -362,7 +390,10 @@ class EventIntake:
         lines: list[str] = []
         records: list[dict[str, Any]] = []
         bad = 0
-        for text in batch.events:
+        allowed = self._allow(actor_id, len(batch.events))
+        if allowed < len(batch.events):
+            self._limited(actor_id, len(batch.events) - allowed, batch.seq)
+        for text in batch.events[:allowed]:
             try:
                 record = json.loads(text)
             except ValueError:
@@ -387,3 +418,38 @@ class EventIntake:
             self.rejected += bad
             log.warning("remote_events_rejected", actor_id=actor_id, lines=bad, seq=batch.seq)
         return EventsTaken(batch.seq, len(lines))
+
+    def _allow(self, actor_id: str, wanted: int) -> int:
+        """How many of ``wanted`` events ``actor_id`` may write now (and spend them)."""
+        if self.per_s <= 0:
+            return wanted
+        now, burst = self._now(), self.per_s * BURST_S
+        tokens, then = self._tokens.get(actor_id, (burst, now))
+        tokens = min(burst, tokens + (now - then) * self.per_s)
+        allowed = min(wanted, int(tokens))
+        self._tokens[actor_id] = (tokens - allowed, now)
+        return allowed
+
+    def _limited(self, actor_id: str, dropped: int, seq: int) -> None:
+        self.limited[actor_id] = self.limited.get(actor_id, 0) + dropped
+        count, reported = self._unreported.get(actor_id, (0, -LIMITED_REPORT_S))
+        count += dropped
+        now = self._now()
+        if now - reported < LIMITED_REPORT_S:
+            self._unreported[actor_id] = (count, reported)
+            return
+        self._unreported[actor_id] = (0, now)
+        log.warning(
+            "remote_events_limited", actor_id=actor_id, dropped=count,
+            dropped_total=self.limited[actor_id], per_s=self.per_s, seq=seq,
+        )  # fmt: skip
+
+    def flush_limited(self) -> None:
+        """Report what the limit dropped since each actor's last report (the run ends)."""
+        for actor_id, (count, _) in self._unreported.items():
+            if count:
+                log.warning(
+                    "remote_events_limited", actor_id=actor_id, dropped=count,
+                    dropped_total=self.limited[actor_id], per_s=self.per_s,
+                )  # fmt: skip
+        self._unreported.clear()

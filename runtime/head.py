@@ -44,6 +44,7 @@ from runtime.broker import Broker, BrokerSettings
 from runtime.config import ConfigError, Settings, resolve_counts
 from runtime.cpu import usable_cores
 from runtime.events import log
+from runtime.forward import FINAL_WAIT_S
 from runtime.security import RUN_KEYS, Authenticator, CurveServer, is_loopback, run_keys
 from runtime.supervisor import ChildSpec, RestartIntensityExceeded, Supervisor, actor_argv
 
@@ -379,6 +380,7 @@ async def run_head(
                 run_id=run_id,
                 key_allowed=curve.keys.allows if curve is not None and listen else None,
                 provenance=provenance.current(),
+                remote_events_per_s=rt.remote_events_per_s,
             ),
             sock,
         )
@@ -451,6 +453,8 @@ async def run_head(
             broker.shutdown_all("run_finished")
             await broker.sock.flush()
             with trio.move_on_after(rt.shutdown_grace):
+                # Attached actors' last events (sent as they stop) go into the file too.
+                await broker.wait_for_last_events(min(FINAL_WAIT_S, rt.shutdown_grace))
                 await children_done.wait()
             nursery.cancel_scope.cancel()
         reserve.unlink(missing_ok=True)

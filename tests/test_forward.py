@@ -29,7 +29,7 @@ from messages import (
 from messages.control import Probe, Register
 from messages.events import EventBatch, EventsTaken
 from runtime import events, provenance
-from runtime.forward import EventForwarder, EventIntake
+from runtime.forward import LIMITED_REPORT_S, EventForwarder, EventIntake
 from runtime.head import Head, new_run_dir, run_head
 from runtime.security import create_keys
 
@@ -321,3 +321,63 @@ def test_a_full_disk_at_the_head_costs_a_batch_counted_never_an_exception(tmp_pa
         assert error is not None and error.errno == errno.ENOSPC
     finally:
         events.close()
+
+
+def test_an_actor_flooding_the_heads_log_is_cut_to_its_rate_and_the_rest_counted(
+    tmp_path: Path,
+) -> None:
+    events.configure(events_file=tmp_path / "events.jsonl", console=None)
+    clock = [100.0]
+    try:
+        # 10 events/s, bursts of 20 s worth (200): a flood of 3 batches of 150 at once.
+        intake = EventIntake(per_s=10.0, now=lambda: clock[0])
+
+        def batch(seq: int, actor: str = "far", n: int = 150) -> EventsTaken:
+            lines = [json.dumps({"ts": "t", "event": "chatter", "i": i}) for i in range(n)]
+            return intake.take(actor, "probe", EventBatch(actor, seq, "there", lines), "run-1")
+
+        assert batch(1) == EventsTaken(1, 150)
+        assert batch(2) == EventsTaken(2, 50)  # the burst is spent
+        assert batch(3) == EventsTaken(3, 0)
+        clock[0] += 3.0  # 3 s later: 30 more
+        assert batch(4) == EventsTaken(4, 30)
+        assert batch(1, actor="near") == EventsTaken(1, 150)  # per actor, not shared
+        assert intake.limited == {"far": 100 + 150 + 120}
+        clock[0] += LIMITED_REPORT_S
+        intake.flush_limited()
+    finally:
+        events.close()
+    logged = read_events(tmp_path)
+    limited = [e for e in logged if e["event"] == "remote_events_limited"]
+    # The first drop is reported at once, the rest counted into one summary.
+    assert [e["dropped"] for e in limited] == [100, 150 + 120]
+    assert limited[-1]["dropped_total"] == 370 and limited[0]["actor_id"] == "far"
+    assert sum(1 for e in logged if e["event"] == "chatter") == 150 + 50 + 30 + 150
+    # No limit: everything goes in.
+    assert EventIntake(per_s=0.0)._allow("far", 10**6) == 10**6
+
+
+def test_a_finished_run_keeps_what_its_attached_actors_logged_as_they_left(tmp_path: Path) -> None:
+    keys = create_keys(tmp_path / "keys")
+    settings = make_settings(tmp_path, listen="tcp://127.0.0.1:0", keys_dir=str(keys))
+    log = tmp_path / "actor.log"
+    procs: list[subprocess.Popen] = []
+
+    async def driver(head: Head) -> dict:
+        procs.append(_attach(head.listen, keys, log, "--name", "far"))
+        await head.wait_for("probe", 1, timeout=60)
+        await wait_until(
+            lambda: _remote(head.run_dir, "actor_started"), timeout=30, what="its first events"
+        )
+        return {}  # the run ends now: the head tells "far" to leave
+
+    run_id, run_dir = new_run_dir(settings)
+    try:
+        assert trio.run(run_head, settings, run_dir, run_id, driver) == 0
+        assert procs[0].wait(timeout=30) == 0
+    finally:
+        for proc in procs:
+            _stop(proc)
+    # What it logged on its way out, after the head said the run was over, is in the file.
+    stopped = _remote(run_dir, "actor_stopped")
+    assert [e["reason"] for e in stopped] == ["run_finished"], log.read_text()[-2000:]
