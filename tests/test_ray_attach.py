@@ -4,6 +4,7 @@ started outlives it. Without Ray installed, the error names the extra."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -180,6 +181,58 @@ def test_ray_places_two_learners_that_each_train_a_job_and_leave_nothing_behind(
         f"{seen['launched_to_placed_s']:.1f} s); both registered {seen['registered_s']:.1f} s "
         "after the head started"
     )
+
+
+@pytest.mark.slow
+def test_a_real_run_whose_learned_step_is_trained_by_a_learner_ray_placed(
+    tmp_path: Path, ray_cluster: str
+) -> None:
+    """The README's step 3 as a test: ``deploy/cluster-demo.toml`` (on loopback here) run
+    by ``run.py`` with no learner of its own, its learners placed by Ray beforehand."""
+    keys = create_keys(tmp_path / "keys")
+    port = _free_port()
+    config = (ROOT / "deploy" / "cluster-demo.toml").read_text()
+    config = config.replace('"tcp://0.0.0.0:5555"', f'"tcp://127.0.0.1:{port}"')
+    config = config.replace('keys_dir = "keys"', f'keys_dir = "{keys}"')
+    config = config.replace("train_steps = 2048", "train_steps = 512")
+    assert f"127.0.0.1:{port}" in config and str(keys) in config
+    (tmp_path / "cluster.toml").write_text(config)
+    run_id = f"ray-run-{os.getpid()}"
+    log = tmp_path / "launcher.log"
+    launcher = subprocess.Popen(
+        [*RUN, "attach", "learner", "--ray", ray_cluster, "--count", "2",
+         "--cpus-per-learner", "1", "--connect", f"tcp://127.0.0.1:{port}", "--keys",
+         str(keys), "--run-id", run_id, "--wait", "300", "--quiet"],
+        env={**os.environ, **RAY_ENV}, cwd=tmp_path, stdout=log.open("w"),
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        head = subprocess.run(
+            [*RUN, "--config", str(tmp_path / "cluster.toml"), "--run-id", run_id, "--quiet"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert head.returncode == 0, head.stderr[-3000:]
+        # The run is over: the learners leave, and so does the launcher.
+        assert launcher.wait(timeout=120) == 0, log.read_text()
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGINT)
+            try:
+                launcher.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(launcher.pid, signal.SIGKILL)
+    run_dir = tmp_path / "runs" / run_id
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    registered = [e for e in events if e["event"] == "actor_registered" and e["role"] == "learner"]
+    assert len(registered) == 2, registered  # both copies joined this run
+    # The learned step was trained by one of them, and the head saw it (forwarded events).
+    trained = [e for e in events if e["event"] == "training_started"]
+    assert trained and all(e.get("remote") is True for e in trained), trained
+    assert {e["actor"] for e in trained} <= {e["actor_id"] for e in registered}
+    # Its policy came back and the run used it: measured by the head's agents.
+    results = [e for e in events if e["event"] == "training_result"]
+    assert results and results[0]["decisions"] >= 512, results
+    assert (run_dir / "summary.json").is_file() and (run_dir / "report.md").is_file()
 
 
 @pytest.mark.slow
