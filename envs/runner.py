@@ -652,18 +652,28 @@ class Runner:
         self._buffer = bytearray()
         self.ready = None
         spawned = trio.current_time()
-        self.proc = await trio.lowlevel.open_process(
-            # Not ``-m envs.runner``: the module would then exist twice (as __main__
-            # too), each copy registering the runner's message kinds.
-            [sys.executable, "-c", RUNNER_MAIN, str(self.run_dir or "")],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        try:
+            self.proc = await trio.lowlevel.open_process(
+                # Not ``-m envs.runner``: the module would then exist twice (as __main__
+                # too), each copy registering the runner's message kinds.
+                [sys.executable, "-c", RUNNER_MAIN, str(self.run_dir or "")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        except OSError as exc:  # no interpreter, no memory or process slots left, ...
+            self.proc = None
+            self._started.set()  # wait_ready() says it failed
+            detail = f"the runner could not be started ({sys.executable}: {exc})"
+            raise RunnerFailed(Failure("runner_failed", detail)) from None
         try:
             with trio.fail_after(START_TIMEOUT_S):
                 ready = await self._receive()
         except (trio.TooSlowError, DecodeError):
             ready = None
+        except BaseException:
+            # Cancelled while it warms up (the actor stopping, say): it must not outlive us.
+            await self.kill()
+            raise
         if not isinstance(ready, RunnerReady):
             await self.kill()
             self._started.set()  # wait_ready() says it failed

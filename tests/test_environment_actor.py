@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import trio
 from helpers import make_settings, run_head_with
 
 from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
+from envs.runner import Runner, RunnerFailed
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Stage, Subtask
 from method.split import rollout_split
@@ -373,3 +375,45 @@ def test_an_environment_actor_runs_learned_policies_on_one_torch_thread(tmp_path
     assert limits["torch_threads"] == 1
     (finished,) = run.named("rollout_finished")
     assert finished["torch_threads"] == 1  # measured in the actor, with torch loaded
+
+
+def test_a_runner_cancelled_while_it_warms_up_does_not_outlive_it(tmp_path: Path) -> None:
+    # The warm-up compiles the world generator (seconds): cancelled meanwhile (the actor
+    # stopping during setup), the runner process is killed, not left behind.
+    seen: dict = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            runner = Runner(tmp_path, nursery)
+            with trio.move_on_after(0.3) as scope:
+                await runner.start()
+            seen["cancelled"] = scope.cancelled_caught
+            seen["proc"] = runner.proc
+
+    trio.run(main)
+    assert seen["cancelled"], "the warm-up finished within 0.3 s: nothing was tested"
+    proc = seen["proc"]
+    assert proc is not None and proc.returncode is not None  # killed and reaped
+    assert not Path(f"/proc/{proc.pid}").exists()
+
+
+def test_a_runner_that_cannot_be_started_fails_its_batch_with_the_reason(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # No interpreter where the runner's command names one (a broken venv, a full process
+    # table): a runner failure the actor reports, not an OSError that kills the actor.
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python-here"))
+    failures: list[str] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            runner = Runner(tmp_path, nursery)
+            for _ in range(2):  # the start, then a batch's wait_ready trying again
+                try:
+                    await (runner.start() if not failures else runner.wait_ready())
+                except RunnerFailed as exc:
+                    failures.append(str(exc))
+
+    trio.run(main)
+    assert len(failures) == 2
+    assert all("could not be started" in f and "no-python-here" in f for f in failures)
