@@ -24,7 +24,8 @@ class EventBatch:
     """1, 2, ... per stream, one batch at a time; 0 for an empty batch that only asks
     whether the head is there again."""
     host: str
-    """The actor's host name, added to every event."""
+    """The actor's host name. The head writes the one the actor registered with (the
+    broker's word), not this one."""
     events: list[str]
     """One JSON object per event, as the actor's own log has it (``ts`` is when it
     happened there)."""

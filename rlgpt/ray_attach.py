@@ -128,7 +128,7 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
         # A copy started again would ask for its name while the broker still holds it
         # for the dead one (until the heartbeat timeout), and be refused.
         raise LaunchError("--name does not go with --ray: the head names each copy")
-    keys = args.keys or _run_keys(args.connect, args.run_dir)
+    keys = args.keys or _run_keys(args.connect, args.run_dir, _key_name(args))
     try:
         curve = CurveClient.load(Path(keys), _key_name(args)) if keys else None
     except KeysMissing as exc:
@@ -158,6 +158,10 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
         argv += ["--wait", f"{args.wait:g}"]
     if args.quiet:
         argv.append("--quiet")
+    if getattr(args, "allow_version_mismatch", False):
+        argv.append("--allow-version-mismatch")
+    if getattr(args, "events_queue", None) is not None:
+        argv += ["--events-queue", str(args.events_queue)]
     if curve is not None:
         argv.append("--keys-stdin")
     return argv, keys_to_text(curve) if curve is not None else ""

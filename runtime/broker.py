@@ -135,6 +135,8 @@ LOCAL_IDENTITY_BYTES = 16
 the first connection that claims an id, and these are claimed before any actor starts)."""
 
 
+HOST_CHARS = 255
+"""The longest host name kept for a peer (a DNS name's limit)."""
 LOST_REASONS = frozenset({"heartbeat_missed", "deadline_missed"})
 """Why a peer may be declared lost while its process still runs: the head kills a
 process of its own then (:attr:`BrokerSettings.on_lost`), so its work cannot finish twice."""
@@ -175,6 +177,9 @@ class Peer:
     inflight: dict[tuple[str, str], Job] = field(default_factory=dict)
     key: str = ""
     """The user id of the CURVE key it connected with (``NAME/KEY``); '' for ipc/inproc."""
+    host: str = ""
+    """Its host name, as it registered (cut to ``HOST_CHARS``): written with its
+    forwarded events."""
     local: bool = False
     """Runs inside the head process (as trio tasks): it cannot stall while the broker
     runs, so it is never reaped for silence."""
@@ -428,7 +433,13 @@ class Broker:
         if isinstance(msg, Cancel):
             return self._cancel(peer, msg.job)
         if isinstance(msg, EventBatch):
-            taken = self.intake.take(peer.actor_id, peer.role, msg, self.settings.run_id)
+            try:
+                taken = self.intake.take(
+                    peer.actor_id, peer.role, msg, self.settings.run_id, host=peer.host,
+                    key=key_name_of(peer.key) if peer.key else "",
+                )  # fmt: skip
+            except Exception as exc:  # a peer's batch must never end the broker
+                return self._reject(peer.identity, "bad_events", f"{type(exc).__name__}: {exc}")
             if env.mode == ASK:
                 self._send(peer.identity, Envelope(REPLY, "", env.frm, BROKER, env.id), taken)
             else:
@@ -512,9 +523,14 @@ class Broker:
 
     # -- registration and death ----------------------------------------------------
 
-    def _version_refusal(self, name: str, msg: Register) -> Failure | None:
+    def _version_refusal(self, name: str, msg: Register, key: str = "") -> Failure | None:
         """A Failure when ``msg`` states another source tree than the head's (and did not
-        allow it); a warning when it did. None when it may register."""
+        allow it); a warning when it did. None when it may register.
+
+        Only actors attached with a key (over tcp) are refused: a connection without one
+        came through the head's private ipc socket, so it is one of the head's own actors
+        (restarted after the checkout was edited mid-run, say), which is logged, not
+        refused, rather than failing the run."""
         head = self.settings.provenance
         if head is None or msg.source_hash == head.source_hash:
             return None
@@ -524,8 +540,9 @@ class Broker:
             "actor_version": actor.version, "actor_source": msg.source_hash,
             "head_version": head.version, "head_source": head.source_hash,
         }  # fmt: skip
-        if msg.allow_mismatch:
-            log.warning("version_mismatch_allowed", actor_id=name, **fields)
+        if msg.allow_mismatch or not key:
+            why = "allowed by the actor" if msg.allow_mismatch else "the head's own (ipc) actor"
+            log.warning("version_mismatch_allowed", actor_id=name, why=why, **fields)
             return None
         self._registrations(name, "version_mismatch", **fields)
         detail = (
@@ -552,7 +569,7 @@ class Broker:
             # Refuse rather than have two connections evict each other (and their jobs).
             self._registrations(name, refused.reason, role=msg.role)
         else:
-            refused = self._version_refusal(name, msg)
+            refused = self._version_refusal(name, msg, key)
         if refused is not None:
             back = Envelope(REPLY, "", name, BROKER, env.id)
             return self._send(identity, back, refused)
@@ -562,6 +579,7 @@ class Broker:
             identity, name, msg.role, max(1, msg.capacity), msg.device, msg.pid, self._now()
         )
         peer.key = key
+        peer.host = msg.host[:HOST_CHARS]
         if not key:
             self.plain.add(identity)  # nothing to check in its messages from now on
         # A connection the head made itself (its routing id minted here) runs inside the
@@ -636,6 +654,7 @@ class Broker:
             return
         del self.peers[peer.actor_id]
         self.by_identity.pop(peer.identity, None)
+        self.intake.forget(peer.actor_id)
         if peer.identity not in self.trusted:
             self.plain.discard(peer.identity)
         self.roles[peer.role].remove(peer)

@@ -269,14 +269,16 @@ class RuntimeSettings:
     )
     """Largest message accepted; bigger frames are rejected and logged."""
     remote_events_per_s: float = field(
-        default=1000.0,
-        # A learner logs a few events a second and an environment actor tens: a thousand
-        # leaves room for bursts, while a flooding key holder adds at most ~1 GB an hour.
+        default=200.0,
+        # A learner logs a few events a second and an environment actor tens: 200 leaves
+        # room, and each event costs one per started KiB, so a flooding key holder adds at
+        # most ~200 KiB a second (~0.7 GB an hour) to the head's disk.
         metadata=check(min=0.0, max=1e7, expected="events per second from 0 (no limit) up"),
     )
-    """Most events per second the head writes from one attached actor (its forwarded
-    log, :mod:`runtime.forward`), with bursts of up to 20 s worth; past it the rest of a
-    batch is dropped and counted (``remote_events_limited``). 0: no limit."""
+    """Most events per second the head writes from one key (an attached actor's
+    forwarded log, :mod:`runtime.forward`; an event of more than 1 KiB counts once per
+    started KiB), with bursts of up to 20 s worth; past it the rest of a batch is dropped
+    and counted (``remote_events_limited``). 0: no limit."""
 
 
 AUTO = "auto"

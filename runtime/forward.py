@@ -89,7 +89,12 @@ PROBE_TIMEOUT_S = 1.0
 """How long that question waits for its answer: the head answers at once when it is
 there, and a late answer only means one more question."""
 STREAMS_KEPT = 4096
-"""Streams (actor processes) whose last batch the head remembers, to skip a repeat."""
+"""Senders (keys, or actor ids) whose last batches the head remembers, to skip a repeat."""
+STREAMS_PER_SENDER = 64
+"""Streams (actor processes) remembered per sender: one key cannot push another's out."""
+MAX_LINE_CHARS = 64 * 1024
+"""A forwarded event line longer than this is refused (the forwarder sends a stub for
+anything near a batch's size)."""
 BURST_S = 20.0
 """An attached actor may write this many seconds' worth of its event rate at once."""
 LIMITED_REPORT_S = 10.0
@@ -368,46 +373,68 @@ class EventIntake:
         """Actors that sent events here (a batch or the empty question)."""
         self.finished: set[str] = set()
         """Actors whose last batch (a tell, sent as they stop) came in."""
-        self._last: OrderedDict[str, int] = OrderedDict()
-        """Last batch written per stream, newest streams last."""
+        self._last: OrderedDict[str, OrderedDict[str, int]] = OrderedDict()
+        """Last batch written per stream, per sender (key or actor id), newest last."""
         self.written = 0
         """Events written (for the benchmark and the curious)."""
         self.batches = 0
         """Batches written."""
         self.rejected = 0
 
-    def take(self, actor_id: str, role: str, batch: EventBatch, run: str = "") -> EventsTaken:
-        """Write ``batch`` from the registered peer ``actor_id`` (of ``role``) into the
-        events file of ``run``; the answer to send back."""
+    def take(
+        self,
+        actor_id: str,
+        role: str,
+        batch: EventBatch,
+        run: str = "",
+        *,
+        host: str = "",
+        key: str = "",
+    ) -> EventsTaken:
+        """Write ``batch`` from the registered peer ``actor_id`` (of ``role``, host
+        ``host`` as it registered, connected with ``key``) into the events file of
+        ``run``; the answer to send back. The rate limit and the repeat check go by the
+        key (by the actor id for a peer without one): a new name gets no fresh budget."""
         self.senders.add(actor_id)
-        last = self._last.get(batch.stream, 0)
+        who = key or actor_id
+        streams = self._last.setdefault(who, OrderedDict())
+        self._last.move_to_end(who)
+        last = streams.get(batch.stream, 0)
         if batch.seq == 0 or batch.seq <= last:
             return EventsTaken(batch.seq, 0)  # a question, or a batch written already
-        self._last[batch.stream] = batch.seq
-        self._last.move_to_end(batch.stream)
+        streams[batch.stream] = batch.seq
+        streams.move_to_end(batch.stream)
+        while len(streams) > STREAMS_PER_SENDER:
+            streams.popitem(last=False)
         while len(self._last) > STREAMS_KEPT:
             self._last.popitem(last=False)
         lines: list[str] = []
         records: list[dict[str, Any]] = []
         bad = 0
-        allowed = self._allow(actor_id, len(batch.events))
+        allowed = self._allow(who, [len(text) for text in batch.events])
         if allowed < len(batch.events):
-            self._limited(actor_id, len(batch.events) - allowed, batch.seq)
+            self._limited(who, len(batch.events) - allowed, batch.seq)
         for text in batch.events[:allowed]:
-            try:
-                record = json.loads(text)
-            except ValueError:
-                record = None
+            record = None
+            if len(text) <= MAX_LINE_CHARS:
+                try:
+                    record = json.loads(text)
+                except (ValueError, RecursionError):  # (nesting deep enough to recurse out)
+                    record = None
             if type(record) is not dict:
                 bad += 1
                 continue
             # Who sent it is the broker's word, not the line's.
             record["actor"], record["role"] = actor_id, role
-            record["host"], record["remote"] = batch.host, True
+            record["host"], record["remote"] = host, True
             if run:
                 record["run"] = run
             record.setdefault("ts", events._now())
-            lines.append(json.dumps(record, separators=(",", ":")))
+            try:
+                lines.append(json.dumps(record, separators=(",", ":")))
+            except (ValueError, RecursionError):
+                bad += 1
+                continue
             records.append(record)
         if lines and events.append_lines(lines):
             self.written += len(lines)
@@ -419,15 +446,29 @@ class EventIntake:
             log.warning("remote_events_rejected", actor_id=actor_id, lines=bad, seq=batch.seq)
         return EventsTaken(batch.seq, len(lines))
 
-    def _allow(self, actor_id: str, wanted: int) -> int:
-        """How many of ``wanted`` events ``actor_id`` may write now (and spend them)."""
+    def forget(self, actor_id: str) -> None:
+        """``actor_id`` left: a later actor of that name is a new sender."""
+        self.senders.discard(actor_id)
+        self.finished.discard(actor_id)
+
+    def _allow(self, who: str, sizes: list[int]) -> int:
+        """How many of the events of ``sizes`` characters ``who`` may write now (and
+        spend them): each costs one token per started KiB."""
         if self.per_s <= 0:
-            return wanted
+            return len(sizes)
         now, burst = self._now(), self.per_s * BURST_S
-        tokens, then = self._tokens.get(actor_id, (burst, now))
+        tokens, then = self._tokens.get(who, (burst, now))
         tokens = min(burst, tokens + (now - then) * self.per_s)
-        allowed = min(wanted, int(tokens))
-        self._tokens[actor_id] = (tokens - allowed, now)
+        allowed = 0
+        for size in sizes:
+            cost = max(1, -(-size // 1024))
+            if cost > tokens:
+                break
+            tokens -= cost
+            allowed += 1
+        self._tokens[who] = (tokens, now)
+        while len(self._tokens) > STREAMS_KEPT:
+            self._tokens.pop(next(iter(self._tokens)))
         return allowed
 
     def _limited(self, actor_id: str, dropped: int, seq: int) -> None:

@@ -3,6 +3,7 @@ logged; routing state stays consistent. Plus a real-socket flood of garbage."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 
@@ -349,3 +350,28 @@ def test_default_deadlines_come_from_the_requests_own_budget() -> None:
     assert hold_limit(train) == 500 + 120 + GRACE_S
     assert hold_limit(Probe(hold_s=3)) == 3 + GRACE_S
     assert hold_limit(StatusQuery()) == 0.0
+
+
+def test_a_head_side_ipc_actor_of_another_tree_is_logged_not_refused_a_keyed_one_is() -> None:
+    # The head's own actors reach it over its private ipc socket, without a key: one
+    # restarted after the checkout changed mid-run is let in with a warning (refusing it
+    # would fail the run); an actor attached with a key (over tcp) is refused.
+    from runtime.provenance import Provenance
+
+    sock = _ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(f"inproc://versions-{next(_names)}")
+    broker = Broker(BrokerSettings(provenance=Provenance("1.0", "a" * 64)), sock)
+    broker._now = time.monotonic
+    other = Register(role="probe", name="", version="1.0", source_hash="b" * 64)
+
+    def register(identity: bytes, name: str, key: str) -> None:
+        env = Envelope(ASK, "1", BROKER, "", "", Register.__message_kind__)
+        broker._register(identity, env, dataclasses.replace(other, name=name), key)
+
+    with structlog.testing.capture_logs() as logged:
+        register(b"ipc-child", "restarted", "")
+        register(b"tcp-peer", "attached", "gpu1/KEYKEYKEY")
+    assert "restarted" in broker.peers and "attached" not in broker.peers
+    (allowed,) = [e for e in logged if e["event"] == "version_mismatch_allowed"]
+    assert allowed["actor_id"] == "restarted" and "ipc" in allowed["why"]

@@ -271,11 +271,8 @@ def test_only_the_head_takes_events_and_it_names_the_sender_itself(tmp_path: Pat
     assert refused[0]["kind"] == "events.batch" and refused[0]["to"] == "head"
     remote = [e for e in records if e.get("remote") is True]
     assert len(remote) == 1  # written once
-    assert (remote[0]["actor"], remote[0]["role"], remote[0]["host"]) == (
-        "rogue",
-        "probe",
-        "elsewhere",
-    )
+    # Its host is the one it registered with (none), not the one its batch claims.
+    assert (remote[0]["actor"], remote[0]["role"], remote[0]["host"]) == ("rogue", "probe", "")
     # The forged line did not end the run for ``run.py tail``: it is the rogue's.
     finished = [e for e in records if e["event"] == "run_finished"]
     assert [e["actor"] for e in finished] == ["rogue", "head"]
@@ -354,7 +351,7 @@ def test_an_actor_flooding_the_heads_log_is_cut_to_its_rate_and_the_rest_counted
     assert limited[-1]["dropped_total"] == 370 and limited[0]["actor_id"] == "far"
     assert sum(1 for e in logged if e["event"] == "chatter") == 150 + 50 + 30 + 150
     # No limit: everything goes in.
-    assert EventIntake(per_s=0.0)._allow("far", 10**6) == 10**6
+    assert EventIntake(per_s=0.0)._allow("far", [10**6] * 5) == 5
 
 
 def test_a_finished_run_keeps_what_its_attached_actors_logged_as_they_left(tmp_path: Path) -> None:
@@ -381,3 +378,26 @@ def test_a_finished_run_keeps_what_its_attached_actors_logged_as_they_left(tmp_p
     # What it logged on its way out, after the head said the run was over, is in the file.
     stopped = _remote(run_dir, "actor_stopped")
     assert [e["reason"] for e in stopped] == ["run_finished"], log.read_text()[-2000:]
+
+
+def test_hostile_lines_are_refused_counted_and_never_end_the_head(tmp_path: Path) -> None:
+    events.configure(events_file=tmp_path / "events.jsonl", console=None)
+    try:
+        intake = EventIntake(per_s=10.0)  # a burst of 200 tokens: 1 per started KiB
+        lines = [
+            "[" * 100_000,  # nested deep enough to make json recurse out
+            json.dumps({"event": "big", "pad": "x" * 70_000}),  # over the line cap
+            json.dumps({"event": "fine", "host": "forged"}),
+        ]
+        batch = EventBatch("s", 1, "h" * 2_000_000, lines)  # its own host: ignored
+        taken = intake.take("far", "probe", batch, "run-1", host="gpu1", key="gpu1")
+        assert taken == EventsTaken(1, 1)
+        assert intake.rejected == 2
+        # A new name on the same key gets no fresh budget: 69 KiB + 98 KiB were spent.
+        more = [json.dumps({"event": "pad", "p": "y" * 2000})] * 40  # 2 tokens each
+        taken = intake.take("far-2", "probe", EventBatch("t", 1, "", more), "run-1", key="gpu1")
+        assert taken.written < 20
+    finally:
+        events.close()
+    (fine,) = [e for e in read_events(tmp_path) if e["event"] == "fine"]
+    assert fine["host"] == "gpu1" and fine["actor"] == "far"

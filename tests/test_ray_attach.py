@@ -325,3 +325,21 @@ def test_ray_launcher_refuses_what_cannot_work_at_once(tmp_path: Path) -> None:
         )  # fmt: skip
         assert done.returncode == 2 and expect in done.stderr, (args, done.stderr)
         assert time.monotonic() - started < 20  # not Ray's minutes of retrying
+
+
+def test_each_copy_runs_the_attach_with_every_flag_it_was_given(tmp_path: Path) -> None:
+    from rlgpt.cli import build_parser
+    from rlgpt.ray_attach import child_command
+
+    keys = create_keys(tmp_path / "keys")
+    args = build_parser().parse_args(
+        ["attach", "learner", "--ray", "127.0.0.1:1", "--count", "2", "--connect",
+         "tcp://127.0.0.1:5555", "--keys", str(keys), "--allow-version-mismatch",
+         "--events-queue", "500", "--run-id", "r1"]
+    )  # fmt: skip
+    argv, keys_text = child_command(args)
+    assert "--allow-version-mismatch" in argv
+    assert argv[argv.index("--events-queue") + 1] == "500"
+    assert argv[argv.index("--run-id") + 1] == "r1"
+    assert "--keys-stdin" in argv and str(keys) not in " ".join(argv)  # keys go by stdin
+    assert json.loads(keys_text)["server_public"]
