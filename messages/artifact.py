@@ -19,9 +19,9 @@ class ArtifactGet:
     sha256: str
     """The file's sha256 (64 lowercase hex digits)."""
     offset: int = 0
-    """First byte wanted."""
+    """First byte wanted (not negative)."""
     length: int = 0
-    """Bytes wanted (the store sends at most its own chunk size; 0: one chunk)."""
+    """Bytes wanted (the store sends at most its own chunk size; 0 or less: one chunk)."""
 
 
 @message("artifact.chunk")
@@ -59,7 +59,7 @@ class ArtifactPut:
     job: str = ""
     """The training job it belongs to (a plain file name), for those kinds."""
     decisions: int = 0
-    """With ``checkpoint``: the agent decisions it holds."""
+    """With ``checkpoint``: the agent decisions it holds (at most 10**12)."""
 
 
 @message("artifact.ack")
@@ -72,6 +72,9 @@ class ArtifactAck:
     """Bytes held so far (the next put's offset)."""
     complete: bool = False
     """True once the whole file arrived, matched its sha256 and was kept."""
+    recorded: bool = False
+    """With a ``checkpoint``: True when it became its job's newest checkpoint (False: the
+    store holds a newer one, and did not keep this one)."""
 
 
 @message("artifact.latest")

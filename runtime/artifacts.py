@@ -13,8 +13,10 @@ short one is refused) and the whole file's sha256 before it keeps it; files are 
 to a temporary name and renamed, so a store holds only whole files that match their
 names. Nothing here reads a path a peer named: a file is found by its hash.
 
-What learners put: each checkpoint (``kind="checkpoint"``; the store remembers the
-newest per job, so a job re-delivered to another learner resumes from it) and, at the
+What learners put: each checkpoint (``kind="checkpoint"``, always sent whole; the store
+remembers the newest per job, so a job re-delivered to another learner resumes from it,
+and keeps the one before one generation longer for a fetch under way; a file another job
+names or a policy of the run is never removed) and, at the
 end of a remote job, a zip of its TensorBoard event files (``kind="tensorboard"``),
 unpacked into ``RUN_DIR/tensorboard/<job>/`` with every member's path checked.
 """
@@ -73,7 +75,16 @@ STALE_PART_S = 600.0
 """A half-written file in a store's ``tmp/`` this old belongs to no transfer under way (a
 chunk's ask times out after :data:`ASK_TIMEOUT_S`)."""
 JOBS_DIR = "jobs"
-"""Inside the store: ``<job>.json``, the newest checkpoint of each job and how far it got."""
+"""Inside the store: ``<job>.json``, the newest checkpoint of each job (and the one before
+it, kept one generation longer for a fetch or read under way) and how far it got."""
+MAX_DECISIONS = 10**12
+"""Most agent decisions a put checkpoint or a reached report may claim (a real job makes
+millions): a larger one is refused, so no peer pins a job's record out of reach."""
+PARTIAL_PER_PEER = 2
+"""Puts one peer may have under way at once (a learner sends one at a time)."""
+PARTIAL_IDLE_S = 300.0
+"""A put under way that got no chunk for this long is dropped with its temp file (its
+peer is gone, or gave up: a chunk's ask times out after :data:`ASK_TIMEOUT_S`)."""
 NAME_MAX = 100
 
 
@@ -189,8 +200,9 @@ class ArtifactServer(Actor):
         super().__init__(**{"capacity": 64, "name": ROLE, **kwargs, "run_dir": run_dir})
         self.store = Store(Path(run_dir) / STORE_DIR)
         self.chunk = chunk_size(self.max_frame_bytes)
-        self._partial: dict[tuple[str, str], tuple[Path, int]] = {}
-        """(sender, sha256) → the temp file of a put under way and the bytes it holds."""
+        self._partial: dict[tuple[str, str], tuple[Path, int, float]] = {}
+        """(sender, sha256) → the temp file of a put under way, the bytes it holds and
+        when its last chunk came (``time.monotonic``)."""
         self._scanned: dict[tuple[str, int, int], str] = {}
         """(path, size, mtime) → sha256 of the run's policy files hashed so far."""
 
@@ -209,18 +221,19 @@ class ArtifactServer(Actor):
 
     @handles(ArtifactGet)
     async def on_get(self, msg: ArtifactGet, env: Envelope) -> ArtifactChunk:
+        if msg.offset < 0:
+            raise ValueError(f"artifact.get: offset {msg.offset} is negative")
         path = self.store.get(msg.sha256) if is_sha256(msg.sha256) else None
         if path is None and is_sha256(msg.sha256):
             path = await self.run_blocking(self._find_policy, msg.sha256)
-        if path is None:
+        length = self.chunk if msg.length <= 0 else min(self.chunk, msg.length)
+        read = (
+            None if path is None else await self.run_blocking(_read_chunk, path, msg.offset, length)
+        )
+        if read is None:
             log.warning("artifact_missing", sha256=msg.sha256[:64], frm=env.frm)
             return ArtifactChunk(msg.sha256[:64], msg.offset, b"", 0, found=False)
-        size = path.stat().st_size
-        offset = max(0, min(msg.offset, size))
-        length = min(self.chunk, msg.length or self.chunk)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(length)
+        size, offset, data = read
         if offset + len(data) >= size:
             log.info("artifact_served", sha256=msg.sha256, bytes=size, to=env.frm)
         return ArtifactChunk(msg.sha256, offset, data, size)
@@ -245,7 +258,43 @@ class ArtifactServer(Actor):
                 return self.store.add_file(path, sha256)
         return None
 
+    def _is_policy(self, sha256: str) -> bool:
+        """Whether the stored file ``sha256`` is also a policy of this run: linked from
+        ``policies/`` (or a learner's ``policy.zip``), or a copy of one (worker thread)."""
+        try:
+            st = self.store.path(sha256).stat()
+        except OSError:
+            return False
+        if st.st_nlink > 1:
+            return True  # store_artifact links a result's policy into the store
+        run_dir = self.run_dir
+        for path in [*run_dir.glob("policies/*.zip"), *run_dir.glob("learners/*/policy.zip")]:
+            try:
+                other = path.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(other.st_mode) or other.st_size != st.st_size:
+                continue
+            key = (str(path), other.st_size, other.st_mtime_ns)
+            digest = self._scanned.get(key)
+            if digest is None:
+                try:
+                    digest = self._scanned[key] = sha256_file(path)
+                except OSError:
+                    continue
+            if digest == sha256:
+                return True
+        return False
+
     # -- put -------------------------------------------------------------------------
+
+    def _expire_partial(self, now: float) -> None:
+        """Drop puts under way that got no chunk for :data:`PARTIAL_IDLE_S`."""
+        for key, (tmp, held, last) in list(self._partial.items()):
+            if now - last > PARTIAL_IDLE_S:
+                del self._partial[key]
+                tmp.unlink(missing_ok=True)
+                log.info("artifact_put_expired", sha256=key[1], frm=key[0], held=held)
 
     @handles(ArtifactPut)
     async def on_put(self, msg: ArtifactPut, env: Envelope) -> ArtifactAck:
@@ -257,14 +306,28 @@ class ArtifactServer(Actor):
             raise ValueError(f"artifact.put: kind {msg.kind[:40]!r} is not checkpoint/tensorboard")
         if msg.kind and not plain_name(msg.job):
             raise ValueError(f"artifact.put: job {msg.job[:120]!r} is not a plain file name")
+        if not 0 <= msg.decisions <= MAX_DECISIONS:
+            raise ValueError(
+                f"artifact.put: decisions {msg.decisions} is not in 0..{MAX_DECISIONS}"
+            )
+        now = time.monotonic()
+        self._expire_partial(now)
         key = (env.frm, msg.sha256)
-        if self.store.get(msg.sha256) is not None and msg.offset == 0:
-            # Already here (a checkpoint put twice, a policy another learner sent).
-            self._partial.pop(key, None)
-            await self._file_kind(msg, self.store.path(msg.sha256))
+        if not msg.kind and msg.offset == 0 and self.store.get(msg.sha256) is not None:
+            # Already here, and a plain put records nothing: no need to send it again. A
+            # checkpoint or a TensorBoard pack always comes whole, so that no peer names
+            # a file it does not have as its job's.
+            self._drop_partial(key)
             return ArtifactAck(msg.sha256, msg.size, complete=True)
-        tmp, held = self._partial.get(key, (None, 0))
+        tmp, held, _ = self._partial.get(key, (None, 0, now))
         if msg.offset == 0:
+            under_way = sum(1 for frm, sha in self._partial if frm == env.frm and sha != msg.sha256)
+            if len(msg.data) < msg.size and under_way >= PARTIAL_PER_PEER:
+                raise ValueError(
+                    f"artifact.put: {env.frm} already has {under_way} puts under way (at most"
+                    f" {PARTIAL_PER_PEER}); finish one first (one idle for {PARTIAL_IDLE_S:g} s"
+                    " is dropped)"
+                )
             if tmp is not None:
                 tmp.unlink(missing_ok=True)
             tmp, held = self.store._tmp(msg.sha256), 0
@@ -279,7 +342,7 @@ class ArtifactServer(Actor):
             f.write(msg.data)
         held += len(msg.data)
         if held < msg.size:
-            self._partial[key] = (tmp, held)
+            self._partial[key] = (tmp, held, now)
             return ArtifactAck(msg.sha256, held)
         self._partial.pop(key, None)
         digest = await self.run_blocking(sha256_file, tmp)
@@ -290,16 +353,41 @@ class ArtifactServer(Actor):
         path = self.store._keep(tmp, msg.sha256)
         log.info("artifact_stored", sha256=msg.sha256, bytes=msg.size, kind=msg.kind,
                  job=msg.job, frm=env.frm)  # fmt: skip
-        await self._file_kind(msg, path)
-        return ArtifactAck(msg.sha256, held, complete=True)
+        recorded = await self._file_kind(msg, path)
+        return ArtifactAck(msg.sha256, held, complete=True, recorded=recorded)
 
-    async def _file_kind(self, msg: ArtifactPut, path: Path) -> None:
+    def _drop_partial(self, key: tuple[str, str]) -> None:
+        tmp, _, _ = self._partial.pop(key, (None, 0, 0.0))
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+    async def _file_kind(self, msg: ArtifactPut, path: Path) -> bool:
+        """File a kept put by its kind; True when a checkpoint became its job's record."""
         if msg.kind == "checkpoint":
-            self._update_job(msg.job, sha256=msg.sha256, decisions=msg.decisions, size=msg.size)
-        elif msg.kind == "tensorboard":
+            recorded, drop = self._record_checkpoint(msg.job, msg.sha256, msg.decisions, msg.size)
+            if not recorded:
+                log.info("checkpoint_not_recorded", job=msg.job, decisions=msg.decisions,
+                         sha256=msg.sha256)  # fmt: skip
+            await self._drop_unused(drop)
+            return recorded
+        if msg.kind == "tensorboard":
             dest = Path(self.run_dir) / TENSORBOARD_DIR / msg.job
             files = await self.run_blocking(unpack_tensorboard, path, dest)
             log.info("tensorboard_unpacked", job=msg.job, files=files, folder=str(dest))
+        return False
+
+    async def _drop_unused(self, shas: list[str]) -> None:
+        """Remove stored files no job record names and that are no policy of the run."""
+        for sha in shas:
+            if self.store.get(sha) is None or await self.run_blocking(self._is_policy, sha):
+                continue
+            # Checked again after the thread, with no await before the unlink: a put that
+            # kept this file meanwhile has recorded it by now.
+            path = self.store.get(sha)
+            if path is None or self._named_by_a_job(sha) or path.stat().st_nlink > 1:
+                continue
+            path.unlink(missing_ok=True)
+            log.info("artifact_dropped", sha256=sha)
 
     # -- jobs ------------------------------------------------------------------------
 
@@ -313,21 +401,47 @@ class ArtifactServer(Actor):
             return {}
         return record if isinstance(record, dict) else {}
 
-    def _update_job(self, job: str, **fields: Any) -> None:
-        record = self._job(job)
-        if "decisions" in fields and fields["decisions"] < record.get("decisions", -1):
-            return  # an older checkpoint arriving late never replaces a newer one
-        older = record.get("sha256")
-        record.update(fields)
-        record["reached"] = max(record.get("reached", 0), record.get("decisions", 0))
+    def _write_job(self, job: str, record: dict[str, Any]) -> None:
         path = self._job_file(job)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record) + "\n")
         os.replace(tmp, path)
-        if isinstance(older, str) and is_sha256(older) and older != record.get("sha256"):
-            # A job's older checkpoint is of no more use: the store keeps one per job.
-            self.store.path(older).unlink(missing_ok=True)
+
+    def _record_checkpoint(
+        self, job: str, sha256: str, decisions: int, size: int
+    ) -> tuple[bool, list[str]]:
+        """Make a kept checkpoint its job's record unless the job has a newer one.
+        Returns whether it did, and the stored files that may go now: the checkpoint
+        before the previous one (the previous stays one generation longer, for a fetch
+        or a read under way), or this one when it was not recorded."""
+        record = self._job(job)
+        if decisions < _count(record.get("decisions")):
+            return False, [sha256]  # an older checkpoint arriving late replaces no newer one
+        current, previous = record.get("sha256"), record.get("previous")
+        drop = []
+        if current != sha256:
+            if isinstance(previous, str) and is_sha256(previous) and previous != sha256:
+                drop.append(previous)
+            record["previous"] = current if isinstance(current, str) and is_sha256(current) else ""
+        record.update(sha256=sha256, decisions=decisions, size=size)
+        record["reached"] = max(_count(record.get("reached")), decisions)
+        self._write_job(job, record)
+        return True, drop
+
+    def _named_by_a_job(self, sha256: str) -> bool:
+        """Whether a job's record names ``sha256`` (as its checkpoint or the previous)."""
+        for path in (self.store.root / JOBS_DIR).glob("*.json"):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and sha256 in (
+                record.get("sha256"),
+                record.get("previous"),
+            ):
+                return True
+        return False
 
     @handles(LatestCheckpoint)
     def on_latest(self, msg: LatestCheckpoint, env: Envelope) -> LatestCheckpointReply:
@@ -344,8 +458,25 @@ class ArtifactServer(Actor):
 
     @handles(JobReached)
     def on_reached(self, msg: JobReached, env: Envelope) -> None:
-        if plain_name(msg.job) and msg.decisions > self._job(msg.job).get("reached", 0):
-            self._update_job(msg.job, reached=msg.decisions)
+        if not (plain_name(msg.job) and 0 <= msg.decisions <= MAX_DECISIONS):
+            return
+        record = self._job(msg.job)
+        if msg.decisions > _count(record.get("reached")):
+            record["reached"] = msg.decisions
+            self._write_job(msg.job, record)
+
+
+def _read_chunk(path: Path, offset: int, length: int) -> tuple[int, int, bytes] | None:
+    """The file's size, where the chunk starts (``offset``, at most the size) and up to
+    ``length`` bytes from there; None when the file is gone (worker thread)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            offset = min(offset, size)
+            f.seek(offset)
+            return size, offset, f.read(length)
+    except FileNotFoundError:
+        return None
 
 
 def _count(value: Any) -> int:
@@ -495,6 +626,11 @@ async def put(
         if not isinstance(ack, ArtifactAck) or ack.sha256 != sha256:
             raise ArtifactError(f"the head answered a put with {type(ack).__name__}")
         if ack.complete:
+            if kind == "checkpoint" and not ack.recorded:
+                raise ArtifactError(
+                    f"the head's store did not keep checkpoint {sha256[:12]}… of job {job!r}"
+                    f" ({decisions} decisions): it holds a newer one"
+                )
             break
         if ack.received != offset + len(part):
             restarts += 1

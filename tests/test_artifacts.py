@@ -383,3 +383,147 @@ def test_only_the_head_serves_artifacts_and_only_learners_put(tmp_path: Path) ->
     assert "artifacts role is the head's own" in seen["impostor"]
     assert "only learner actors send artifact.put" in seen["put"]
     assert not (run.run_dir / "artifacts" / "jobs").exists()
+
+
+class Learner(Actor):
+    """Speaks the learner's side of the store (the broker lets only learners put)."""
+
+    role = "learner"
+
+
+async def _put_ask(actor: Actor, msg: ArtifactPut):
+    """One put chunk's answer: the ack, or the store's refusal as text."""
+    try:
+        return await actor.ask("@artifacts", msg, timeout=10)
+    except Exception as exc:  # noqa: BLE001
+        return str(exc)
+
+
+def test_a_get_reads_at_most_one_chunk_and_refuses_a_negative_offset(tmp_path: Path) -> None:
+    blob = os.urandom(artifacts.CHUNK_BYTES * 3 + 5)  # over three chunks
+    digest = hashlib.sha256(blob).hexdigest()
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        Store(head.run_dir / "artifacts").add_bytes(blob, digest)
+        worker = Worker(name="worker")
+        await head.start_local(worker)
+        for length in (0, -1, -(1 << 40), 10, artifacts.CHUNK_BYTES * 4):
+            seen[length] = await worker.ask("@artifacts", ArtifactGet(digest, 7, length))
+        try:
+            await worker.ask("@artifacts", ArtifactGet(digest, -5, 10), timeout=10)
+        except Exception as exc:  # noqa: BLE001
+            seen["negative"] = str(exc)
+        return {}
+
+    assert run_head_with(make_settings(tmp_path), driver).code == 0
+    for length in (0, -1, -(1 << 40), artifacts.CHUNK_BYTES * 4):
+        assert seen[length].data == blob[7 : 7 + artifacts.CHUNK_BYTES], length
+    assert seen[10].data == blob[7:17]
+    assert "offset -5 is negative" in seen["negative"]
+
+
+def test_a_put_cannot_claim_a_checkpoint_it_does_not_send_nor_remove_what_others_name(
+    tmp_path: Path,
+) -> None:
+    files = {name: os.urandom(3000) for name in "XYZWP"}
+    sha = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        store = Store(head.run_dir / "artifacts")
+        # P is a policy of the run (stored as store_artifact does: linked into the store).
+        policy = head.run_dir / "policies" / "p.zip"
+        policy.parent.mkdir(parents=True)
+        policy.write_bytes(files["P"])
+        store.add_file(policy, sha["P"])
+        honest, thief = Learner(name="honest"), Learner(name="thief")
+        await head.start_local(honest)
+        await head.start_local(thief)
+        await artifacts.put(honest, files["X"], kind="checkpoint", job="a", decisions=1)
+        # The thief names X without sending it, far ahead, for its own job and for a's.
+        for job in ("b", "a"):
+            claim = ArtifactPut(sha["X"], 0, b"", 3000, "checkpoint", job, 10**9)
+            seen[f"claim_{job}"] = await _put_ask(thief, claim)
+        seen["b_after_claim"] = await artifacts.latest_checkpoint(honest, "b")
+        # Job b really holds X (sent whole), job c holds the policy's bytes.
+        await artifacts.put(thief, files["X"], kind="checkpoint", job="b", decisions=1)
+        await artifacts.put(thief, files["P"], kind="checkpoint", job="c", decisions=1)
+        for decisions, name in ((2, "Y"), (3, "Z")):  # a and c move on twice each
+            await artifacts.put(honest, files[name], kind="checkpoint", job="a",
+                                decisions=decisions)  # fmt: skip
+            await artifacts.put(honest, files[name], kind="checkpoint", job="c",
+                                decisions=decisions)  # fmt: skip
+        seen["kept"] = {name: store.get(sha[name]) is not None for name in sha}
+        # A late checkpoint below a's record is not acknowledged, nor kept.
+        try:
+            await artifacts.put(honest, files["W"], kind="checkpoint", job="a", decisions=2)
+        except ArtifactError as exc:
+            seen["late"] = str(exc)
+        seen["W_kept"] = store.get(sha["W"]) is not None
+        seen["huge"] = await _put_ask(
+            thief, ArtifactPut(sha["W"], 0, files["W"], 3000, "checkpoint", "a", 10**13)
+        )
+        seen["a"] = await artifacts.latest_checkpoint(honest, "a")
+        return {}
+
+    assert run_head_with(make_settings(tmp_path), driver).code == 0
+    for job in ("a", "b"):
+        ack = seen[f"claim_{job}"]
+        assert not ack.complete and ack.received == 0, ack
+    assert seen["b_after_claim"].sha256 == ""
+    assert seen["kept"] == {"X": True, "Y": True, "Z": True, "W": False, "P": True}
+    assert "holds a newer one" in seen["late"] and not seen["W_kept"]
+    assert "decisions 10000000000000 is not in 0..1000000000000" in seen["huge"]
+    assert (seen["a"].sha256, seen["a"].decisions) == (sha["Z"], 3)
+
+
+def test_a_peer_has_at_most_two_puts_under_way_and_an_idle_one_expires(
+    tmp_path: Path, monkeypatch
+) -> None:
+    blobs = [os.urandom(5000) for _ in range(4)]
+    shas = [hashlib.sha256(b).hexdigest() for b in blobs]
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        tmp = head.run_dir / "artifacts" / "tmp"
+        peer = Learner(name="peer")
+        await head.start_local(peer)
+        started = [ArtifactPut(s, 0, b[:1000], 5000, "checkpoint", f"j{i}", 1)
+                   for i, (s, b) in enumerate(zip(shas, blobs, strict=True))]  # fmt: skip
+        seen["first"] = [await _put_ask(peer, started[i]) for i in (0, 1)]
+        seen["third"] = await _put_ask(peer, started[2])
+        seen["parts"] = len(list(tmp.glob("*.part")))
+        monkeypatch.setattr(artifacts, "PARTIAL_IDLE_S", 0.2, raising=False)
+        await trio.sleep(0.5)  # both puts under way go idle
+        seen["after_idle"] = await _put_ask(peer, started[3])
+        seen["parts_after"] = len(list(tmp.glob("*.part")))
+        return {}
+
+    assert run_head_with(make_settings(tmp_path), driver).code == 0
+    assert [ack.received for ack in seen["first"]] == [1000, 1000]
+    assert isinstance(seen["third"], str), seen["third"]
+    assert "peer already has 2 puts under way (at most 2)" in seen["third"]
+    assert seen["parts"] == 2
+    assert seen["after_idle"].received == 1000
+    assert seen["parts_after"] == 1  # the two idle ones' temp files are gone
+
+
+def test_a_jobs_previous_checkpoint_stays_one_generation_longer(tmp_path: Path) -> None:
+    files = [os.urandom(3000) for _ in range(3)]
+    shas = [hashlib.sha256(data).hexdigest() for data in files]
+    seen: list = []
+
+    async def driver(head: Head) -> dict:
+        store = Store(head.run_dir / "artifacts")
+        learner = Learner(name="learner")
+        await head.start_local(learner)
+        for decisions, data in enumerate(files, 1):
+            await artifacts.put(learner, data, kind="checkpoint", job="j", decisions=decisions)
+            seen.append([store.get(s) is not None for s in shas])
+        return {}
+
+    assert run_head_with(make_settings(tmp_path), driver).code == 0
+    # A learner fetching the first when the second arrives still finds it; the third
+    # removes the first, never the second.
+    assert seen == [[True, False, False], [True, True, False], [False, True, True]]
