@@ -92,6 +92,9 @@ WORKER_POLL_S = 0.1
 """How often a job sent back to this learner checks that its previous attempt's worker
 thread has ended."""
 
+FETCHED_DIR = "fetched"
+"""A remote learner's checkpoints fetched from the head: ``<base>/fetched/<pid>/``."""
+
 STOP_WAIT_S = 5.0
 """How long a stopping remote learner waits for its training threads to end (they stop
 at their next PPO step) before it cleans up its files."""
@@ -108,7 +111,8 @@ class LearnerActor(Actor):
         self._workers: dict[str, threading.Event] = {}
         """Job name → set when the worker thread of its last attempt here has ended."""
         self.store = artifacts.worker_store(self.run_dir)
-        """Checkpoints fetched from the head (:mod:`runtime.artifacts`)."""
+        """Checkpoints fetched from the head (:mod:`runtime.artifacts`), when this learner
+        has a run directory (a remote one fetches into :meth:`_fetch_store`)."""
         self._putting = trio.Lock()
         """One put to the head at a time: checkpoints arrive in the order they were made."""
         self._stops: dict[str, threading.Event] = {}
@@ -124,6 +128,12 @@ class LearnerActor(Actor):
 
     @handles(TrainRequest)
     async def on_train(self, req: TrainRequest, env: Envelope) -> TrainResult:
+        if not artifacts.plain_name(req.name):
+            # It names this job's folders: "../x" would write (and remove) outside them.
+            raise ValueError(
+                f"train.request name {req.name[:80]!r} is not a plain file name (no /, \\, "
+                f"NUL or leading dot, at most {artifacts.NAME_MAX} characters): rename the job"
+            )
         device = check_device(req.device or self.device)
         # A cancelled attempt (its deadline passed, say) answers at once, but its worker
         # thread only stops at its next PPO step, or after its evaluation: the same job
@@ -174,7 +184,9 @@ class LearnerActor(Actor):
         if not latest.sha256:
             return HeadCheckpoint(None, 0, latest.reached) if latest.reached else None
         try:
-            path = await artifacts.fetch(self, latest.sha256, self.store, what="checkpoint")
+            path = await artifacts.fetch(
+                self, latest.sha256, self._fetch_store(), what="checkpoint"
+            )
         except artifacts.ArtifactError as exc:
             log.warning("checkpoint_not_fetched", job=job, detail=str(exc)[:500])
             return HeadCheckpoint(None, 0, latest.reached)
@@ -225,6 +237,15 @@ class LearnerActor(Actor):
         except (RuntimeError, AttributeError, AssertionError, trio.RunFinishedError):
             pass  # trained outside an actor: no head to tell
 
+    def _fetch_store(self) -> artifacts.Store:
+        """Where checkpoints fetched from the head go: the run's store for a learner with
+        a run directory; for a remote one a folder of this process's own under
+        :meth:`_base`, not the machine's shared cache: it removes what it fetched when a
+        job ends, and another learner on the machine may be resuming from the same file."""
+        if self.run_dir is not None:
+            return self.store
+        return artifacts.Store(self._base() / FETCHED_DIR / str(os.getpid()))
+
     def _base(self) -> Path:
         # A remote learner keeps its files under the head's run id, so a job of the same
         # name in another run never resumes from this run's checkpoints.
@@ -235,10 +256,10 @@ class LearnerActor(Actor):
     def _clean_finished(self, job: str) -> None:
         """A remote job just finished (its policy is in the result, its checkpoints and
         TensorBoard files at the head): remove its folders here and the checkpoints of
-        it fetched into this machine's store. TensorBoard files the head did not take
+        it fetched (:meth:`_fetch_store`). TensorBoard files the head did not take
         stay (logged ``learner_files_kept``): they are the only copy."""
         base = self._base()
-        tally = _Tally()
+        tally = _Tally(base)
         tally.remove(base / "learners" / job)
         if job in self._curves_kept:
             self._kept(job, "the head did not take its TensorBoard files", base / LOG_DIR / job)
@@ -269,7 +290,7 @@ class LearnerActor(Actor):
         if not self.run_id or not (self._jobs or self._fetched):
             return  # it never worked here (or never joined a run): nothing of it to remove
         base = self._base()
-        tally = _Tally()
+        tally = _Tally(base)
         for job in sorted(self._jobs):
             folder = base / "learners" / job
             done = self._workers.get(job)
@@ -290,6 +311,7 @@ class LearnerActor(Actor):
             for path in paths:
                 tally.remove(path)  # the head holds them: that is where they came from
         self._fetched.clear()
+        tally.remove(base / FETCHED_DIR / str(os.getpid()))
         tally.prune(base)
         try:
             self.workdir.rmdir()  # rlgpt-learner itself, when no other run has files there
@@ -354,6 +376,11 @@ class LearnerActor(Actor):
         trusted = self._trusted_local(req.name, folder, head)
         folder.mkdir(parents=True, exist_ok=True)
         attempts = folder / "attempts.jsonl"
+        if not trusted and attempts.exists():
+            # Its records are no more this run's than the folder's checkpoints: counted,
+            # they would report decisions lost that this run never made.
+            log.warning("learner_files_stale", job=req.name, paths=[str(attempts)])
+            attempts.unlink()
         reached = max(_furthest(attempts), head.reached if head is not None else 0)
         # Beside the run-level figures: one TensorBoard log dir for the whole run.
         curves = base / LOG_DIR / req.name
@@ -636,15 +663,23 @@ def _checkpoints(folder: Path) -> list[tuple[int, Path]]:
 
 
 class _Tally:
-    """Files and bytes a remote learner removed, logged once (``learner_files_removed``)."""
+    """Files and bytes a remote learner removed, logged once (``learner_files_removed``);
+    it removes nothing outside ``base`` (the learner's folder of the run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: Path) -> None:
+        self.base = base.resolve()
         self.files = 0
         self.bytes = 0
         self.folders = 0
 
     def remove(self, path: Path) -> None:
-        """Remove a file or a whole folder, counting what went; missing is fine."""
+        """Remove a file or a whole folder, counting what went; missing is fine; one that
+        is not inside :attr:`base` (once links and ``..`` are resolved) is refused."""
+        resolved = path.resolve()
+        if resolved == self.base or not resolved.is_relative_to(self.base):
+            log.warning("learner_files_not_removed", path=str(path),
+                        detail=f"not inside the learner's folder {self.base}")  # fmt: skip
+            return
         try:
             if path.is_dir() and not path.is_symlink():
                 for item in path.rglob("*"):

@@ -461,3 +461,80 @@ def test_a_stopping_remote_learner_keeps_only_a_checkpoint_the_head_never_acknow
     (removed,) = [e for e in logs if e["event"] == "learner_files_removed"]
     assert (removed["files"], removed["bytes"]) == (3, 100 + 17 + 10)
     assert not [e for e in logs if e["event"] == "learner_files_kept"]
+
+
+def test_a_job_named_with_path_characters_is_refused_and_writes_nothing_outside(
+    tmp_path: Path,
+) -> None:
+    # The job name names the learner's folders: "../../victim" must not reach beside them.
+    from runtime.actor import RemoteFailure
+
+    settings = make_settings(tmp_path, {"learner": ActorSettings(count=1)}, max_job_tries=1)
+    req = dataclasses.replace(
+        request("../../victim", 128, eval_episodes=1, ppo=TINY_PPO),
+        config=collect_wood_primitive(),
+        progress_every_s=3600.0,
+    )
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        victim = (head.run_dir / "learners" / req.name).resolve()
+        victim.mkdir(parents=True)
+        (victim / "keep.txt").write_text("mine")
+        seen["victim"] = victim
+        await head.wait_for("learner", 1)
+        try:
+            seen["result"] = await head.client.ask("@learner", req, timeout=120)
+        except RemoteFailure as exc:
+            seen["failure"] = str(exc)
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert "not a plain file name" in seen.get("failure", ""), seen
+    assert [p.name for p in seen["victim"].iterdir()] == ["keep.txt"]
+
+
+def test_a_remote_learner_removes_nothing_outside_its_folder(tmp_path: Path) -> None:
+    from actors.learner import _Tally
+
+    base = tmp_path / "rlgpt-learner" / "r"
+    (base / "learners").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    tally = _Tally(base)
+    tally.remove(base / "learners" / ".." / ".." / ".." / "victim")
+    tally.remove(victim / "keep.txt")
+    assert (victim / "keep.txt").read_text() == "mine" and tally.files == 0
+
+
+def test_a_remote_learner_counts_no_steps_lost_from_an_untrusted_folder(tmp_path: Path) -> None:
+    # A local checkpoint further than the head ever heard of is an earlier run's: so is
+    # the attempts.jsonl beside it, whose "reached" must not count as decisions lost.
+    from actors.learner import HeadCheckpoint
+
+    learner = _learner_here(tmp_path)
+    learner.run_dir = None
+    req = dataclasses.replace(
+        request("stale", 128, eval_episodes=1, ppo=TINY_PPO, checkpoint_every=128),
+        config=collect_wood_primitive(),
+        progress_every_s=3600.0,
+    )
+    folder = tmp_path / "r" / "learners" / "stale"
+    folder.mkdir(parents=True)
+    (folder / "ckpt-1024.zip").write_bytes(b"PK\x03\x04 another run's checkpoint")
+    (folder / "attempts.jsonl").write_text('{"actor": "learner-old", "reached": 1100}\n')
+    head = HeadCheckpoint(None, 0, 64)
+    result = learner.train(req, "cpu", threading.Event(), "nobody", head)
+    assert result.resumed_from == 0 and result.steps_lost == 64, result
+    assert "learner-old" not in (folder / "attempts.jsonl").read_text()
+
+
+def test_a_remote_learner_fetches_checkpoints_into_a_folder_of_its_own(tmp_path: Path) -> None:
+    # Not the machine's shared cache: another learner there may be resuming from a file
+    # this one removes when its job ends.
+    learner = _learner_here(tmp_path)
+    learner.run_dir = None
+    root = learner._fetch_store().root
+    assert root.is_relative_to(learner._base()) and str(os.getpid()) in root.parts
