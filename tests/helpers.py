@@ -76,3 +76,21 @@ async def wait_until(check: Callable[[], T], *, timeout: float, what: str) -> T:
 def wait_until_blocking(check: Callable[[], T], *, timeout: float, what: str) -> T:
     """:func:`wait_until` for a test outside trio (one that drives a head subprocess)."""
     return trio.run(lambda: wait_until(check, timeout=timeout, what=what))
+
+
+def free_port() -> int:
+    """A tcp port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and is not a zombie (dead, not yet reaped
+    by its parent)."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trio
 import zmq
-from helpers import ROOT, make_settings, read_events, wait_until, wait_until_blocking
+from helpers import ROOT, free_port, make_settings, read_events, wait_until, wait_until_blocking
 
 from messages import (
     ASK,
@@ -55,12 +55,6 @@ def _remote(run_dir: Path, event: str = "") -> list[dict]:
         for e in read_events(run_dir)
         if e.get("remote") is True and (not event or e.get("event") == event)
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_an_attached_actors_events_land_in_the_heads_log_with_its_host(tmp_path: Path) -> None:
@@ -125,7 +119,7 @@ def test_events_logged_while_the_head_is_gone_are_dropped_counted_and_reported_w
     tmp_path: Path,
 ) -> None:
     keys = create_keys(tmp_path / "keys")
-    listen = f"tcp://127.0.0.1:{_free_port()}"
+    listen = f"tcp://127.0.0.1:{free_port()}"
     settings = make_settings(tmp_path, listen=listen, keys_dir=str(keys))
     run_id, run_dir = new_run_dir(settings)
     log = tmp_path / "actor.log"

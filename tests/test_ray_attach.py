@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import ROOT, make_settings, wait_until_blocking
+from helpers import ROOT, alive, free_port, make_settings, read_events, wait_until_blocking
 from test_learner import TINY_PPO, request
 
 from messages.train import TrainResult
@@ -29,14 +29,6 @@ RAY_ENV = {
     # cluster; this keeps every Ray socket on loopback.
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
 }
-
-
-def _alive(pid: int) -> bool:
-    status = Path(f"/proc/{pid}/status")
-    try:
-        return "State:\tZ" not in status.read_text()
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +48,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
     head = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--block", "--port=0", "--num-cpus=2",
          "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-         f"--temp-dir={temp}", f"--ray-client-server-port={_free_port()}"],
+         f"--temp-dir={temp}", f"--ray-client-server-port={free_port()}"],
         # TMPDIR: what the learners keep (checkpoints under the run id) stays in here.
         env={**os.environ, **RAY_ENV, "TMPDIR": str(tmp_path)}, cwd=ROOT,
         start_new_session=True, stdout=(tmp_path / "ray.log").open("w"),
@@ -78,20 +70,12 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
             subprocess.run(["rm", "-rf", str(temp)], check=False)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_ray_places_two_learners_that_each_train_a_job_and_leave_nothing_behind(
     tmp_path: Path, ray_cluster: str
 ) -> None:
     keys = create_keys(tmp_path / "keys")
-    connect = f"tcp://127.0.0.1:{_free_port()}"
+    connect = f"tcp://127.0.0.1:{free_port()}"
     settings = make_settings(tmp_path, listen=connect, keys_dir=str(keys))
     run_id, run_dir = new_run_dir(settings, f"ray-{os.getpid()}-{time.time_ns()}")
     log = tmp_path / "launcher.log"
@@ -172,7 +156,7 @@ def test_ray_places_two_learners_that_each_train_a_job_and_leave_nothing_behind(
     learner_pids = list(seen["learners"].values())
     # Nothing left: not the Ray actors' processes, not the attach processes they ran.
     wait_until_blocking(
-        lambda: not any(_alive(p) for p in ray_pids + learner_pids),
+        lambda: not any(alive(p) for p in ray_pids + learner_pids),
         timeout=60,
         what="the Ray actors and their learners gone",
     )
@@ -190,7 +174,7 @@ def test_a_real_run_whose_learned_step_is_trained_by_a_learner_ray_placed(
     """The README's step 3 as a test: ``deploy/cluster-demo.toml`` (on loopback here) run
     by ``run.py`` with no learner of its own, its learners placed by Ray beforehand."""
     keys = create_keys(tmp_path / "keys")
-    port = _free_port()
+    port = free_port()
     config = (ROOT / "deploy" / "cluster-demo.toml").read_text()
     config = config.replace('"tcp://0.0.0.0:5555"', f'"tcp://127.0.0.1:{port}"')
     config = config.replace('keys_dir = "keys"', f'keys_dir = "{keys}"')
@@ -222,7 +206,7 @@ def test_a_real_run_whose_learned_step_is_trained_by_a_learner_ray_placed(
             except subprocess.TimeoutExpired:
                 os.killpg(launcher.pid, signal.SIGKILL)
     run_dir = tmp_path / "runs" / run_id
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = read_events(run_dir)
     registered = [e for e in events if e["event"] == "actor_registered" and e["role"] == "learner"]
     assert len(registered) == 2, registered  # both copies joined this run
     # The learned step was trained by one of them, and the head saw it (forwarded events).
@@ -243,7 +227,7 @@ def test_ctrl_c_on_the_ray_launcher_stops_every_copy_and_its_process(
     log = tmp_path / "launcher.log"
     launcher = subprocess.Popen(
         [*RUN, "attach", "learner", "--ray", ray_cluster, "--count", "2",
-         "--connect", f"tcp://127.0.0.1:{_free_port()}", "--keys", str(keys),
+         "--connect", f"tcp://127.0.0.1:{free_port()}", "--keys", str(keys),
          "--run-id", "nobody-runs-this", "--wait", "300"],
         env={**os.environ, **RAY_ENV}, cwd=ROOT, stdout=log.open("w"),
         stderr=subprocess.STDOUT, start_new_session=True,
@@ -266,7 +250,7 @@ def test_ctrl_c_on_the_ray_launcher_stops_every_copy_and_its_process(
         assert launcher.wait(timeout=60) == 130, log.read_text()
         assert "stopping every copy" in log.read_text()
         wait_until_blocking(
-            lambda: not any(_alive(p) for p in hosts + attaches),
+            lambda: not any(alive(p) for p in hosts + attaches),
             timeout=60,
             what="the Ray actors and their attach processes gone",
         )
@@ -286,7 +270,7 @@ def _children(pid: int) -> list[int]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
-        if ppid == pid and _alive(int(entry.name)):
+        if ppid == pid and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 

@@ -5,7 +5,6 @@ CURVE on loopback tcp."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -13,20 +12,13 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import ROOT, make_settings, read_events, wait_until_blocking
+from helpers import ROOT, free_port, make_settings, read_events, wait_until_blocking
 
 from messages.control import Probe
 from runtime.head import Head, new_run_dir, run_head
 from runtime.security import create_keys
 
 RUN = [sys.executable, str(ROOT / "run.py")]
-
-
-def _free_port() -> int:
-    # The head binds it later: a worker must know the port before the head exists.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _attach(connect: str, keys: Path, run_id: str, log: Path, *extra: str) -> subprocess.Popen:
@@ -41,7 +33,7 @@ def test_a_worker_started_before_its_head_waits_joins_it_and_one_for_another_run
     tmp_path: Path,
 ) -> None:
     keys = create_keys(tmp_path / "keys")
-    connect = f"tcp://127.0.0.1:{_free_port()}"
+    connect = f"tcp://127.0.0.1:{free_port()}"
     early_log, wrong_log = tmp_path / "early.log", tmp_path / "wrong.log"
     early = _attach(connect, keys, "run-a", early_log, "--wait", "120")
     wrong = None
@@ -89,7 +81,7 @@ def test_a_worker_started_before_its_head_waits_joins_it_and_one_for_another_run
 
 def test_a_worker_gives_up_after_its_wait_with_a_clear_message(tmp_path: Path) -> None:
     keys = create_keys(tmp_path / "keys")
-    connect = f"tcp://127.0.0.1:{_free_port()}"  # no head will ever listen here
+    connect = f"tcp://127.0.0.1:{free_port()}"  # no head will ever listen here
     started = time.monotonic()
     done = subprocess.run(
         [*RUN, "attach", "probe", "--connect", connect, "--keys", str(keys)]

@@ -14,6 +14,7 @@ import pytest
 import trio
 from helpers import (
     ROOT,
+    alive,
     make_settings,
     read_events,
     run_head_with,
@@ -225,16 +226,6 @@ def _events_named(run_dir: Path, name: str) -> list[str]:
     return [line for line in path.read_text().splitlines() if f'"event":"{name}"' in line]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead but not yet reaped by its parent; only our own children can be.
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "State:\tZ" not in status.read_text()
-
-
 def _start_head(tmp_path: Path, count: int) -> tuple[subprocess.Popen, Path]:
     config = tmp_path / "hold.toml"
     config.write_text(
@@ -266,12 +257,12 @@ def test_sigterm_to_the_head_leaves_no_child_process_and_no_ipc_file(tmp_path: P
             run_dir = _wait_for_event(runs, "actors_ready")
             pids = [e["pid"] for e in read_events(run_dir) if e["event"] == "actor_process_started"]
             ipc = next(e["endpoint"] for e in read_events(run_dir) if e["event"] == "run_started")
-            assert len(pids) == 3 and all(_alive(p) for p in pids)
+            assert len(pids) == 3 and all(alive(p) for p in pids)
             head.send_signal(signum)
             assert head.wait(timeout=30) == expected
         finally:
             head.kill()
-        assert not [p for p in pids if _alive(p)], "an actor process outlived the head"
+        assert not [p for p in pids if alive(p)], "an actor process outlived the head"
         assert not Path(ipc.removeprefix("ipc://")).exists()
         stopped = [e for e in read_events(run_dir) if e["event"] == "run_stopped"]
         assert stopped and stopped[0]["status"] == expected
