@@ -51,7 +51,7 @@ from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult
 from method import seeds
 from method.tboard import LOG_DIR
 from runtime import artifacts
-from runtime.actor import Actor, handles
+from runtime.actor import TEST_HOOKS_ENV, Actor, handles
 from runtime.devices import check_device
 from runtime.events import log
 
@@ -61,6 +61,11 @@ PROGRESS_WINDOW = 100
 
 TORCH_THREADS_ENV = "RLGPT_TORCH_THREADS"
 """Intra-op threads for torch in a learner process (default 1)."""
+
+
+LINGER_ENV = "RLGPT_TEST_LINGER_S"
+"""Test-only (with ``RLGPT_TEST_HOOKS``): seconds a stopped attempt's worker thread
+lingers before it ends, as one in a long evaluation does."""
 
 
 def set_torch_threads() -> int:
@@ -355,6 +360,12 @@ class LearnerActor(Actor):
         try:
             return self.train(*args)
         finally:
+            stop: threading.Event = args[2]
+            linger = os.environ.get(LINGER_ENV) if os.environ.get(TEST_HOOKS_ENV) else None
+            if linger and stop.is_set():
+                # Test-only: a stopped attempt's thread ends this much later, as one in a
+                # long evaluation does, so the wait for it is exercised every time.
+                time.sleep(float(linger))
             log.info("training_worker_ended", job=args[0].name)
             done.set()
 

@@ -320,13 +320,20 @@ def test_a_model_without_curves_leaves_no_logger_folder(tmp_path: Path, monkeypa
 
 
 def test_a_job_sent_back_after_its_deadline_waits_for_its_first_attempt_to_end(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch
 ) -> None:
     # One learner, a deadline shorter than the job: the broker takes the job back and,
     # with no other learner, sends it to the same one. The cancelled attempt answers at
     # once but its worker thread runs on to its next PPO step (or through its
     # evaluation): the next attempt must not start training before that thread ends.
     from runtime.actor import RemoteFailure
+
+    # A stopped attempt's thread lingers 1 s (test hook), as in a long evaluation: the
+    # job sent back always finds it still running, and, with its own 2 s, still trains
+    # after the wait. (Without it the thread usually stops at its next step before the
+    # job comes back, and nothing needs waiting for: the check below was a race.)
+    monkeypatch.setenv("RLGPT_TEST_HOOKS", "1")
+    monkeypatch.setenv("RLGPT_TEST_LINGER_S", "1")
 
     settings = make_settings(
         tmp_path, {"learner": ActorSettings(count=1)}, max_job_tries=2, heartbeat_timeout=30
