@@ -237,7 +237,8 @@ def test_tiny_real_run_of_code_and_ppo(tmp_path):
     assert code == 0
     raw = json.loads(next((tmp_path / "raw").glob("*.json")).read_text())
     c = raw["results"]["code"]
-    board = c["episodes"]["scoreboard"]
+    episodes = {name: raw["episodes"][name]["0"] for name in ("code", "ppo")}
+    board = episodes["code"]["scoreboard"]
     assert len(board) >= 2 and c["scoreboard"]["episodes"] == len(board)
     assert sum(ep["steps"] for ep in board) <= 400
     assert all(0 < ep["steps"] <= 200 for ep in board)
@@ -249,10 +250,11 @@ def test_tiny_real_run_of_code_and_ppo(tmp_path):
     assert c["final"]["episodes"] == 1 and c["seeds"]["final"] == [bc.FINAL_SEED_BASE] * 2
     p = raw["results"]["ppo"]
     assert p["env_steps_scoreboard"] >= 400 and p["final"]["episodes"] == 1
-    assert p["scoreboard"]["episodes"] == len(p["episodes"]["scoreboard"]) >= 1
-    final_seed = p["episodes"]["final"][0]["seed"]
-    assert final_seed not in {ep["seed"] for ep in p["episodes"]["scoreboard"]}
+    assert p["scoreboard"]["episodes"] == len(episodes["ppo"]["scoreboard"]) >= 1
+    final_seed = episodes["ppo"]["final"][0]["seed"]
+    assert final_seed not in {ep["seed"] for ep in episodes["ppo"]["scoreboard"]}
     # Paired: both variants' final agents played the same worlds, the run's final seeds.
-    assert [ep["seed"] for ep in c["episodes"]["final"]] == [final_seed] == seeds.final_seeds(0, 1)
+    assert [ep["seed"] for ep in episodes["code"]["final"]] == [final_seed]
+    assert [final_seed] == seeds.final_seeds(0, 1)
     text = out.read_text()
     assert "Code only (skill library, no RL)" in text and "## Published" in text

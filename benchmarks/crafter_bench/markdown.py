@@ -29,6 +29,7 @@ def bar(percent: float, width: int = BAR_WIDTH) -> str:
 
 LABELS = {
     "rlgpt": "RL-GPT (this system)",
+    "norl": "RL-GPT, RL disabled (same loop, no learner)",
     "code": "Code only (skill library, no RL)",
     "ppo": "PPO (SB3, primitive actions)",
 }
@@ -101,25 +102,26 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "| episodes (scoreboard / final) | env steps | wall time | seeds |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    runs = report.get("runs") or {name: {str(meta["seed"]): r} for name, r in results.items()}
     for name in VARIANTS:
-        if name not in results:
-            continue
-        r = results[name]
-        if "error" in r:
-            lines.append(f"| {LABELS[name]} | failed: {r['error'][:80]} | | | | | | |")
-            continue
-        lines.append(
-            f"| {LABELS[name]} | {_pct(r['scoreboard']['score'])} | {_pct(r['final']['score'])} "
-            f"| {_pct(r['final']['diamond'])} | {r['scoreboard']['episodes']} / "
-            f"{r['final']['episodes']} | {_steps(r['env_steps'])} | {_duration(r['wall_s'])} "
-            f"| {_seeds_text(r.get('seeds', {}))} |"
-        )
+        for seed, r in sorted(runs.get(name, {}).items(), key=lambda kv: int(kv[0])):
+            label = LABELS[name] + (f", run seed {seed}" if len(meta.get("seeds", [0])) > 1 else "")
+            if "error" in r:
+                lines.append(f"| {label} | failed: {r['error'][:80]} | | | | | | |")
+                continue
+            lines.append(
+                f"| {label} | {_pct(r['scoreboard']['score'])} | {_pct(r['final']['score'])} "
+                f"| {_pct(r['final']['diamond'])} | {r['scoreboard']['episodes']} / "
+                f"{r['final']['episodes']} | {_steps(r['env_steps'])} | "
+                f"{_duration(r['wall_s'])} | {_seeds_text(r.get('seeds', {}))} |"
+            )
     lines.append("")
+    lines += _across_sections(report)
     for name in VARIANTS:
         r = results.get(name)
         if r is None or "error" in r:
             continue
-        lines += _variant_section(name, r)
+        lines += _variant_section(name, r, len(meta.get("seeds", [0])) > 1)
     lines += [
         "## Published (not measured here)",
         "",
@@ -136,10 +138,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _variant_section(name: str, r: Mapping[str, Any]) -> list[str]:
+def _variant_section(name: str, r: Mapping[str, Any], several: bool = False) -> list[str]:
     board, final = r["scoreboard"], r["final"]
     lines = [
-        f"### {LABELS[name]}",
+        f"### {LABELS[name]}" + (f" (run seed {r.get('run_seed', 0)})" if several else ""),
         "",
         _DESCRIPTIONS[name],
         "",
@@ -179,6 +181,9 @@ _DESCRIPTIONS = {
     "rlgpt": "The full system (`run.py`, offline backend unless the config says otherwise): "
     "slow agent, fast agent and critic over code and PPO stages. Scoreboard over every "
     "episode the run stepped (`episodes.jsonl`: code evaluations, training, final).",
+    "norl": "The same system and loop as RL-GPT (`run.py`, the same config), with RL "
+    "disabled: no learner actor (`[actors.learner] count = 0`), so the slow agent keeps "
+    "every sub-action as code and only the code loop (critique, revisions) runs.",
     "code": "The skill library's composed curriculum policy, no RL: one coded stage per "
     "achievement in `knowledge.recipes.curriculum()` order, the library's best template "
     "for each, survival needs served by the task planner (`envs.composite.run_composed`). "
@@ -188,3 +193,103 @@ _DESCRIPTIONS = {
     "change ±0.1), the system's learner settings; every training episode counts for the "
     "scoreboard; the final policy samples its actions.",
 }
+
+
+def _interval(mi: Mapping[str, Any], unit: str = " %") -> str:
+    if mi.get("mean") is None:
+        return "—"
+    if mi.get("low") is None:
+        return f"{mi['mean']:.1f}{unit} (1 run)"
+    return f"{mi['mean']:.1f}{unit} [{mi['low']:.1f}, {mi['high']:.1f}]"
+
+
+def _across_sections(report: Mapping[str, Any]) -> list[str]:
+    """Each variant across its run seeds, the paired comparisons, the score curves."""
+    meta = report["meta"]
+    summaries = report.get("across") or {}
+    if not summaries:
+        return []
+    lines = [
+        "## Across run seeds",
+        "",
+        f"Run seeds {', '.join(str(s) for s in meta.get('seeds', [meta['seed']]))}: one run "
+        "per variant and seed, every run of seed *s* reporting its final agent on the same "
+        f"{meta['final_episodes']} worlds. Mean over runs with its 95 % Student t interval "
+        "[low, high] (n − 1 degrees of freedom: with 3 runs, ± 4.3 standard errors). "
+        "Diamond, pooled: every final episode of every run, with its 95 % Wilson interval.",
+        "",
+        "| variant | runs | score (scoreboard) | score (final agent) | diamond (final, "
+        "mean of runs) | diamond (final, pooled) | env steps | wall time |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in VARIANTS:
+        s = summaries.get(name)
+        if not s:
+            continue
+        pooled = s["diamond_pooled"]
+        dia = (
+            f"{pooled['wins']}/{pooled['episodes']} [{pooled['low']:.1f}, {pooled['high']:.1f}] %"
+            if pooled["episodes"]
+            else "—"
+        )
+        steps = s["env_steps"]["mean"]
+        wall = s["wall_s"]["mean"]
+        lines.append(
+            f"| {LABELS[name]} | {s['runs']}"
+            + (f" ({s['failed']} failed)" if s["failed"] else "")
+            + f" | {_interval(s['scoreboard'])} | {_interval(s['final'])} "
+            f"| {_interval(s['diamond_runs'])} | {dia} "
+            f"| {_steps(round(steps)) if steps is not None else '—'} "
+            f"| {_duration(wall) if wall is not None else '—'} |"
+        )
+    lines.append("")
+    pairs = report.get("paired") or {}
+    if pairs:
+        lines += [
+            "### Paired on the same final worlds",
+            "",
+            "A against B on every final world both played (all shared run seeds): the mean "
+            "per-world difference in achievements unlocked (A − B, of 22) with its 95 % t "
+            "interval; diamonds (worlds where only A, only B got one, and the lower bound of "
+            "the paired difference, McNemar-style: above 0 means A is measurably better); the "
+            "per-run difference in the final agent's Crafter score.",
+            "",
+            "| A − B | worlds | achievements per world | diamond: A / B (only A, only B) "
+            "| diamond difference (lower bound) | final score difference |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for key, p in pairs.items():
+            a, b = key.split("-")
+            d = p["diamond"]
+            lines.append(
+                f"| {LABELS[a]} − {LABELS[b]} | {p['worlds']} "
+                f"| {_interval(p['achievements'], '')} "
+                f"| {d['a']} / {d['b']} ({d['a_only']}, {d['b_only']}) "
+                f"| {100 * d['difference']:+.1f} % ({100 * d['lower']:+.1f} %) "
+                f"| {_interval(p['score'], ' pt')} |"
+            )
+        lines.append("")
+    points = sorted(
+        {int(k) for by_seed in (report.get("runs") or {}).values() for r in by_seed.values()
+         for k in r.get("curve", {})}
+    )  # fmt: skip
+    if points:
+        lines += [
+            "### Score curves (scoreboard, counted env steps)",
+            "",
+            "Each run's scoreboard score over the episodes booked within the first *N* "
+            "counted env steps (read from the one run at those points).",
+            "",
+            "| variant | run seed | " + " | ".join(f"{p:,}" for p in points) + " |",
+            "|---|---:|" + "---:|" * len(points),
+        ]
+        for name in VARIANTS:
+            for seed, r in sorted(
+                (report.get("runs") or {}).get(name, {}).items(), key=lambda kv: int(kv[0])
+            ):
+                if "curve" not in r:
+                    continue
+                cells = [_pct(r["curve"][str(p)]) if str(p) in r["curve"] else "—" for p in points]
+                lines.append(f"| {LABELS[name]} | {seed} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines

@@ -42,8 +42,10 @@ ACHIEVEMENTS: tuple[str, ...] = (
 )
 """Crafter's 22 achievements (``crafter.constants.achievements``, checked in the tests)."""
 
-VARIANTS = ("rlgpt", "code", "ppo")
-"""The variants compared, in the order the tables list them."""
+VARIANTS = ("rlgpt", "norl", "code", "ppo")
+"""The variants compared, in the order the tables list them: the full system, the same
+loop with RL disabled (no learner actor: every sub-action stays code), the skill
+library's code alone, and plain PPO."""
 
 OBSERVATION = ("view", "inventory", "status")
 """What every variant's learners see: the parts the system's learners use

@@ -39,10 +39,14 @@ def rlgpt_config(
     quick: bool,
     seed: int,
     episode_steps: int = EPISODE_STEPS,
+    learn: bool = True,
 ) -> str:
     """The benchmark's config: ``base`` with the run written under ``runs_dir``, the
     env-step budget, the final evaluation's episodes and the episode length set (and,
-    quick, small budgets). Only keys the config loader knows are set."""
+    quick, small budgets). Only keys the config loader knows are set. ``learn=False``:
+    the same loop with RL disabled — no learner actor (``[actors.learner] count = 0``)
+    and no sub-action learned from the first plan, so every sub-action stays code (the
+    slow agent keeps a step as code when no learner can train it)."""
 
     from method.settings import TaskSettings
 
@@ -59,6 +63,9 @@ def rlgpt_config(
     }
     if quick:
         changes |= QUICK_TASK
+    if not learn:
+        changes["learn"] = []
+        table.setdefault("actors", {}).setdefault("learner", {})["count"] = 0
     task.update({k: v for k, v in changes.items() if k in known})
     return dump_toml(table)
 
@@ -73,13 +80,15 @@ def run_rlgpt(
     workdir: Path,
     timeout_s: float | None = None,
     episode_steps: int = EPISODE_STEPS,
+    learn: bool = True,
 ) -> dict[str, Any]:
-    """The full system as a subprocess of ``run.py``; figures from its ledger."""
+    """The full system as a subprocess of ``run.py``; figures from its ledger
+    (``learn=False``: RL disabled, see :func:`rlgpt_config`)."""
     runs_dir = Path(workdir) / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     path = Path(workdir) / "bench_crafter.toml"
     path.write_text(
-        rlgpt_config(config, runs_dir, budget, final_episodes, quick, seed, episode_steps)
+        rlgpt_config(config, runs_dir, budget, final_episodes, quick, seed, episode_steps, learn)
     )
     command = [sys.executable, str(ROOT / "run.py"), "--config", str(path), "--quiet"]
     before = set(runs_dir.iterdir())

@@ -114,6 +114,9 @@ def ledger_result(
         "backend",
         "env_steps_by_kind",
         "wall_limit_reached",
+        "learned_stages",
+        "coded_stages",
+        "plan_versions",
     )
     result["run_summary"] = {k: summary[k] for k in own if k in summary}
     return result
