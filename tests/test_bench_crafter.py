@@ -258,3 +258,127 @@ def test_tiny_real_run_of_code_and_ppo(tmp_path):
     assert [final_seed] == seeds.final_seeds(0, 1)
     text = out.read_text()
     assert "Code only (skill library, no RL)" in text and "## Published" in text
+
+
+# ---------------------------------------------------------------------- across run seeds
+
+
+def test_t_interval_by_hand():
+    # 1, 2, 3: mean 2, standard deviation 1, t(0.975, 2) = 4.303, so 2 ± 4.303 / √3.
+    mi = bc.across.mean_interval([1.0, 2.0, 3.0])
+    assert mi["n"] == 3 and mi["mean"] == 2.0
+    assert mi["low"] == pytest.approx(2 - 4.303 / 3**0.5)
+    assert mi["high"] == pytest.approx(2 + 4.303 / 3**0.5)
+    assert bc.across.mean_interval([5.0]) == {"n": 1, "mean": 5.0, "low": None, "high": None}
+    assert bc.across.mean_interval([])["mean"] is None
+    # Between rows of the table, the wider value; far out, the normal quantile.
+    assert bc.across.t975(12) == 2.228 and bc.across.t975(10_000) == pytest.approx(1.96, abs=1e-3)
+    with pytest.raises(ValueError):
+        bc.across.t975(0)
+
+
+def test_curve_reads_one_run_at_fixed_points():
+    # Three episodes of 40k steps: within 50k only the first, within 150k all three.
+    eps = [
+        {"steps": 40_000, "achievements": ["collect_wood"]},
+        {"steps": 40_000, "achievements": []},
+        {"steps": 40_000, "achievements": ["collect_wood"]},
+    ]
+    c = bc.across.curve(eps, budget=150_000)
+    assert set(c) == {50_000, 150_000}  # points past the budget are not read
+    assert c[50_000] == pytest.approx(crafter_score({"collect_wood": 100.0}))
+    assert c[150_000] == pytest.approx(crafter_score({"collect_wood": 200.0 / 3}))
+
+
+def _run(score: float, worlds: dict[int, list[str]]) -> dict:
+    diamond = 100.0 * sum("collect_diamond" in a for a in worlds.values()) / len(worlds)
+    return {
+        "scoreboard": {"score": score},
+        "final": {"score": score, "diamond": diamond},
+        "env_steps": 1000,
+        "wall_s": 10.0,
+        "final_worlds": [{"seed": s, "achievements": a} for s, a in worlds.items()],
+    }
+
+
+def test_paired_comparison_on_shared_worlds():
+    d, w = "collect_diamond", "collect_wood"
+    a = {
+        0: _run(30.0, {1: [w, d], 2: [w, d], 3: [w]}),
+        1: _run(20.0, {11: [w, d], 12: [w, d]}),
+        2: {"error": "RuntimeError: boom"},
+    }
+    b = {
+        0: _run(25.0, {1: [w], 2: [w, d], 3: []}),
+        1: _run(10.0, {11: [w], 12: [], 13: [w]}),  # world 13: A never played it
+        2: _run(10.0, {21: [w]}),
+    }
+    p = bc.across.paired(a, b)
+    assert p["worlds"] == 5 and p["run_seeds"] == 2
+    # Per world (A − B): +1, 0, +1, +1, +2.
+    assert p["achievements"]["mean"] == pytest.approx(1.0)
+    got = {k: p["diamond"][k] for k in ("a", "b", "a_only", "b_only")}
+    assert got == {"a": 4, "b": 1, "a_only": 3, "b_only": 0}
+    assert p["diamond"]["difference"] == pytest.approx(0.6)
+    assert p["diamond"]["lower"] < 0  # three won disagreements are not enough to say
+    assert p["score"]["mean"] == pytest.approx(7.5)  # (30 − 25 + 20 − 10) / 2
+    s = bc.across.summary(a)
+    assert s["runs"] == 2 and s["failed"] == 1 and s["seeds"] == [0, 1]
+    assert s["diamond_pooled"]["wins"] == 4 and s["diamond_pooled"]["episodes"] == 5
+    assert s["final"]["mean"] == 25.0
+    assert bc.across.paired({0: a[2]}, b) is None
+
+
+def test_norl_config_has_no_learner(tmp_path):
+    from method import settings as config
+
+    base = ROOT / "rlgpt" / "configs" / "crafter.toml"
+    text = bc.rlgpt_config(base, tmp_path / "runs", 30000, 7, quick=False, seed=1, learn=False)
+    path = tmp_path / "norl.toml"
+    path.write_text(text)
+    settings = config.load(str(path))
+    assert settings.actors["learner"].count == 0 and settings.task.learn == []
+    # Everything else is the full system's config.
+    full = config.load(str(_write(tmp_path / "full.toml", bc.rlgpt_config(
+        base, tmp_path / "runs", 30000, 7, quick=False, seed=1))))  # fmt: skip
+    assert full.actors["learner"].count != 0
+    assert settings.task == full.task
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_report_of_several_seeds_keeps_hand_sections(tmp_path):
+    from benchmarks.crafter_bench import cli
+
+    w = "collect_wood"
+    meta = _fake_report()["meta"] | {"seeds": [0, 1], "quick": False}
+
+    def full_run(score: float, seed: int) -> dict:
+        r = _fake_report()["results"]["code"] | {"run_seed": seed}
+        r["final"] = r["final"] | {"score": score}
+        r["curve"] = {"50000": score / 2}
+        r["final_worlds"] = [{"seed": 10 * seed, "achievements": [w]}]
+        return r
+
+    runs = {
+        "rlgpt": {0: full_run(40.0, 0), 1: full_run(30.0, 1)},
+        "code": {0: full_run(35.0, 0), 1: full_run(35.0, 1)},
+    }
+    report = cli.build_report(meta, runs)
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text("old generated text\n\n" + cli.HAND_MARKER + "\n\n## By hand\n\nkept\n")
+    cli._write(out, tmp_path / "raw.json", report, {})
+    text = out.read_text()
+    assert "old generated text" not in text
+    assert text.endswith(cli.HAND_MARKER + "\n\n## By hand\n\nkept\n")
+    assert "## Across run seeds" in text and "### Paired on the same final worlds" in text
+    assert "RL-GPT (this system), run seed 1" in text
+    # Mean 35 across the two RL-GPT runs (40, 30: standard deviation 5√2), so 35 ±
+    # 12.706 × 5 with one degree of freedom, shown within 0–100 %.
+    assert "| RL-GPT (this system) | 2 | 0.2 % [0.2, 0.2] | 35.0 % [0.0, 98.5] |" in text
+    assert "| RL-GPT (this system) | 0 | 20.0 % |" in text  # the curve at 50,000 steps
+    assert "| RL-GPT (this system) | 1 | 15.0 % |" in text
+    assert report["paired"]["rlgpt-code"]["score"]["mean"] == pytest.approx(0.0)

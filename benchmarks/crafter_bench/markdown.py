@@ -200,7 +200,10 @@ def _interval(mi: Mapping[str, Any], unit: str = " %") -> str:
         return "—"
     if mi.get("low") is None:
         return f"{mi['mean']:.1f}{unit} (1 run)"
-    return f"{mi['mean']:.1f}{unit} [{mi['low']:.1f}, {mi['high']:.1f}]"
+    low, high = mi["low"], mi["high"]
+    if unit == " %":  # a rate's interval within 0–100 %
+        low, high = max(0.0, low), min(100.0, high)
+    return f"{mi['mean']:.1f}{unit} [{low:.1f}, {high:.1f}]"
 
 
 def _across_sections(report: Mapping[str, Any]) -> list[str]:
