@@ -41,6 +41,23 @@ def _best(outs: list[SubActionOutcome], mode: str) -> float:
     return max(rates) if rates else -1.0
 
 
+OFFLINE_FIRST_LINES = {
+    "full": "every step's first version is the skill library's complete, tuned template "
+    '(`[agents] offline_first = "full"`): the code loop starts from code a person wrote '
+    "and tuned, so what it keeps is not discovered",
+    "simplest": "every step's first version is the library's bare template "
+    '(`[agents] offline_first = "simplest"`); revisions add the library\'s fixes as the '
+    "critiques ask for them — written rules, not a model's discovery",
+}
+"""What the report's first line says of the offline backend's first versions."""
+
+
+def _offline_line(first: str) -> str:
+    """The backend line's words for the offline backend starting from ``first``."""
+    how = OFFLINE_FIRST_LINES.get(first, f"first versions: {first}")
+    return f" (knowledge-based offline stand-in, not a language model; {how})"
+
+
 def write_report(
     run_dir: Path,
     settings: MethodSettings,
@@ -57,7 +74,7 @@ def write_report(
         "",
         f"- Backend: **{summary['backend']}**"
         + (
-            " (knowledge-based offline stand-in, not a language model)"
+            _offline_line(settings.agents.offline_first)
             if summary["backend"] == "offline"
             else f" (model {settings.agents.model})"
         ),

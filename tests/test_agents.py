@@ -324,3 +324,16 @@ def test_openai_endpoint_that_refuses_exits_2(tmp_path: Path) -> None:
         "api_key_env = 'RLGPT_TEST_KEY'\ntimeout_s = 2.0\nmax_retries = 0\n" + ENVS
     )
     assert "check base_url" in _config_error(tmp_path, text, env)
+
+
+def test_the_report_says_where_the_offline_backend_starts():
+    from method import settings as cfg
+    from method.report import OFFLINE_FIRST_LINES, _offline_line
+
+    # Every choice of [agents] offline_first has its own words, and none calls the
+    # offline backend a model or what it keeps a discovery.
+    assert set(OFFLINE_FIRST_LINES) == set(cfg.OFFLINE_FIRST)
+    full, simplest = _offline_line("full"), _offline_line("simplest")
+    assert "not a language model" in full and "not a language model" in simplest
+    assert 'offline_first = "full"' in full and "not discovered" in full
+    assert 'offline_first = "simplest"' in simplest and "not a model's discovery" in simplest

@@ -122,6 +122,11 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     text = (run_dir / "report.md").read_text()
     for heading in ("## Final policy", "## Plan history", "## Critiques", "per iteration"):
         assert heading in text
+    # Among the first lines: the offline backend is no model, and its first versions are
+    # the library's tuned templates (the config does not set offline_first: "full").
+    backend = next(line for line in text.splitlines() if line.startswith("- Backend:"))
+    assert "not a language model" in backend and 'offline_first = "full"' in backend
+    assert "not discovered" in backend
     assert (run_dir / "success.png").exists()
     # The episode ledger: every episode the run stepped, within its env-step budget, the
     # final policy playing on to spend it; the summary's figures come from it.
