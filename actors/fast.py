@@ -152,12 +152,24 @@ def train_request(
         config=config,
         total_steps=work.train_steps,
         n_envs=task.train_envs,
+        subproc=env_workers(training.env_workers, task.train_envs),
         seed=settings.run.seed + version,
         ppo=training.ppo,
         eval_episodes=task.code_episodes,
         train_worlds=training.train_worlds,
         checkpoint_every=training.checkpoint_every,
     )
+
+
+def env_workers(choice: str, n_envs: int) -> bool:
+    """Whether a training job's envs step in the learner's worker processes
+    (``[training] env_workers``: ``on``, ``off``, or ``auto`` — with 2 or more envs on
+    a machine with 2 or more usable cores)."""
+    if choice == "auto":
+        from runtime.cpu import usable_cores
+
+        return n_envs >= 2 and usable_cores()[0] >= 2
+    return choice == "on"
 
 
 def _trimmed(result: RolloutResult) -> RolloutResult:

@@ -43,6 +43,7 @@ import trio
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
 from envs.artifacts import PolicyUnusable, policy_spec, restore_checkpoint, sha256_of
+from envs.env_workers import EnvWorkers
 from envs.held_out import held_out
 from envs.rl_env import SetupError
 from messages import Envelope
@@ -130,6 +131,9 @@ class LearnerActor(Actor):
         """Job name → its checkpoints fetched from the head into :attr:`store`."""
         self._curves_kept: set[str] = set()
         """Finished jobs whose TensorBoard files never reached the head (kept here)."""
+        self._env_workers: EnvWorkers | None = None
+        """Processes that step the envs of jobs with ``subproc`` (started on first need,
+        kept for the actor's life: their start-state caches serve later jobs)."""
 
     @handles(TrainRequest)
     async def on_train(self, req: TrainRequest, env: Envelope) -> TrainResult:
@@ -278,11 +282,20 @@ class LearnerActor(Actor):
     async def teardown(self) -> None:
         """A remote learner stopping (run over, SIGTERM, key revoked) removes what it
         wrote under ``$TMPDIR/rlgpt-learner/<run id>``, all but a checkpoint the head
-        never acknowledged (it may be the only copy: logged ``learner_files_kept``)."""
+        never acknowledged (it may be the only copy: logged ``learner_files_kept``).
+        Every learner ends its env worker processes."""
         if self.run_dir is None:
             await self._wait_for_workers()
             self._clean_up()
+        if self._env_workers is not None:
+            await trio.to_thread.run_sync(self._env_workers.close)
         await super().teardown()
+
+    def env_workers(self) -> EnvWorkers:
+        """This learner's env worker processes (:mod:`envs.env_workers`)."""
+        if self._env_workers is None:
+            self._env_workers = EnvWorkers()
+        return self._env_workers
 
     async def _wait_for_workers(self) -> None:
         for stop in self._stops.values():
@@ -400,6 +413,9 @@ class LearnerActor(Actor):
             req.n_envs,
             req.seed,
             subproc=req.subproc,
+            # Long-lived worker processes: both cores step worlds, and the starts they
+            # made stay cached for this sub-action's later versions.
+            workers=self.env_workers() if req.subproc else None,
             world_pool=training_worlds(req),
             setup_retries=seeds.SETUP_RETRIES,
             setup_retry_stride=seeds.RETRY_STRIDE,
@@ -439,9 +455,7 @@ class LearnerActor(Actor):
             except SetupError as exc:
                 # The config's setup died in every world a reset tried: no policy, but
                 # the steps its worlds took are still the run's, reported to be counted.
-                if req.subproc:
-                    raise  # the failed env's process is gone, and its counts with it
-                trained = world_tally(vec)
+                trained = world_tally(vec)  # (a worker survives its env's error)
                 log.warning("training_setup_failed", job=req.name, detail=str(exc)[:300])
                 return TrainResult(
                     name=req.name, policy_path="", sha256="", steps=int(model.num_timesteps),

@@ -136,6 +136,8 @@ was compiled on its own under the usual limit when it was evaluated)."""
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
 
+    from envs.env_workers import EnvWorkers
+
 OBSERVATION_PARTS: tuple[str, ...] = get_args(ObservationPart)
 """The parts ``RLConfig.observation`` may name."""
 
@@ -189,6 +191,10 @@ class SetupError(RuntimeError):
         """What went wrong, in one line."""
         self.failure = failure
         """The sandbox failure when the code failed; None when the player died."""
+
+    def __reduce__(self) -> tuple:
+        # Picklable with its fields (an env worker sends it back to the learner).
+        return (SetupError, (self.seed, self.steps, self.reason, self.failure))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -957,16 +963,21 @@ def make_vec_env(
     subproc: bool = False,
     monitor: bool = True,
     start_method: str | None = None,
+    workers: EnvWorkers | None = None,
     **kwargs: Any,
 ) -> VecEnv:
     """An SB3 vector env of ``n_envs`` copies; env ``i`` starts from world seed ``seed + i``.
 
-    ``subproc`` runs each env in its own process (``SubprocVecEnv``; ``start_method`` as
-    there); otherwise all run in this one (``DummyVecEnv``). Close it when done.
+    ``subproc`` runs each env in its own process: in ``workers``' long-lived processes
+    when given (:mod:`envs.env_workers`: their start-state caches outlive the job), else
+    in SB3's ``SubprocVecEnv`` (``start_method`` as there); otherwise all run in this
+    one (``DummyVecEnv``). Close it when done.
     """
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     blob = encode(config)
+    if subproc and workers is not None:
+        return workers.vec_env(blob, n_envs, seed, monitor=monitor, **kwargs)
     fns = [env_factory(blob, seed=seed + i, monitor=monitor, **kwargs) for i in range(n_envs)]
     if subproc:
         return SubprocVecEnv(fns, start_method=start_method)

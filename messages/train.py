@@ -65,7 +65,8 @@ class TrainRequest:
     n_envs: int = 2
     """Environments stepped together (vectorized)."""
     subproc: bool = False
-    """Step the envs in subprocesses (worth it from ~4 envs on a multi-core box)."""
+    """Step the envs in the learner's env worker processes, one env each
+    (:mod:`envs.env_workers`; ``[training] env_workers``), not all in its own process."""
     seed: int = 0
     """Seed for the policy's initialisation and the training worlds."""
     device: str = ""

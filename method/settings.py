@@ -24,6 +24,8 @@ BACKENDS = ("offline", "openai", "local")
 """The values of ``[agents] backend``."""
 OFFLINE_FIRST = ("full", "simplest")
 """The values of ``[agents] offline_first``."""
+ENV_WORKERS = ("auto", "on", "off")
+"""The values of ``[training] env_workers``."""
 RATE = check(min=0.0, max=1.0, expected="a rate between 0 and 1")
 """The check of a success rate."""
 
@@ -180,6 +182,14 @@ class TrainingSettings:
     :attr:`messages.train.TrainRequest.train_worlds`."""
     checkpoint_every: int = field(default=4096, metadata=check(min=1))
     """Decisions between a job's checkpoints: the most a learner's crash can cost."""
+    env_workers: str = field(default="auto", metadata=check(choices=ENV_WORKERS))
+    """Where a training job's envs step: ``on`` — each in a worker process of the
+    learner's, kept for the learner's life (:mod:`envs.env_workers`: a job's envs use
+    as many cores as it has envs, and the worlds' starts stay cached for later jobs);
+    ``off`` — all in the learner's own process (one core); ``auto`` (the default) —
+    ``on`` when the job has 2 or more envs (``[task] train_envs``) and the head's
+    machine 2 or more usable cores, else ``off``. Either way a job's episodes are the
+    same; every world step is counted where it is taken."""
     ppo: PPOSettings = field(
         default_factory=PPOSettings,
         metadata=check_fields(

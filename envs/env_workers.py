@@ -1,0 +1,378 @@
+"""A learner's training envs in worker processes that outlive the job.
+
+A learner steps its job's envs itself. In one process (SB3's ``DummyVecEnv``) that is one
+core, however many envs the job has: on a 2-core machine the other core idles while the
+learner trains alone, which is most of a run's training time. SB3's ``SubprocVecEnv``
+steps each env in a process of its own, but starts those processes per job and ends
+them with it, and with them every world start the job made (:mod:`envs.start_states`
+is per process): the next version of the same sub-action would run every setup again.
+
+:class:`EnvWorkers` keeps ``n`` worker processes for the learner's whole life. A job
+gets a :class:`WorkerVecEnv` over the first ``n_envs`` of them: each worker builds that
+job's env from the config's wire bytes, steps it on command, and closes it when the job
+ends — and keeps its start-state cache, so later jobs on the same setup restore the
+worlds it made. Env ``i`` of a job has world seed ``seed + i`` and draws its worlds as
+in one process, and a restored start is the same state as a made one, so a job's
+episodes are the same either way; what may differ is only how often a world's start is
+made (a world that two envs draw is made once per worker here, once per process in
+``DummyVecEnv``), and every start made is counted where it is made (the workers' own
+tallies, read through ``get_attr``).
+
+Errors: an exception in a worker's env is sent back and raised again in the learner
+(:class:`~envs.rl_env.SetupError` with its fields), and the worker goes on serving, so
+the counts of a failed job can still be read. A worker that died (killed, out of memory)
+raises :class:`WorkerDied`; the pool then starts fresh workers for the next job.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+STOP_TIMEOUT_S = 5.0
+"""How long :meth:`EnvWorkers.close` waits for a worker to end before killing it."""
+
+
+class WorkerDied(RuntimeError):
+    """An environment worker process ended while the learner needed it."""
+
+
+def _serve(conn: Any) -> None:
+    """A worker's loop: build, step, reset, query and close one job's env at a time."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # no torch thread pool per worker
+    from envs.rl_env import _build
+
+    env = None
+    while True:
+        try:
+            cmd, data = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return  # the learner is gone
+        try:
+            if cmd == "make":
+                if env is not None:
+                    env.close()
+                blob, seed, monitor, kwargs = data
+                env = _build(blob, seed, monitor, kwargs)
+                result: Any = (env.observation_space, env.action_space)
+            elif cmd == "step":
+                obs, reward, terminated, truncated, info = env.step(data)
+                done = terminated or truncated
+                info["TimeLimit.truncated"] = truncated and not terminated
+                reset_info: dict = {}
+                if done:
+                    info["terminal_observation"] = obs
+                    obs, reset_info = env.reset()
+                result = (obs, reward, done, info, reset_info)
+            elif cmd == "reset":
+                seed, options = data
+                result = env.reset(seed=seed, **({"options": options} if options else {}))
+            elif cmd == "get_attr":
+                result = env.get_wrapper_attr(data)
+            elif cmd == "set_attr":
+                result = setattr(env, data[0], data[1])
+            elif cmd == "env_method":
+                name, args, kwargs = data
+                result = env.get_wrapper_attr(name)(*args, **kwargs)
+            elif cmd == "is_wrapped":
+                from stable_baselines3.common.env_util import is_wrapped
+
+                result = is_wrapped(env, data)
+            elif cmd == "release":
+                if env is not None:
+                    env.close()
+                env = None
+                result = None
+            elif cmd == "stop":
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+        except Exception as exc:  # noqa: BLE001 - sent back and raised in the learner
+            conn.send(("error", _portable(exc)))
+            continue
+        conn.send(("ok", result))
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a RuntimeError carrying its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any exception that does not round-trip
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return RuntimeError(f"in an environment worker: {text}")
+
+
+class _Worker:
+    def __init__(self, ctx: Any) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.pending = 0
+        """Commands sent and not yet answered (an error midway can leave some)."""
+
+    def send(self, cmd: str, data: Any = None) -> None:
+        try:
+            self.conn.send((cmd, data))
+        except (BrokenPipeError, EOFError, OSError) as exc:
+            raise WorkerDied(f"environment worker {self.process.pid} is gone: {exc}") from None
+        self.pending += 1
+
+    def receive(self) -> Any:
+        try:
+            status, value = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise WorkerDied(
+                f"environment worker {self.process.pid} ended (exit code "
+                f"{self.process.exitcode}): {type(exc).__name__}"
+            ) from None
+        self.pending -= 1
+        if status == "error":
+            raise value
+        return value
+
+    def drain(self, timeout: float = STOP_TIMEOUT_S) -> bool:
+        """Read and drop the answers still owed (so the next command reads its own);
+        False when the worker is gone or does not answer in time."""
+        while self.pending > 0:
+            try:
+                if not self.conn.poll(timeout):
+                    return False
+                self.receive()
+            except WorkerDied:
+                return False
+            except Exception:  # noqa: BLE001 - an owed answer that was an error: dropped
+                pass
+        return self.alive()
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def stop(self) -> None:
+        try:
+            if self.drain():
+                self.send("stop")
+                if self.conn.poll(STOP_TIMEOUT_S):
+                    self.conn.recv()
+        except (WorkerDied, EOFError, OSError):
+            pass
+        self.process.join(STOP_TIMEOUT_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(STOP_TIMEOUT_S)
+        self.conn.close()
+
+
+def _context(start_method: str | None) -> Any:
+    if start_method is None:
+        methods = multiprocessing.get_all_start_methods()
+        # A fresh interpreter, not a fork of the learner (threads, sockets, torch).
+        start_method = "forkserver" if "forkserver" in methods else "spawn"
+    return multiprocessing.get_context(start_method)
+
+
+class EnvWorkers:
+    """Worker processes for a learner's training envs, started on first need and kept
+    until :meth:`close` (see the module's doc). Thread-safe: each job's vector env holds
+    its workers alone until it is closed (a job still ending in another thread keeps
+    its own; the next job gets others, started if need be)."""
+
+    def __init__(self, start_method: str | None = None) -> None:
+        self._ctx = _context(start_method)
+        self._workers: list[_Worker] = []
+        self._busy: set[int] = set()
+        self._lock = threading.Lock()
+        self.started = 0
+        """Worker processes started in all (restarts included)."""
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def pids(self) -> list[int]:
+        """The workers' process ids."""
+        return [w.process.pid for w in self._workers]
+
+    def _take(self, n: int) -> list[_Worker]:
+        with self._lock:
+            dead = [w for w in self._workers if not w.alive() and id(w) not in self._busy]
+            for w in dead:  # died between jobs: its cache went with it
+                self._workers.remove(w)
+                w.stop()
+            taken = [w for w in self._workers if id(w) not in self._busy][:n]
+            while len(taken) < n:
+                w = _Worker(self._ctx)
+                self._workers.append(w)
+                self.started += 1
+                taken.append(w)
+            self._busy.update(id(w) for w in taken)
+            return taken
+
+    def _give_back(self, workers: Sequence[_Worker]) -> None:
+        """Workers a job is done with: back to the pool when they are alive and owe no
+        answer, else ended (a later job starts fresh ones)."""
+        broken = [w for w in workers if not w.drain()]
+        with self._lock:
+            for w in workers:
+                self._busy.discard(id(w))
+            for w in broken:
+                if w in self._workers:
+                    self._workers.remove(w)
+        for w in broken:
+            w.stop()
+
+    def vec_env(
+        self, blob: bytes, n_envs: int, seed: int, *, monitor: bool = True, **kwargs: Any
+    ) -> WorkerVecEnv:
+        """A vector env of ``n_envs`` envs of the encoded config ``blob`` (env ``i`` with
+        world seed ``seed + i``), each in a worker of its own. Close it when the job ends:
+        that closes the envs and frees the workers, which go on living."""
+        if n_envs < 1:
+            raise ValueError(f"n_envs must be at least 1, not {n_envs}")
+        workers = self._take(n_envs)
+        try:
+            return WorkerVecEnv(workers, blob, seed, monitor, kwargs, self._give_back)
+        except BaseException:
+            self._give_back(workers)
+            raise
+
+    def close(self) -> None:
+        """End every worker (their envs and caches with them)."""
+        with self._lock:
+            workers, self._workers = self._workers, []
+            self._busy.clear()
+        for w in workers:
+            w.stop()
+
+
+def _vec_env_base() -> type:
+    from stable_baselines3.common.vec_env import VecEnv
+
+    return VecEnv
+
+
+class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
+    """SB3's vector-env interface over :class:`EnvWorkers`' processes, one env each."""
+
+    def __init__(
+        self,
+        workers: Sequence[_Worker],
+        blob: bytes,
+        seed: int,
+        monitor: bool,
+        kwargs: dict[str, Any],
+        give_back: Callable[[Sequence[_Worker]], None],
+    ) -> None:
+        self._workers = list(workers)
+        self._give_back = give_back
+        self._closed = False
+        for i, w in enumerate(self._workers):
+            w.send("make", (blob, seed + i, monitor, kwargs))
+        spaces = self._gather(self._workers)
+        super().__init__(len(self._workers), spaces[0][0], spaces[0][1])
+
+    def _targets(self, indices: Any) -> list[_Worker]:
+        return [self._workers[i] for i in self._get_indices(indices)]
+
+    def step_async(self, actions: np.ndarray) -> None:
+        for w, action in zip(self._workers, actions, strict=True):
+            w.send("step", action)
+
+    def step_wait(self) -> Any:
+        results = self._gather(self._workers)
+        obs, rewards, dones, infos, self.reset_infos = zip(*results, strict=True)
+        return (
+            _stack(obs, self.observation_space),
+            np.stack(rewards),
+            np.stack(dones),
+            list(infos),
+        )
+
+    def reset(self) -> Any:
+        for i, w in enumerate(self._workers):
+            w.send("reset", (self._seeds[i], self._options[i]))
+        results = self._gather(self._workers)
+        obs, self.reset_infos = zip(*results, strict=True)
+        self._reset_seeds()
+        self._reset_options()
+        return _stack(obs, self.observation_space)
+
+    def _gather(self, workers: Sequence[_Worker]) -> list[Any]:
+        """Every worker's answer, in order; the first error raised after all answered
+        (so no answer is left in a pipe for the next command to read)."""
+        answers, error = [], None
+        for w in workers:
+            try:
+                answers.append(w.receive())
+            except WorkerDied:
+                raise
+            except Exception as exc:  # noqa: BLE001 - raised once all have answered
+                error = error or exc
+                answers.append(None)
+        if error is not None:
+            raise error
+        return answers
+
+    def close(self) -> None:
+        """Close the job's envs; the workers go back to the pool, alive."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for w in self._workers:
+                if w.drain():  # answers an error left owed first
+                    try:
+                        w.send("release")
+                    except WorkerDied:
+                        pass
+            # (_give_back reads the release answers: it drains every worker.)
+        finally:
+            self._give_back(self._workers)
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        targets = self._targets(indices)
+        for w in targets:
+            w.send("get_attr", attr_name)
+        return self._gather(targets)
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        targets = self._targets(indices)
+        for w in targets:
+            w.send("set_attr", (attr_name, value))
+        self._gather(targets)
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
+    ) -> list[Any]:
+        targets = self._targets(indices)
+        for w in targets:
+            w.send("env_method", (method_name, method_args, method_kwargs))
+        return self._gather(targets)
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        targets = self._targets(indices)
+        for w in targets:
+            w.send("is_wrapped", wrapper_class)
+        return self._gather(targets)
+
+    def get_images(self) -> list[Any]:
+        raise NotImplementedError("training envs in workers are not rendered")
+
+
+def _stack(obs: Sequence[Any], space: Any) -> Any:
+    """Stack per-env observations as SB3 does: arrays, or dicts/tuples of arrays."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return {k: np.stack([o[k] for o in obs]) for k in space.spaces}
+    if isinstance(space, spaces.Tuple):
+        return tuple(np.stack([o[i] for o in obs]) for i in range(len(space.spaces)))
+    return np.stack(obs)
