@@ -142,12 +142,14 @@ def rl_request(
 
 
 def train_request(
-    settings: MethodSettings, work: WorkOn, config: RLConfig, version: int
+    settings: MethodSettings, work: WorkOn, config: RLConfig, version: int, cap: int = 0
 ) -> TrainRequest:
     """The training job of one version of a sub-action's RL config: its budget from
-    ``[task]``, PPO and the job's other numbers from ``[training]``."""
+    ``[task]``, PPO and the job's other numbers from ``[training]``; ``cap``: the world
+    steps it may take (0: none)."""
     task, training = settings.task, settings.training
     return TrainRequest(
+        max_world_steps=cap,
         name=f"{work.subaction.name}-it{work.iteration}-v{version}",
         config=config,
         total_steps=work.train_steps,
@@ -435,6 +437,16 @@ class FastAgent(Actor):
         previous: dict[str, Any] | None = None
         critique: Critique | None = None
         for version in range(1, work.revisions + 2):
+            cap = 0
+            if work.env_steps_cap > 0:
+                cap = work.env_steps_cap - loop.train_steps - loop.code_steps
+                ppo = self.settings.training.ppo
+                if cap < ppo.n_steps * self.settings.task.train_envs:  # not one rollout
+                    log.warning(
+                        "training_skipped", subaction=sub.name, version=version,
+                        reason="the run's env-step budget is spent", steps_left=max(0, cap),
+                    )  # fmt: skip
+                    break
             request = rl_request(sub, version, offered, world_actions, previous, critique)
             reply = await self.agents.call("fast", "rl", request)
             config = rl_config(sub, reply, offered, world_actions, work.setup or work.before)
@@ -451,7 +463,7 @@ class FastAgent(Actor):
                 revision_of=critique.cause if critique else "",
             )
             try:
-                train = await self._train(work, config, version)
+                train = await self._train(work, config, version, cap)
             except (RemoteFailure, ArtifactRefused) as exc:
                 # The config itself was unusable (its setup or reward code, say), or the
                 # learner's answer named a policy outside the run: that is this version's
@@ -476,8 +488,10 @@ class FastAgent(Actor):
                 break
             previous = {"config": reply, "held_out_success": train.eval_success_rate}
 
-    async def _train(self, work: WorkOn, config: RLConfig, version: int) -> TrainResult:
-        req = train_request(self.settings, work, config, version)
+    async def _train(
+        self, work: WorkOn, config: RLConfig, version: int, cap: int = 0
+    ) -> TrainResult:
+        req = train_request(self.settings, work, config, version, cap)
         journal = self.agents.journal
 
         def usable(result: TrainResult) -> bool:

@@ -445,6 +445,7 @@ class LearnerActor(Actor):
                     ),
                     ReportProgress(self, req, asker, counter, attempts, stop, resumed_from),
                     StopOnCancel(stop),
+                    StopAtWorldSteps(vec, req.max_world_steps, req.name),
                 ]
             )
             remaining = max(0, req.total_steps - resumed_from)
@@ -914,6 +915,31 @@ class ReportProgress(BaseCallback):
             steps_per_s=progress.steps_per_s,
             success_rate=round(progress.success_rate, 3),
         )
+
+
+class StopAtWorldSteps(BaseCallback):
+    """Stops training once the vector env's envs took ``cap`` world steps (setup
+    included), read after each rollout (0: never). The rollout under way when the cap is
+    passed is finished and trained on: a job passes its cap by less than one rollout."""
+
+    def __init__(self, vec: Any, cap: int, job: str) -> None:
+        super().__init__()
+        self.vec, self.cap, self.job = vec, cap, job
+        self.reached = False
+
+    def _on_rollout_end(self) -> None:
+        if self.cap <= 0 or self.reached:
+            return
+        taken = int(sum(self.vec.get_attr("world_steps")))
+        if taken >= self.cap:
+            self.reached = True
+            log.info(
+                "training_capped", job=self.job, world_steps=taken, cap=self.cap,
+                decisions=int(self.num_timesteps),
+            )  # fmt: skip
+
+    def _on_step(self) -> bool:
+        return not self.reached
 
 
 class StopOnCancel(BaseCallback):

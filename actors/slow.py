@@ -181,6 +181,14 @@ class SlowAgent(Actor):
 
         settings = self.settings.task
         done = {s.name: trio.Event() for s in plan.subactions}
+        # The env-step budget reaches into training: each RL sub-action, when it starts,
+        # gets an equal share of what is left (less what running ones were given) for
+        # its training jobs, so an iteration cannot overrun the budget by whole jobs.
+        shares = Shares(
+            settings.env_steps,
+            spent,
+            {s.name for s in plan.subactions if not s.need and s.mode == "rl" and pending(s)},
+        )
 
         async def one(sub: SubAction, needs: list[Need]) -> None:
             try:
@@ -206,11 +214,13 @@ class SlowAgent(Actor):
                         train_steps=settings.train_steps,
                         hint=redo.get(sub.name, ""),
                         setup=[st for st in setup if st is not None],
+                        env_steps_cap=shares.take(sub.name),
                     )
                     outcome: SubActionOutcome = await self.ask("@fast", work)
                     outcomes.setdefault(sub.name, []).append(outcome)
                     spent.add(outcome)
             finally:
+                shares.release(sub.name)
                 done[sub.name].set()
 
         needs = list(self._need_list)
@@ -535,6 +545,39 @@ class SlowAgent(Actor):
     @staticmethod
     def _task_rate(outs: list[SubActionOutcome]) -> float:
         return max((o.task_rate for o in outs), default=0.0)
+
+
+class Shares:
+    """Each learning sub-action's share of the env steps left, taken when it starts:
+    what the budget has left, less what the inner loops spent and what running ones
+    were given, split equally among those still to start. An iteration whose learning
+    sub-actions all start together thus stays inside the budget (each job stops at its
+    cap: ``TrainRequest.max_world_steps``), and one that starts late gets what the
+    early ones left."""
+
+    def __init__(self, budget: int, spent: _Spent, waiting: set[str]) -> None:
+        self.budget = budget
+        self.spent = spent
+        self.waiting = set(waiting)
+        """Learning sub-actions of this pass not started yet."""
+        self.given: dict[str, int] = {}
+        """Running learning sub-action → its share."""
+
+    def take(self, name: str) -> int:
+        """``name``'s share (world steps, ≥ 1: 1 means nothing is left to train on), or
+        0 (no cap) for a sub-action that is not one of the waiting learning ones."""
+        if name not in self.waiting:
+            return 0
+        left = self.budget - self.spent.total - sum(self.given.values())
+        share = max(1, left // len(self.waiting))
+        self.waiting.discard(name)
+        self.given[name] = share
+        return share
+
+    def release(self, name: str) -> None:
+        """``name`` ended (what it spent is in ``spent`` now), or never started."""
+        self.given.pop(name, None)
+        self.waiting.discard(name)
 
 
 @dataclasses.dataclass

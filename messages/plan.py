@@ -80,6 +80,10 @@ class WorkOn:
     """Inner-loop revisions allowed after the first version."""
     train_steps: int = 20_000
     """For RL: PPO decisions per training job."""
+    env_steps_cap: int = 0
+    """For RL: world steps this sub-action's training jobs may take in all, setup
+    included (its share of what is left of the run's ``[task] env_steps`` when it
+    starts); 0: no cap."""
     hint: str = ""
     """The slow agent's note from the critic's summary (why it is redone)."""
     setup: list[Stage] = field(default_factory=list)

@@ -79,6 +79,10 @@ class TrainRequest:
     held-out evaluation always uses worlds outside it."""
     eval_episodes: int = 10
     """Episodes of the held-out evaluation after training."""
+    max_world_steps: int = 0
+    """Stop training once the job's envs took this many world steps (training and
+    setup, this attempt), checked after each PPO rollout: the run's env-step budget
+    reaches into the job (0: none; ``total_steps`` decisions stay the other limit)."""
     eval_seed: int = 1_000_000
     """First held-out world seed (training worlds are drawn far below it)."""
     checkpoint_every: int = 4096

@@ -48,3 +48,21 @@ def test_the_report_says_when_the_wall_clock_decided(tmp_path) -> None:
     assert "**300** world steps in all, every one the run took: 200 code evaluation, " in text
     assert "100 setup code at training resets" in text
     assert "(1/2; 95 % interval 9%–91%)" in text
+
+
+def test_learning_sub_actions_share_what_is_left_of_the_budget() -> None:
+    from actors.slow import Shares, _Spent
+
+    spent = _Spent(code=100)
+    shares = Shares(1000, spent, {"a", "b", "c"})
+    assert shares.take("wood") == 0  # not a learning sub-action of this pass: no cap
+    assert shares.take("a") == 300  # (1000 − 100) / 3
+    assert shares.take("b") == 300  # (1000 − 100 − 300 given to a) / 2
+    spent.train += 250  # a ends, having spent 250 of its 300
+    shares.release("a")
+    assert shares.take("c") == 350  # 1000 − 350 spent − 300 still given to b
+    assert shares.take("c") == 0  # a share is taken once
+    # Nothing left: a share of 1 world step, too little for the fast agent to train.
+    spent.code += 10_000
+    late = Shares(1000, spent, {"d"})
+    assert late.take("d") == 1

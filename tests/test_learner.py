@@ -545,3 +545,17 @@ def test_a_remote_learner_fetches_checkpoints_into_a_folder_of_its_own(tmp_path:
     learner.run_dir = None
     root = learner._fetch_store().root
     assert root.is_relative_to(learner._base()) and str(os.getpid()) in root.parts
+
+
+def test_a_job_stops_at_its_world_step_cap_after_the_rollout_under_way(tmp_path: Path) -> None:
+    # 2,048 decisions asked; a cap of 300 world steps stops it after the first rollout
+    # that passes it (one rollout is 128 decisions of 1+ world steps each here).
+    start_states.shared().clear()
+    req = request("capped", 2048, ppo=TINY_PPO, eval_episodes=2, progress_every_s=3600.0)
+    req = dataclasses.replace(req, max_world_steps=300)
+    result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
+    assert not result.failure and result.policy_path
+    taken = result.primitive_steps + result.setup_steps
+    assert taken >= 300
+    # Stopped within one rollout past the cap: far below what 2,048 decisions take.
+    assert result.steps < 2048 and result.steps <= 2 * 128 + 2
