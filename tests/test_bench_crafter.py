@@ -382,3 +382,26 @@ def test_report_of_several_seeds_keeps_hand_sections(tmp_path):
     assert "| RL-GPT (this system) | 0 | 20.0 % |" in text  # the curve at 50,000 steps
     assert "| RL-GPT (this system) | 1 | 15.0 % |" in text
     assert report["paired"]["rlgpt-code"]["score"]["mean"] == pytest.approx(0.0)
+
+
+def test_the_commit_is_read_in_a_repository_and_in_a_worktree(tmp_path):
+    from benchmarks.crafter_bench.provenance import _commit
+
+    sha = "0123456789abcdef" * 2 + "01234567"
+    repo = tmp_path / "repo"
+    (repo / ".git" / "refs" / "heads").mkdir(parents=True)
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (repo / ".git" / "refs" / "heads" / "main").write_text(sha + "\n")
+    assert _commit(repo) == sha[:12]
+    # A worktree: .git is a file naming its folder, whose commondir holds the refs.
+    tree = tmp_path / "tree"
+    own = repo / ".git" / "worktrees" / "tree"
+    own.mkdir(parents=True)
+    tree.mkdir()
+    (tree / ".git").write_text(f"gitdir: {own}\n")
+    (own / "commondir").write_text("../..\n")
+    (own / "HEAD").write_text("ref: refs/heads/main\n")
+    assert _commit(tree) == sha[:12]
+    (own / "HEAD").write_text("fedcba9876543210" * 2 + "\n")  # detached
+    assert _commit(tree) == "fedcba987654"
+    assert _commit(tmp_path / "nothing") == ""

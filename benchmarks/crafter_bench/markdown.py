@@ -268,8 +268,12 @@ def _across_sections(report: Mapping[str, Any]) -> list[str]:
                 f"| {LABELS[a]} − {LABELS[b]} | {p['worlds']} "
                 f"| {_interval(p['achievements'], '')} "
                 f"| {d['a']} / {d['b']} ({d['a_only']}, {d['b_only']}) "
-                f"| {100 * d['difference']:+.1f} % ({100 * d['lower']:+.1f} %) "
-                f"| {_interval(p['score'], ' pt')} |"
+                + (
+                    f"| {100 * d['difference']:+.1f} % ({100 * d['lower']:+.1f} %) "
+                    if d["a_only"] + d["b_only"]
+                    else "| 0 (no world differs) "
+                )
+                + f"| {_interval(p['score'], ' pt')} |"
             )
         lines.append("")
     points = sorted(

@@ -54,18 +54,28 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _commit() -> str:
-    """The checked-out commit, read from .git (no git process)."""
-    git = ROOT / ".git"
+def _commit(root: Path = ROOT) -> str:
+    """The checked-out commit, read from .git (no git process); in a worktree or a
+    submodule, ``.git`` is a file naming the git folder (``gitdir: PATH``), whose
+    ``commondir`` holds the shared refs."""
+    git = root / ".git"
     try:
+        if git.is_file():
+            line = git.read_text().strip()
+            if not line.startswith("gitdir: "):
+                return ""
+            git = (root / line[len("gitdir: ") :]).resolve()
+        common = git
+        if (git / "commondir").is_file():
+            common = (git / (git / "commondir").read_text().strip()).resolve()
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref: "):
             return head[:12]
         ref = head[5:]
-        path = git / ref
-        if path.is_file():
-            return path.read_text().strip()[:12]
-        for line in (git / "packed-refs").read_text().splitlines():
+        for folder in (git, common):
+            if (folder / ref).is_file():
+                return (folder / ref).read_text().strip()[:12]
+        for line in (common / "packed-refs").read_text().splitlines():
             if line.endswith(" " + ref):
                 return line.split()[0][:12]
     except OSError:
