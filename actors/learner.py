@@ -131,7 +131,7 @@ class LearnerActor(Actor):
         """Job name → its checkpoints fetched from the head into :attr:`store`."""
         self._curves_kept: set[str] = set()
         """Finished jobs whose TensorBoard files never reached the head (kept here)."""
-        self._env_workers: EnvWorkers | None = None
+        self._env_workers: EnvWorkers | None = EnvWorkers()
         """Processes that step the envs of jobs with ``subproc`` (started on first need,
         kept for the actor's life: their start-state caches serve later jobs)."""
 
@@ -287,13 +287,16 @@ class LearnerActor(Actor):
         if self.run_dir is None:
             await self._wait_for_workers()
             self._clean_up()
-        if self._env_workers is not None:
-            await trio.to_thread.run_sync(self._env_workers.close)
+        workers = getattr(self, "_env_workers", None)
+        if workers is not None and len(workers):
+            if self.run_dir is not None:
+                await self._wait_for_workers()  # jobs still stepping end first
+            await trio.to_thread.run_sync(workers.close)
         await super().teardown()
 
     def env_workers(self) -> EnvWorkers:
         """This learner's env worker processes (:mod:`envs.env_workers`)."""
-        if self._env_workers is None:
+        if getattr(self, "_env_workers", None) is None:  # (tests build learners bare)
             self._env_workers = EnvWorkers()
         return self._env_workers
 

@@ -58,7 +58,8 @@ def _serve(conn: Any) -> None:
         try:
             if cmd == "make":
                 if env is not None:
-                    env.close()
+                    old, env = env, None
+                    old.close()
                 blob, seed, monitor, kwargs = data
                 env = _build(blob, seed, monitor, kwargs)
                 result: Any = (env.observation_space, env.action_space)
@@ -98,7 +99,12 @@ def _serve(conn: Any) -> None:
         except Exception as exc:  # noqa: BLE001 - sent back and raised in the learner
             conn.send(("error", _portable(exc)))
             continue
-        conn.send(("ok", result))
+        try:
+            conn.send(("ok", result))
+        except (EOFError, OSError):
+            return  # the learner is gone
+        except Exception as exc:  # noqa: BLE001 - an answer that cannot be pickled
+            conn.send(("error", _portable(exc)))
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -144,31 +150,41 @@ class _Worker:
         """Read and drop the answers still owed (so the next command reads its own);
         False when the worker is gone or does not answer in time."""
         while self.pending > 0:
+            if self.conn.closed:
+                return False
             try:
                 if not self.conn.poll(timeout):
                     return False
                 self.receive()
-            except WorkerDied:
+            except (WorkerDied, OSError, EOFError):
                 return False
             except Exception:  # noqa: BLE001 - an owed answer that was an error: dropped
                 pass
-        return self.alive()
+        return not self.conn.closed and self.alive()
 
     def alive(self) -> bool:
         return self.process.is_alive()
 
     def stop(self) -> None:
+        """End the worker: asked to when it owes no answer, else (or when it does not
+        go) killed. Only the thread that owns the worker may call this."""
         try:
             if self.drain():
                 self.send("stop")
                 if self.conn.poll(STOP_TIMEOUT_S):
-                    self.conn.recv()
+                    self.receive()
         except (WorkerDied, EOFError, OSError):
             pass
-        self.process.join(STOP_TIMEOUT_S)
+        self.kill()
+
+    def kill(self) -> None:
+        """End the process now, without reading its pipe (another thread may be)."""
+        if self.process.is_alive():
+            self.process.join(0 if self.conn.closed else 0.5)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(STOP_TIMEOUT_S)
+        self.pending = 0
         self.conn.close()
 
 
@@ -245,12 +261,18 @@ class EnvWorkers:
             raise
 
     def close(self) -> None:
-        """End every worker (their envs and caches with them)."""
+        """End every worker (their envs and caches with them). A worker a job still uses
+        is killed without touching its pipe (the job's thread reads it): the job then
+        fails with :class:`WorkerDied`."""
         with self._lock:
             workers, self._workers = self._workers, []
-            self._busy.clear()
+            busy, self._busy = self._busy, set()
         for w in workers:
-            w.stop()
+            if id(w) in busy:
+                w.process.kill()
+                w.process.join(STOP_TIMEOUT_S)
+            else:
+                w.stop()
 
 
 def _vec_env_base() -> type:
@@ -291,8 +313,8 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         obs, rewards, dones, infos, self.reset_infos = zip(*results, strict=True)
         return (
             _stack(obs, self.observation_space),
-            np.stack(rewards),
-            np.stack(dones),
+            np.asarray(rewards, dtype=np.float32),  # as DummyVecEnv's buffer holds them
+            np.asarray(dones, dtype=bool),
             list(infos),
         )
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import time
@@ -50,8 +51,19 @@ def call_key(role: str, purpose: str, request: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+EXECUTION_ONLY = {"TrainRequest": ("subproc", "max_world_steps")}
+"""Fields of a job request that say how or how far it runs, not what it is: left out of
+its key, so ``--resume`` replays a recorded job although the machine's cores (``subproc``)
+or the order in which other work finished (a share of the budget) came out otherwise."""
+
+
 def job_key(request: Any) -> str:
-    """Content hash of one job request (its wire encoding)."""
+    """Content hash of one job request (its wire encoding, with its
+    :data:`EXECUTION_ONLY` fields at their defaults)."""
+    names = EXECUTION_ONLY.get(type(request).__name__, ())
+    if names and dataclasses.is_dataclass(request):
+        defaults = {f.name: f.default for f in dataclasses.fields(request) if f.name in names}
+        request = dataclasses.replace(request, **defaults)
     return hashlib.sha256(codec.encode(request)).hexdigest()
 
 

@@ -237,3 +237,16 @@ def test_a_whole_record_cut_before_its_newline_is_kept(run_dir: Path) -> None:
     assert [r for _, r in jsonl.read(path)] == [{"a": 1}, {"b": 2}]
     jsonl.append(path, [{"c": 3}])
     assert path.read_text() == '{"a": 1}\n{"b": 2}\n{"c": 3}\n'
+
+
+def test_a_training_job_is_the_same_job_on_another_machine_or_budget_share() -> None:
+    import dataclasses
+
+    from envs.configs import collect_wood_with_coded
+    from messages.train import TrainRequest
+    from method.journal import job_key
+
+    req = TrainRequest(name="j", config=collect_wood_with_coded(), total_steps=64)
+    moved = dataclasses.replace(req, subproc=True, max_world_steps=12_345)
+    assert job_key(moved) == job_key(req)  # how it runs and how far: not what it is
+    assert job_key(dataclasses.replace(req, total_steps=65)) != job_key(req)
