@@ -405,3 +405,25 @@ def test_the_commit_is_read_in_a_repository_and_in_a_worktree(tmp_path):
     (own / "HEAD").write_text("fedcba9876543210" * 2 + "\n")  # detached
     assert _commit(tree) == "fedcba987654"
     assert _commit(tmp_path / "nothing") == ""
+
+
+def test_a_resume_with_every_run_kept_still_writes_the_report(tmp_path):
+    # Each run is saved as it ends; a --resume that finds them all runs nothing and
+    # writes the page from them.
+    done = tmp_path / "work" / "done"
+    done.mkdir(parents=True)
+    for seed in (0, 1):
+        r = _fake_report()["results"]["code"] | {"run_seed": seed, "curve": {"50000": 1.0}}
+        r["final_worlds"] = [{"seed": seed, "achievements": ["collect_wood"]}]
+        (done / f"code-s{seed}.json").write_text(json.dumps(r))
+    out = tmp_path / "BENCHMARKS.md"
+    code = bc.main(
+        [
+            "--variants", "code", "--seeds", "0,1", "--budget", "400", "--final", "1",
+            "--out", str(out), "--results", str(tmp_path / "raw"),
+            "--workdir", str(tmp_path / "work"), "--resume",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    text = out.read_text()
+    assert "Code only (skill library, no RL), run seed 1" in text and "## Across run seeds" in text

@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None, *, invoked_as: Sequence[str] = COMMAND) 
             # Every finished run is on disk and in the report at once: a benchmark
             # stopped midway leaves its finished runs behind (--resume goes on).
             _write(out, raw, build_report(meta, runs), full)
+    _write(out, raw, build_report(meta, runs), full)  # (also when every run was kept)
     print(f"wrote {out} and {raw}")
     failed = any("error" in r for by_seed in runs.values() for r in by_seed.values())
     return 1 if failed else 0
