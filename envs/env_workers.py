@@ -11,12 +11,11 @@ is per process): the next version of the same sub-action would run every setup a
 gets a :class:`WorkerVecEnv` over the first ``n_envs`` of them: each worker builds that
 job's env from the config's wire bytes, steps it on command, and closes it when the job
 ends — and keeps its start-state cache, so later jobs on the same setup restore the
-worlds it made. Env ``i`` of a job has world seed ``seed + i`` and draws its worlds as
-in one process, and a restored start is the same state as a made one, so a job's
-episodes are the same either way; what may differ is only how often a world's start is
-made (a world that two envs draw is made once per worker here, once per process in
-``DummyVecEnv``), and every start made is counted where it is made (the workers' own
-tallies, read through ``get_attr``).
+worlds it made. Env ``i`` of a job has world seed ``seed + i`` and draws its worlds from
+its own share of the pool, as in one process (``make_vec_env``), and a restored start
+is the same state as a made one, so a job's episodes, its counted steps (every start
+made once, counted where it is made: the workers' own tallies, read through
+``get_attr``) and its trained weights are the same either way.
 
 Errors: an exception in a worker's env is sent back and raised again in the learner
 (:class:`~envs.rl_env.SetupError` with its fields), and the worker goes on serving, so
@@ -246,7 +245,14 @@ class EnvWorkers:
             w.stop()
 
     def vec_env(
-        self, blob: bytes, n_envs: int, seed: int, *, monitor: bool = True, **kwargs: Any
+        self,
+        blob: bytes,
+        n_envs: int,
+        seed: int,
+        *,
+        monitor: bool = True,
+        world_pools: Sequence[Sequence[int]] | None = None,
+        **kwargs: Any,
     ) -> WorkerVecEnv:
         """A vector env of ``n_envs`` envs of the encoded config ``blob`` (env ``i`` with
         world seed ``seed + i``), each in a worker of its own. Close it when the job ends:
@@ -254,8 +260,12 @@ class EnvWorkers:
         if n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, not {n_envs}")
         workers = self._take(n_envs)
+        per_env = [
+            {**kwargs, "world_pool": tuple(world_pools[i])} if world_pools else kwargs
+            for i in range(n_envs)
+        ]
         try:
-            return WorkerVecEnv(workers, blob, seed, monitor, kwargs, self._give_back)
+            return WorkerVecEnv(workers, blob, seed, monitor, per_env, self._give_back)
         except BaseException:
             self._give_back(workers)
             raise
@@ -290,14 +300,14 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         blob: bytes,
         seed: int,
         monitor: bool,
-        kwargs: dict[str, Any],
+        kwargs: Sequence[dict[str, Any]],
         give_back: Callable[[Sequence[_Worker]], None],
     ) -> None:
         self._workers = list(workers)
         self._give_back = give_back
         self._closed = False
         for i, w in enumerate(self._workers):
-            w.send("make", (blob, seed + i, monitor, kwargs))
+            w.send("make", (blob, seed + i, monitor, kwargs[i]))
         spaces = self._gather(self._workers)
         super().__init__(len(self._workers), spaces[0][0], spaces[0][1])
 

@@ -968,7 +968,9 @@ def make_vec_env(
 ) -> VecEnv:
     """An SB3 vector env of ``n_envs`` copies; env ``i`` starts from world seed ``seed + i``.
 
-    ``subproc`` runs each env in its own process: in ``workers``' long-lived processes
+    ``world_pool`` (in ``kwargs``) is split among the envs: env ``i`` draws from every
+    ``n_envs``-th world of it from the ``i``-th (the whole pool when it has fewer worlds
+    than envs). ``subproc`` runs each env in its own process: in ``workers``' long-lived processes
     when given (:mod:`envs.env_workers`: their start-state caches outlive the job), else
     in SB3's ``SubprocVecEnv`` (``start_method`` as there); otherwise all run in this
     one (``DummyVecEnv``). Close it when done.
@@ -976,9 +978,20 @@ def make_vec_env(
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     blob = encode(config)
+    pool = tuple(kwargs.pop("world_pool", ()))
+    if pool and len(pool) >= n_envs:
+        # Each env draws from its own share of the pool (env i: every n_envs-th world
+        # from the i-th): a world's start is made once per job wherever its env steps,
+        # never once per process that happens to draw it.
+        pools = [pool[i::n_envs] for i in range(n_envs)]
+    else:
+        pools = [pool] * n_envs
     if subproc and workers is not None:
-        return workers.vec_env(blob, n_envs, seed, monitor=monitor, **kwargs)
-    fns = [env_factory(blob, seed=seed + i, monitor=monitor, **kwargs) for i in range(n_envs)]
+        return workers.vec_env(blob, n_envs, seed, monitor=monitor, world_pools=pools, **kwargs)
+    fns = [
+        env_factory(blob, seed=seed + i, monitor=monitor, world_pool=pools[i], **kwargs)
+        for i in range(n_envs)
+    ]
     if subproc:
         return SubprocVecEnv(fns, start_method=start_method)
     return DummyVecEnv(fns)
