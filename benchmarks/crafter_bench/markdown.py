@@ -199,11 +199,17 @@ def _interval(mi: Mapping[str, Any], unit: str = " %") -> str:
     if mi.get("mean") is None:
         return "—"
     if mi.get("low") is None:
-        return f"{mi['mean']:.1f}{unit} (1 run)"
+        return f"{_one(mi['mean'])}{unit} (1 run)"
     low, high = mi["low"], mi["high"]
     if unit == " %":  # a rate's interval within 0–100 %
         low, high = max(0.0, low), min(100.0, high)
-    return f"{mi['mean']:.1f}{unit} [{low:.1f}, {high:.1f}]"
+    return f"{_one(mi['mean'])}{unit} [{_one(low)}, {_one(high)}]"
+
+
+def _one(value: float) -> str:
+    """One decimal, never "-0.0"."""
+    text = f"{value:.1f}"
+    return "0.0" if text == "-0.0" else text
 
 
 def _across_sections(report: Mapping[str, Any]) -> list[str]:
