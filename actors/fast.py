@@ -163,14 +163,22 @@ def train_request(
     )
 
 
+AUTO_WORKERS_MIN_ENVS = 4
+"""``env_workers = "auto"`` turns workers on from this many envs per job (on a machine
+with at least as many usable cores). With 2 envs on 2 cores they measured no faster:
+the default diamond run took 452 s with them and 457 s without, each job as long, and
+random decisions on collect_wood ran at 0.76-0.77x (a pipe round trip per decision
+costs about what a cheap option's world steps cost); see BENCHMARKS.md."""
+
+
 def env_workers(choice: str, n_envs: int) -> bool:
     """Whether a training job's envs step in the learner's worker processes
-    (``[training] env_workers``: ``on``, ``off``, or ``auto`` — with 2 or more envs on
-    a machine with 2 or more usable cores)."""
+    (``[training] env_workers``: ``on``, ``off``, or ``auto`` — from
+    :data:`AUTO_WORKERS_MIN_ENVS` envs on a machine with a usable core per env)."""
     if choice == "auto":
         from runtime.cpu import usable_cores
 
-        return n_envs >= 2 and usable_cores()[0] >= 2
+        return n_envs >= AUTO_WORKERS_MIN_ENVS and usable_cores()[0] >= n_envs
     return choice == "on"
 
 

@@ -286,9 +286,9 @@ AUTO = "auto"
 AUTO_RULES: dict[str, tuple[float, int]] = {"environment": (1.0, 16), "learner": (0.5, 8)}
 """``count = "auto"`` by role: (actors per usable core, most actors); any other role gets 1.
 Rounded down, at least 1. Environments step worlds and run policy code, so one per core;
-a learner steps its job's envs in worker processes, one per env (``[training]
-env_workers``; 2 envs by default, ``[task] train_envs``), so one learner per two cores.
-The caps keep a big machine's memory in hand (each actor ~300 MB)."""
+a learner steps its job's envs and trains on them (one busy core, or one per env with
+``[training] env_workers``), so one per two cores leaves the environments theirs. The
+caps keep a big machine's memory in hand (each actor ~300 MB)."""
 
 
 def auto_count(role: str, cores: int) -> int:
