@@ -142,7 +142,10 @@ class TaskSettings:
     revisions: int = field(default=2, metadata=check(min=0))
     """Inner-loop revisions of one sub-action's code or RL config per iteration."""
     env_steps: int = field(default=5_000_000, metadata=check(min=1000))
-    """Budget of env steps for everything the run steps (training, evaluation)."""
+    """Budget of env steps of the outer loop (code evaluation, training: each learning
+    sub-action gets an equal share of what is left when it starts, and its jobs stop at
+    it). The final evaluation always runs after the loop, on top of the budget when the
+    loop spent it; ``play_to_budget`` spends what is left."""
     code_episodes: int = field(default=10, metadata=check(min=1, max=seeds.CODE_STRIDE))
     """Episodes each code version (or trained policy) is evaluated on."""
     eval_episodes: int = field(default=20, metadata=check(min=1, max=seeds.FINAL_STRIDE))
