@@ -725,10 +725,17 @@ class _Tally:
             log.warning("learner_files_not_removed", path=str(path), detail=str(exc)[:300])
 
     def prune(self, folder: Path) -> None:
-        """Remove ``folder`` and the folders under it that are empty (never a file)."""
+        """Remove ``folder`` and the folders under it that are empty (never a file).
+        Another learner of the same run on this machine may be pruning the same folder at
+        the same time: what vanishes meanwhile is fine."""
         if not folder.is_dir():
             return
-        for sub in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        found: list[Path] = []
+        # os.walk skips a folder that vanished under it (rglob raised FileNotFoundError
+        # and ended the learner with status 1: seen when two learners stopped together).
+        for top, dirs, _ in os.walk(folder, onerror=lambda _: None):
+            found += [Path(top) / d for d in dirs]
+        for sub in sorted(found, key=lambda p: len(p.parts), reverse=True):
             if sub.is_dir() and not sub.is_symlink():
                 try:
                     sub.rmdir()

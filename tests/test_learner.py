@@ -559,3 +559,28 @@ def test_a_job_stops_at_its_world_step_cap_after_the_rollout_under_way(tmp_path:
     assert taken >= 300
     # Stopped within one rollout past the cap: far below what 2,048 decisions take.
     assert result.steps < 2048 and result.steps <= 2 * 128 + 2
+
+
+def test_pruning_tolerates_a_folder_another_learner_removes_meanwhile(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Two remote learners of one run on one machine stop together and prune the same
+    # folder: one's walk must not die on a folder the other removed (a slow Ray test saw
+    # a learner exit with status 1 from it, and its launcher wait for a head long gone).
+    from actors.learner import _Tally
+
+    base = tmp_path / "base"
+    (base / "run" / "tensorboard" / "a").mkdir(parents=True)
+    (base / "run" / "learners").mkdir()
+    real = os.scandir
+
+    def racing(path=".", *args):
+        named = isinstance(path, (str, os.PathLike))
+        if named and Path(path).name == "tensorboard" and Path(path).exists():
+            shutil.rmtree(path)  # the other learner got there first
+        return real(path, *args)
+
+    monkeypatch.setattr(os, "scandir", racing)
+    _Tally(base.resolve()).prune(base / "run")
+    monkeypatch.undo()
+    assert not (base / "run").exists()
