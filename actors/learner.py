@@ -131,7 +131,7 @@ class LearnerActor(Actor):
         """Job name → its checkpoints fetched from the head into :attr:`store`."""
         self._curves_kept: set[str] = set()
         """Finished jobs whose TensorBoard files never reached the head (kept here)."""
-        self._env_workers: EnvWorkers | None = EnvWorkers()
+        self._env_workers = EnvWorkers()
         """Processes that step the envs of jobs with ``subproc`` (started on first need,
         kept for the actor's life: their start-state caches serve later jobs)."""
 

@@ -238,22 +238,28 @@ class ArtifactServer(Actor):
             log.info("artifact_served", sha256=msg.sha256, bytes=size, to=env.frm)
         return ArtifactChunk(msg.sha256, offset, data, size)
 
-    def _find_policy(self, sha256: str) -> Path | None:
-        """A policy of this run stored before the content store existed, or by a learner
-        that shares the run directory (``policies/*.zip``, ``learners/*/policy.zip``),
-        hashed once and then kept in the store by its hash."""
+    def _run_policies(self, size: int | None = None):
+        """(path, sha256) of each regular-file policy of this run (``policies/*.zip``,
+        ``learners/*/policy.zip``; of ``size`` bytes when given), each hashed once per
+        (path, size, mtime) and then remembered. A link could point anywhere: skipped."""
         run_dir = self.run_dir
         for path in [*run_dir.glob("policies/*.zip"), *run_dir.glob("learners/*/policy.zip")]:
             try:
                 st = path.lstat()
+                if not stat.S_ISREG(st.st_mode) or size not in (None, st.st_size):
+                    continue
+                key = (str(path), st.st_size, st.st_mtime_ns)
+                digest = self._scanned.get(key)
+                if digest is None:
+                    digest = self._scanned[key] = sha256_file(path)
             except OSError:
                 continue
-            if not stat.S_ISREG(st.st_mode):
-                continue  # a link could point anywhere: not ours to serve
-            key = (str(path), st.st_size, st.st_mtime_ns)
-            digest = self._scanned.get(key)
-            if digest is None:
-                digest = self._scanned[key] = sha256_file(path)
+            yield path, digest
+
+    def _find_policy(self, sha256: str) -> Path | None:
+        """A policy of this run stored before the content store existed, or by a learner
+        that shares the run directory, hashed once and then kept in the store by its hash."""
+        for path, digest in self._run_policies():
             if digest == sha256:
                 return self.store.add_file(path, sha256)
         return None
@@ -267,24 +273,7 @@ class ArtifactServer(Actor):
             return False
         if st.st_nlink > 1:
             return True  # store_artifact links a result's policy into the store
-        run_dir = self.run_dir
-        for path in [*run_dir.glob("policies/*.zip"), *run_dir.glob("learners/*/policy.zip")]:
-            try:
-                other = path.lstat()
-            except OSError:
-                continue
-            if not stat.S_ISREG(other.st_mode) or other.st_size != st.st_size:
-                continue
-            key = (str(path), other.st_size, other.st_mtime_ns)
-            digest = self._scanned.get(key)
-            if digest is None:
-                try:
-                    digest = self._scanned[key] = sha256_file(path)
-                except OSError:
-                    continue
-            if digest == sha256:
-                return True
-        return False
+        return any(digest == sha256 for _, digest in self._run_policies(st.st_size))
 
     # -- put -------------------------------------------------------------------------
 

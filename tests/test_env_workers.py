@@ -19,7 +19,6 @@ from envs.env_workers import EnvWorkers, WorkerDied
 from envs.rl_env import SetupError, make_vec_env
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest
-from method import seeds
 
 TWO_NOOPS = "def run(skills):\n    yield 'noop'\n    yield 'noop'\n"
 """Setup code of 2 world steps: every start it makes is counted as 2 setup steps."""
@@ -216,4 +215,3 @@ def test_auto_uses_workers_from_four_envs_with_a_core_each(monkeypatch):
     monkeypatch.setattr(cpu, "usable_cores", lambda: (16, "test"))
     assert fast.env_workers("auto", 4) and fast.env_workers("auto", 16)
     assert not fast.env_workers("auto", 2) and not fast.env_workers("auto", 17)
-    assert seeds.SETUP_RETRIES >= 1  # (the learner's setup retries apply in workers too)
