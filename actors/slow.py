@@ -181,6 +181,35 @@ class SlowAgent(Actor):
 
         settings = self.settings.task
         done = {s.name: trio.Event() for s in plan.subactions}
+        todo = {s.name for s in plan.subactions if not s.need and pending(s)}
+        # What each sub-action waits for, fixed before anything starts (so the result
+        # does not depend on which inner loop ends first): an ancestor still to work on
+        # whose work could change the coded versions its setup uses. An ancestor that
+        # relearns in RL and already has a usable version and a coded one (from an
+        # earlier iteration) cannot: its RL work adds learned versions only. Such an
+        # ancestor is not waited for; the sub-action starts at once and is measured after
+        # the ancestor's version chosen when this pass began, the same for every one of
+        # its versions, so their comparison stays paired (``subaction_ahead``). Two RL
+        # sub-actions of a chain thus train at once on two learners instead of one
+        # after the other.
+        at_start = {name: list(outs) for name, outs in outcomes.items()}
+
+        def holds_up(name: str) -> bool:
+            if name not in todo:
+                return False
+            if by_name[name].mode != "rl":
+                return True
+            outs = at_start.get(name, [])
+            return not (outs and _usable(self._chosen(outs)) and self._coded(outs) is not None)
+
+        by_name = {s.name: s for s in plan.subactions}
+        ahead: dict[str, list[str]] = {}
+        waits: dict[str, list[str]] = {}
+        for s in plan.subactions:
+            line = self._ancestors(plan, s)
+            waits[s.name] = [a for a in line if holds_up(a)]
+            if s.name in todo:
+                ahead[s.name] = [a for a in line if a in todo and a not in waits[s.name]]
         # The env-step budget reaches into training: each RL sub-action, when it starts,
         # gets an equal share of what is left (less what running ones were given) for
         # its training jobs, so an iteration cannot overrun the budget by whole jobs.
@@ -192,18 +221,24 @@ class SlowAgent(Actor):
 
         async def one(sub: SubAction, needs: list[Need]) -> None:
             try:
-                for dep in sub.depends:
-                    if dep in done:
-                        await done[dep].wait()
+                for dep in waits[sub.name]:
+                    await done[dep].wait()
+                early = ahead.get(sub.name, [])
+                if early:
+                    log.info("subaction_ahead", subaction=sub.name, of=early)
+
+                def versions(d: str) -> list[SubActionOutcome]:
+                    return at_start.get(d, []) if d in early else outcomes.get(d, [])
+
                 # (An ancestor with no usable version is left out, never composed empty.)
                 ancestors = [
                     d
                     for d in self._ancestors(plan, sub)
-                    if outcomes.get(d) and _usable(self._chosen(outcomes[d]))
+                    if versions(d) and _usable(self._chosen(versions(d)))
                 ]
-                before = [self._chosen(outcomes[d]).stage for d in ancestors]
-                setup = [self._coded(outcomes[d]) for d in ancestors]
-                if pending(sub):
+                before = [self._chosen(versions(d)).stage for d in ancestors]
+                setup = [self._coded(versions(d)) for d in ancestors]
+                if sub.name in todo:
                     work = WorkOn(
                         subaction=sub,
                         before=before,
@@ -228,6 +263,13 @@ class SlowAgent(Actor):
             for sub in plan.subactions:
                 if not sub.need:
                     nursery.start_soon(one, sub, needs)
+        for name, early in ahead.items():
+            for d in early:
+                then, now = self._chosen(at_start[d]).stage, self._chosen(outcomes[d]).stage
+                if then != now:
+                    # Its versions were measured after the ancestor's earlier version:
+                    # paired among themselves, but the final policy composes the new one.
+                    log.warning("measured_before_changed", subaction=name, ancestor=d)
 
     async def _revise(
         self,
