@@ -283,18 +283,22 @@ class RuntimeSettings:
 
 AUTO = "auto"
 """The ``count`` that the head works out from the cores (:func:`auto_count`)."""
-AUTO_RULES: dict[str, tuple[float, int]] = {"environment": (1.0, 16), "learner": (0.5, 8)}
+AUTO_RULES: dict[str, tuple[float, int]] = {"environment": (1.0, 16), "learner": (1.0, 8)}
 """``count = "auto"`` by role: (actors per usable core, most actors); any other role gets 1.
 Rounded down, at least 1. Environments step worlds and run policy code, so one per core;
 a learner steps its job's envs and trains on them (one busy core, or one per env with
-``[training] env_workers``), so one per two cores leaves the environments theirs. The
-caps keep a big machine's memory in hand (each actor ~300 MB)."""
+``[training] env_workers``), so one per core lets as many RL sub-actions train at once
+as there are cores (environments are idle while they train: the slow agent starts RL
+sub-actions of one chain together). Measured on the default diamond run on 2 cores:
+1 learner 406 s at 0.55 of core-seconds busy, 2 learners 319 s at 0.93, the same final
+success (BENCHMARKS.md). The caps keep a big machine's memory in hand (each actor
+~300 MB)."""
 
 
 def auto_count(role: str, cores: int) -> int:
     """The actors of ``role`` that ``count = "auto"`` starts on ``cores`` usable cores:
-    environment = cores (at most 16), learner = cores // 2 (at least 1, at most 8), any
-    other role 1. On 2 cores: 2 environments and 1 learner."""
+    environment = cores (at most 16), learner = cores (at most 8), any other role 1. On
+    2 cores: 2 environments and 2 learners."""
     per_core, cap = AUTO_RULES.get(role, (0.0, 1))
     return max(1, min(cap, int(cores * per_core)))
 
@@ -323,7 +327,7 @@ class ActorSettings:
     they may attach from elsewhere), or ``"auto"`` (the default), worked out at the run's
     start from the cores this process may use (CPU affinity, lowered to a cgroup CPU
     quota; :func:`runtime.cpu.usable_cores`): environment = cores (at most 16), learner =
-    cores // 2 (at least 1, at most 8), any other role 1 — 2 and 1 on two cores. The run
+    cores (at most 8), any other role 1 — 2 and 2 on two cores. The run
     logs what it chose (``actor_counts``: cores, where that number came from, count and
     rule per role) and records the numbers in ``config.json``, so ``--resume`` keeps them."""
     capacity: int = field(default=1, metadata=check(min=1, max=MAX_CAPACITY))

@@ -20,10 +20,10 @@ ROLES = ("environment", "learner", "probe")
 
 @pytest.mark.parametrize(
     ("cores", "environment", "learner", "other"),
-    [(1, 1, 1, 1), (2, 2, 1, 1), (4, 4, 2, 1), (16, 16, 8, 1), (64, 16, 8, 1)],
+    [(1, 1, 1, 1), (2, 2, 2, 1), (4, 4, 4, 1), (16, 16, 8, 1), (64, 16, 8, 1)],
 )
 def test_the_auto_rule_by_core_count(cores: int, environment: int, learner: int, other: int):
-    # 2 cores: exactly the 2 environments and 1 learner the configs set before (measured).
+    # 2 cores: 2 environments and 2 learners (two RL sub-actions train at once; measured).
     assert auto_count("environment", cores) == environment
     assert auto_count("learner", cores) == learner
     assert auto_count("probe", cores) == other
@@ -62,11 +62,11 @@ def test_auto_explicit_and_omitted_counts_through_the_loader(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("name", ["diamond.toml", "crafter.toml"])
-def test_the_shipped_configs_give_two_and_one_on_two_cores(name: str) -> None:
+def test_the_shipped_configs_give_two_and_two_on_two_cores(name: str) -> None:
     s = method_settings.load(str(ROOT / "rlgpt" / "configs" / name))
     assert (s.actors["environment"].count, s.actors["learner"].count) == (AUTO, AUTO)
     resolved, _ = resolve_counts(s.actors, 2)
-    assert (resolved["environment"].count, resolved["learner"].count) == (2, 1)
+    assert (resolved["environment"].count, resolved["learner"].count) == (2, 2)
 
 
 @pytest.mark.parametrize(
