@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from messages import Envelope
 from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
-from messages.task import CodedAction, RLConfig, Stage
+from messages.task import CodedAction, Need, RLConfig, Stage
 from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
@@ -91,13 +92,16 @@ def rl_config(
     offered: list[tuple[str, str, str]],
     world_actions: list[str],
     setup: list[Stage],
+    needs: Sequence[Need] = (),
 ) -> RLConfig:
     """The RL config a ``fast/rl`` reply describes: the offered coded actions it chose,
     the world's primitives it chose — less any that a chosen coded action shares a name
     with (Crafter's ``place_table`` and the library's ``place_table`` option: one action
     name, one meaning; the coded one, which walks to a place first, is kept). The stage's
     own code (:data:`knowledge.options.STAGE_CODE`), when offered and chosen, runs
-    resumable for up to :data:`knowledge.options.STAGE_CODE_STEPS` steps a choice."""
+    resumable for up to :data:`knowledge.options.STAGE_CODE_STEPS` steps a choice. Its
+    setup runs the coded ``setup`` stages with the run's survival ``needs`` served as
+    the final policy serves them (:func:`envs.setup_code.compose_setup`)."""
     from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS
 
     sources = {n: src for n, _, src in offered}
@@ -118,7 +122,7 @@ def rl_config(
             if n in options
         ],
         reward_code=reply.get("reward_code", ""),
-        setup_code=compose_setup(setup),
+        setup_code=compose_setup(setup, needs),
     )
 
 
@@ -457,7 +461,9 @@ class FastAgent(Actor):
                     break
             request = rl_request(sub, version, offered, world_actions, previous, critique)
             reply = await self.agents.call("fast", "rl", request)
-            config = rl_config(sub, reply, offered, world_actions, work.setup or work.before)
+            config = rl_config(
+                sub, reply, offered, world_actions, work.setup or work.before, work.needs
+            )
             options = [a.name for a in config.coded_actions]
             loop.versions += 1
             log.info(

@@ -102,6 +102,45 @@ def test_composed_setup_runs_each_stage_until_its_test_holds() -> None:
     assert wins == 3
 
 
+NOOP_FOREVER = "def run(skills):\n    while True:\n        yield 'noop'\n"
+LEFT_FOREVER = "def run(skills):\n    while True:\n        yield 'move_left'\n"
+
+
+def test_composed_setup_serves_needs_as_the_planner_does() -> None:
+    # A stage that never reaches its goal, and a need that is always due (health 9 < 10)
+    # but never served (until 10): the need runs its 3-step cap, goes on cooldown for
+    # NEED_COOLDOWN_STEPS, the stage runs meanwhile, then the need interrupts it again.
+    from envs.setup_code import NEED_COOLDOWN_STEPS
+    from messages.task import Need
+
+    stage = Stage(Subtask("collect_wood", goal={"wood": 1}), code=NOOP_FOREVER)
+    need = Need(
+        stat="health", below=10.0, until=10.0,
+        stage=Stage(Subtask("retreat", max_steps=3), code=LEFT_FOREVER),
+    )  # fmt: skip
+    source = compose_setup([stage], [need])
+    import sandbox
+
+    sandbox.compile_code(source)
+    namespace: dict = {}
+    exec(compile(source, "<setup>", "exec"), namespace)
+    world = CrafterWorld()
+    obs = world.reset(5)
+    skills = Skills(obs, world.action_names, seed=5)
+    actions = []
+    for action in namespace["run"](skills):
+        actions.append(action)
+        obs, _, done, info = world.step(action)
+        skills._observe(obs, info)
+        if len(actions) == 3 + NEED_COOLDOWN_STEPS + 3 + 5:
+            break
+    assert actions == (
+        ["move_left"] * 3 + ["noop"] * NEED_COOLDOWN_STEPS + ["move_left"] * 3 + ["noop"] * 5
+    )
+    # Without needs the composition is as before: the stage alone.
+    assert "setup_stage" not in compose_setup([stage])
+
+
 def _episode(
     seed: int, success: bool, stages: list[StageRun], cause: str = "success"
 ) -> EpisodeReport:
