@@ -24,7 +24,7 @@ from messages import Envelope
 from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
-from messages.task import CodedAction, Need, RLConfig, Stage
+from messages.task import CodedAction, Need, NeedRule, RLConfig, Stage
 from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
@@ -101,7 +101,8 @@ def rl_config(
     own code (:data:`knowledge.options.STAGE_CODE`), when offered and chosen, runs
     resumable for up to :data:`knowledge.options.STAGE_CODE_STEPS` steps a choice. Its
     setup runs the coded ``setup`` stages with the run's survival ``needs`` served as
-    the final policy serves them (:func:`envs.setup_code.compose_setup`)."""
+    the final policy serves them (:func:`envs.setup_code.compose_setup`), and its
+    training episodes serve them too (:attr:`RLConfig.needs`)."""
     from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS
 
     sources = {n: src for n, _, src in offered}
@@ -123,6 +124,18 @@ def rl_config(
         ],
         reward_code=reply.get("reward_code", ""),
         setup_code=compose_setup(setup, needs),
+        needs=[
+            NeedRule(
+                n.stat,
+                n.below,
+                n.until,
+                n.stage.code,
+                n.stage.subtask.max_steps,
+                n.stage.subtask.name,
+            )
+            for n in needs
+            if n.stage.code and n.until > 0
+        ],
     )
 
 

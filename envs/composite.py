@@ -252,7 +252,10 @@ def _load_learned(stage: Stage, world: World) -> tuple[Any, Any]:
         subtask = dataclasses.replace(subtask, goal={})
     # The stage's own test and cap; no setup (the episode is under way) and no shaped
     # reward (nothing learns here).
-    config = dataclasses.replace(stage.config, subtask=subtask, setup_code="", reward_code="")
+    # The planner serves the needs itself (and interrupts the stage for them).
+    config = dataclasses.replace(
+        stage.config, subtask=subtask, setup_code="", reward_code="", needs=[]
+    )
     flatten = type(model.observation_space).__name__ != "Dict"
     env = SubtaskEnv(config, world_factory=lambda: world, flatten=flatten)
     if env.observation_space != model.observation_space:

@@ -71,6 +71,17 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   fails again at once (the same :class:`SetupError`, no step), so retries go on to the
   next world as before.
 
+- **needs** — ``config.needs`` (:class:`~messages.task.NeedRule`): the run's survival
+  needs, served inside training episodes as the final policy's task planner serves them
+  (:mod:`envs.composite`). After the agent's action, a need whose stat is below its
+  threshold (not on cooldown) runs its code until the stat is back at ``until``, its code
+  returns, or its cap; an option the agent chose stops early when a need falls due
+  (a resumable one goes on later). Its world steps belong to the agent's step: counted,
+  rewarded by ``reward_code``, in ``info["primitive_steps"]`` (so in the SMDP discount)
+  and in the subtask's step cap. A run that did not serve it, or took no step, puts it on
+  cooldown for ``NEED_COOLDOWN_STEPS``. So a learned sub-action trains where it will
+  play: fed, rested and sheltered at night by the same code.
+
 - **attach** — ``attach(world, obs, skills)`` takes over an episode already under way
   instead of resetting one (a composed policy, :mod:`envs.composite`, hands the world to
   a learned sub-policy mid-episode): no reset, no setup; success, the step cap and the
@@ -102,6 +113,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
+from envs.setup_code import NEED_COOLDOWN_STEPS
 from envs.skills import Skills
 from envs.start_states import (
     FailedSetup,
@@ -115,7 +127,7 @@ from envs.start_states import resolve as resolve_start_states
 from envs.world import VOID, Observation, World
 from messages import decode, encode
 from messages.causes import TIMEOUT
-from messages.task import ObservationPart, RLConfig
+from messages.task import NeedRule, ObservationPart, RLConfig
 from sandbox import (
     CompiledCode,
     Failure,
@@ -318,6 +330,10 @@ class SubtaskEnv(gym.Env):
         self._check_subtask()
         self.primitives = self._check_primitives()
         self._options = tuple(self._compile_options())
+        self._needs = tuple(self._compile_needs())
+        self._need_cool = [0] * len(self._needs)
+        self.needs_run = 0
+        """Runs of survival needs inside this env's training steps (all episodes)."""
         self.action_names: tuple[str, ...] = self.primitives + tuple(o.name for o in self._options)
         """Action index → name: the primitives first, then the coded actions."""
         if len(set(self.action_names)) != len(self.action_names):
@@ -429,6 +445,8 @@ class SubtaskEnv(gym.Env):
             self._primitive(self.primitives[index])
         else:
             option_failure = self._run_option(self._options[index - len(self.primitives)])
+        if self._needs and not self._ended:
+            self._serve_need()
         info = {
             "action": self.action_names[index],
             "success": self._success,
@@ -515,8 +533,9 @@ class SubtaskEnv(gym.Env):
         self._reward_failures = 0
         self._success = False
         self._terminated = self._truncated = self._died = False
-        if skills is None and self._options:
+        if skills is None and (self._options or self._needs):
             skills = Skills(obs, self._world_actions, seed=self._world_seed)
+        self._need_cool = [0] * len(self._needs)
         self._skills = skills
         self._proxy = ReadOnlyProxy(skills) if skills is not None else None
         self._load_reward()
@@ -584,6 +603,22 @@ class SubtaskEnv(gym.Env):
             options.append(_Option(coded.name, compiled, coded.max_steps, coded.resumable))
         return options
 
+    def _compile_needs(self) -> list[tuple[NeedRule, _Option]]:
+        needs = []
+        for i, rule in enumerate(self.config.needs):
+            part = f"needs[{i}] {rule.name or rule.stat!r}"
+            if rule.max_steps < 1:
+                raise ValueError(f"{part}: max_steps must be positive, not {rule.max_steps}")
+            if rule.stat not in (*self.layout.status_names, "daylight"):
+                raise ValueError(f"{part}: stat {rule.stat!r} is not one the world reports")
+            compiled = self._compile_entry(part, rule.code, "run", True)
+            if compiled is None:
+                raise ValueError(f"{part}: no code")
+            needs.append(
+                (rule, _Option(f"need:{rule.name or rule.stat}", compiled, rule.max_steps))
+            )
+        return needs
+
     def _compile_entry(
         self, part: str, source: str, entry: str, generator: bool
     ) -> CompiledCode | None:
@@ -636,6 +671,7 @@ class SubtaskEnv(gym.Env):
         self._success = False
         self._terminated = self._truncated = self._died = False
         self._start_restored = False
+        self._need_cool = [0] * len(self._needs)
         key = self._start_key(world_seed)
         saved = self._start_states.get(key) if key is not None else None
         if isinstance(saved, FailedSetup):  # known bad: fails again, no step taken
@@ -667,7 +703,7 @@ class SubtaskEnv(gym.Env):
         self._booked_from = {}
         self._check_layout(self._obs)
         self._counts = {}
-        needs_skills = self._setup is not None or bool(self._options)
+        needs_skills = self._setup is not None or bool(self._options) or bool(self._needs)
         self._skills = (
             Skills(self._obs, self._world_actions, seed=world_seed) if needs_skills else None
         )
@@ -775,13 +811,20 @@ class SubtaskEnv(gym.Env):
         )
         self._ended = self._terminated or self._truncated
 
-    def _run_option(self, option: _Option) -> Failure | None:
+    def _run_option(
+        self, option: _Option, until: Callable[[], bool] | None = None
+    ) -> Failure | None:
         """Drive one coded action as an option; returns its failure, if it failed.
 
         A resumable option stopped by its step cap is kept and continued by its next
         call in the episode (its deadline renewed); one whose code finished or failed
         starts afresh. A kept generator that ends before taking a step in this call is
-        started afresh at once, so that choosing the option always runs its code."""
+        started afresh at once, so that choosing the option always runs its code.
+        ``until``: a need's run stops once it holds; an agent's option stops when a
+        survival need falls due (as the task planner interrupts a stage)."""
+        if until is None and self._needs:
+            until = lambda: self._due_need() is not None  # noqa: E731
+
         wall_s = self._option_wall_s
         deadline = time.monotonic() + wall_s
         failure: Failure | None = None
@@ -795,6 +838,8 @@ class SubtaskEnv(gym.Env):
         try:
             # ALGO LOGIC: one resumption of the agent's generator, one world step.
             while stepper is not None and taken < option.max_steps and not self._ended:
+                if until is not None and taken > 0 and until():
+                    break
                 action = stepper.next_action()
                 if action is None:
                     if resumed and taken == 0 and stepper.failure is None:
@@ -821,6 +866,30 @@ class SubtaskEnv(gym.Env):
         if self._step_primitives == 0:
             self._primitive(self._idle)
         return failure
+
+    def _due_need(self) -> int | None:
+        """The first survival need due now (its stat below its threshold, not on
+        cooldown), None if none."""
+        for i, (rule, _) in enumerate(self._needs):
+            if self._need_cool[i] <= self._steps and _stat(self._obs, rule.stat) < rule.below:
+                return i
+        return None
+
+    def _serve_need(self) -> None:
+        """Run the survival need due after the agent's action, inside this step: its
+        world steps are this step's (counted, rewarded, in the SMDP discount), as the
+        task planner would run it in play — until its stat is back at ``until``, its code
+        returns, or its cap. A run that did not serve it, or took no step, puts it on
+        cooldown (as the planner does), so a need that cannot be served does not loop."""
+        i = self._due_need()
+        if i is None:
+            return
+        rule, option = self._needs[i]
+        start = self._steps
+        self.needs_run += 1
+        self._run_option(option, until=lambda: _stat(self._obs, rule.stat) >= rule.until)
+        if _stat(self._obs, rule.stat) < rule.until or self._steps == start:
+            self._need_cool[i] = self._steps + NEED_COOLDOWN_STEPS
 
     def _start_option(
         self, option: _Option, deadline: float
@@ -995,3 +1064,10 @@ def make_vec_env(
     if subproc:
         return SubprocVecEnv(fns, start_method=start_method)
     return DummyVecEnv(fns)
+
+
+def _stat(obs: Observation, stat: str) -> float:
+    """A need's statistic: a vital from the status, or ``daylight`` (0–1)."""
+    if stat == "daylight":
+        return float(obs.daylight)
+    return float(obs.status.get(stat, math.inf))

@@ -96,6 +96,26 @@ class CodedAction:
     this way (:data:`knowledge.options.STAGE_CODE`)."""
 
 
+@message("task.need_rule")
+class NeedRule:
+    """A survival need as a training episode serves it (:attr:`RLConfig.needs`): when
+    ``stat`` is below ``below``, ``code`` runs until ``stat`` is back at ``until``, its
+    code returns, or ``max_steps``."""
+
+    stat: str
+    """A :data:`NeedStat`: drink, food, energy, health or daylight."""
+    below: float
+    """Threshold that triggers it."""
+    until: float
+    """Level at which its run stops (served)."""
+    code: str
+    """Python defining ``run(skills)``, as a need's stage."""
+    max_steps: int = 300
+    """Step cap of one run."""
+    name: str = ""
+    """The need's stage name (events, reports)."""
+
+
 @message("task.rl_config")
 class RLConfig:
     """fast agent → learner/environment: learn one sub-action with RL (the paper's RL
@@ -118,6 +138,11 @@ class RLConfig:
     (e.g. gather wood before learning to place a table); empty: start from reset."""
     world: str = "crafter"
     """World backend: crafter or minedojo."""
+    needs: list[NeedRule] = field(default_factory=list)
+    """Survival needs served inside training episodes as the final policy's task planner
+    serves them (:mod:`envs.rl_env`, "needs"), so that a learned sub-action trains where
+    it will play. Empty: none. A composed episode drives a learned stage without them:
+    its planner serves the needs itself."""
 
 
 @message("task.stage")

@@ -500,3 +500,71 @@ def test_ppo_learns_for_256_steps_on_vector_envs(subproc):
         assert model.num_timesteps >= 256
     finally:
         vec.close()
+
+
+# ---------------------------------------------------------------------- survival needs
+
+
+LEFT_FOREVER = "def run(skills):\n    while True:\n        yield 'move_left'\n"
+NOOPS = "def run(skills):\n    for i in range(10):\n        yield 'noop'\n"
+
+
+def _needy(needs, coded=()):
+    from messages.task import NeedRule
+
+    return RLConfig(
+        subtask=Subtask("collect_diamond", goal={"diamond": 1}, max_steps=500),
+        primitives=["noop"],
+        coded_actions=list(coded),
+        needs=[NeedRule(**n) for n in needs],
+    )
+
+
+def test_a_due_need_runs_inside_the_agents_step_and_then_cools_down():
+    from envs.setup_code import NEED_COOLDOWN_STEPS
+
+    # Health 9 < 10: always due, never served (until 10): it runs its 3-step cap after
+    # the agent's noop, then waits NEED_COOLDOWN_STEPS steps.
+    env = SubtaskEnv(_needy([dict(stat="health", below=10, until=10, code=LEFT_FOREVER,
+                                  max_steps=3, name="retreat")]))  # fmt: skip
+    env.reset(seed=3)
+    _, _, _, _, info = env.step(0)
+    assert info["primitive_steps"] == 4 and env.needs_run == 1
+    singles = 0
+    while True:
+        _, _, _, _, info = env.step(0)
+        if info["primitive_steps"] != 1:
+            break
+        singles += 1
+    # From step 4 the need waits until step 4 + cooldown; the noop that reaches it
+    # brings the need again (1 + 3 steps).
+    assert singles == NEED_COOLDOWN_STEPS - 1 and info["primitive_steps"] == 4
+    assert env.needs_run == 2
+
+
+def test_a_need_stops_once_its_stat_is_back_and_a_chosen_option_yields_to_it():
+    from envs.setup_code import NEED_COOLDOWN_STEPS
+
+    # Daylight at the start of an episode is ~1: a need on it "below 2, until 0.5" is due
+    # at once and served at once after one step; the 10-noop option chosen by the agent
+    # stops after its first step whenever the need is due.
+    opt = CodedAction("wait", NOOPS, max_steps=10)
+    env = SubtaskEnv(_needy([dict(stat="daylight", below=2, until=0.5, code=LEFT_FOREVER)],
+                            coded=[opt]))  # fmt: skip
+    env.reset(seed=3)
+    _, _, _, _, info = env.step(1)  # the option: 1 noop, then the need: 1 step, served
+    assert info["primitive_steps"] == 2 and env.needs_run == 1
+    _, _, _, _, info = env.step(1)  # served, so no cooldown: due again at once
+    assert info["primitive_steps"] == 2 and env.needs_run == 2
+    assert NEED_COOLDOWN_STEPS > 2
+
+
+def test_a_need_with_a_stat_the_world_lacks_is_refused():
+    with pytest.raises(ValueError, match="stat 'mana'"):
+        SubtaskEnv(_needy([dict(stat="mana", below=3, until=5, code=LEFT_FOREVER)]))
+
+
+def test_no_needs_no_extra_steps():
+    env = SubtaskEnv(_needy([]))
+    env.reset(seed=3)
+    assert all(env.step(0)[4]["primitive_steps"] == 1 for _ in range(20))
