@@ -105,6 +105,14 @@ def rl_config(
     training episodes serve them too (:attr:`RLConfig.needs`)."""
     from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS
 
+    for n in needs:
+        if not (n.stage.code and n.until > 0):
+            # Served in play (until its stage's test holds); setup and training serve a
+            # need by its level only, so this one is left out there: said, not silent.
+            log.warning(
+                "need_not_in_training", subaction=sub.name, need=n.stage.subtask.name,
+                reason="no code" if not n.stage.code else "no 'until' level",
+            )  # fmt: skip
     sources = {n: src for n, _, src in offered}
     options = [n for n in reply["options"] if n in sources]
     return RLConfig(

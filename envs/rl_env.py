@@ -75,12 +75,15 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   needs, served inside training episodes as the final policy's task planner serves them
   (:mod:`envs.composite`). After the agent's action, a need whose stat is below its
   threshold (not on cooldown) runs its code until the stat is back at ``until``, its code
-  returns, or its cap; an option the agent chose stops early when a need falls due
-  (a resumable one goes on later). Its world steps belong to the agent's step: counted,
-  rewarded by ``reward_code``, in ``info["primitive_steps"]`` (so in the SMDP discount)
-  and in the subtask's step cap. A run that did not serve it, or took no step, puts it on
-  cooldown for ``NEED_COOLDOWN_STEPS``. So a learned sub-action trains where it will
-  play: fed, rested and sheltered at night by the same code.
+  returns, or its cap (several due needs one after another, each once a step); an
+  option the agent chose stops early when a need falls due, and after a need ran a
+  resumable one starts afresh (as a learned stage the planner restarts in play). Its
+  world steps belong to the agent's step: counted, rewarded by ``reward_code``, in
+  ``info["primitive_steps"]`` (so in the SMDP discount), but not in the subtask's step
+  cap (in play a stage's cap counts its own steps). A run that did not serve it, or took
+  no step, puts it on cooldown for ``NEED_COOLDOWN_STEPS``; need code that fails counts
+  in ``need_failures``, not the agent's ``option_failures``. So a learned sub-action
+  trains where it will play: fed, rested and sheltered at night by the same code.
 
 - **attach** — ``attach(world, obs, skills)`` takes over an episode already under way
   instead of resetting one (a composed policy, :mod:`envs.composite`, hands the world to
@@ -105,7 +108,7 @@ import functools
 import inspect
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
 import gymnasium as gym
@@ -334,6 +337,9 @@ class SubtaskEnv(gym.Env):
         self._need_cool = [0] * len(self._needs)
         self.needs_run = 0
         """Runs of survival needs inside this env's training steps (all episodes)."""
+        self.need_failures = 0
+        """Of them, runs whose code failed (not the agent's: not in option_failures)."""
+        self._serving = False
         self.action_names: tuple[str, ...] = self.primitives + tuple(o.name for o in self._options)
         """Action index → name: the primitives first, then the coded actions."""
         if len(set(self.action_names)) != len(self.action_names):
@@ -366,6 +372,7 @@ class SubtaskEnv(gym.Env):
         self._reward_load_failure: Failure | None = None
         self._world_seed = 0
         self._steps = 0
+        self._need_steps = 0
         self._setup_steps = 0
         self._setup_failures = 0
         self.world_steps = 0
@@ -446,7 +453,7 @@ class SubtaskEnv(gym.Env):
         else:
             option_failure = self._run_option(self._options[index - len(self.primitives)])
         if self._needs and not self._ended:
-            self._serve_need()
+            self._serve_needs()
         info = {
             "action": self.action_names[index],
             "success": self._success,
@@ -527,6 +534,7 @@ class SubtaskEnv(gym.Env):
         self._booked_from = {}
         self._start_restored = False
         self._steps = 0
+        self._need_steps = 0
         self._setup_steps = 0
         self._setup_failures = 0
         self._option_failures = 0
@@ -665,6 +673,7 @@ class SubtaskEnv(gym.Env):
         self._close_world_episode()
         self._world_seed = world_seed
         self._steps = 0
+        self._need_steps = 0
         self._setup_steps = 0
         self._option_failures = 0
         self._reward_failures = 0
@@ -794,6 +803,7 @@ class SubtaskEnv(gym.Env):
         before = self._snapshot() if self._reward_code is not None else None
         obs, world_reward, done, info = self._world.step(action)
         self._steps += 1
+        self._need_steps += int(self._serving)
         self.world_steps += 1
         self._world_reward += world_reward
         self._step_primitives += 1
@@ -807,7 +817,7 @@ class SubtaskEnv(gym.Env):
         self._step_reward += reward
         self._terminated = self._success or self._died
         self._truncated = not self._terminated and (
-            bool(done) or self._steps >= self.config.subtask.max_steps
+            bool(done) or self._steps - self._need_steps >= self.config.subtask.max_steps
         )
         self._ended = self._terminated or self._truncated
 
@@ -861,35 +871,53 @@ class SubtaskEnv(gym.Env):
                     self._suspended[option.name] = stepper
                 else:
                     stepper.close()
-        if failure is not None:
+        if failure is not None and not self._serving:
             self._option_failures += 1
         if self._step_primitives == 0:
             self._primitive(self._idle)
         return failure
 
-    def _due_need(self) -> int | None:
+    def _due_need(self, skip: Collection[int] = ()) -> int | None:
         """The first survival need due now (its stat below its threshold, not on
-        cooldown), None if none."""
+        cooldown, not in ``skip``), None if none."""
         for i, (rule, _) in enumerate(self._needs):
-            if self._need_cool[i] <= self._steps and _stat(self._obs, rule.stat) < rule.below:
+            if i in skip or self._need_cool[i] > self._steps:
+                continue
+            if _stat(self._obs, rule.stat) < rule.below:
                 return i
         return None
 
-    def _serve_need(self) -> None:
-        """Run the survival need due after the agent's action, inside this step: its
-        world steps are this step's (counted, rewarded, in the SMDP discount), as the
-        task planner would run it in play — until its stat is back at ``until``, its code
-        returns, or its cap. A run that did not serve it, or took no step, puts it on
-        cooldown (as the planner does), so a need that cannot be served does not loop."""
-        i = self._due_need()
-        if i is None:
-            return
-        rule, option = self._needs[i]
-        start = self._steps
-        self.needs_run += 1
-        self._run_option(option, until=lambda: _stat(self._obs, rule.stat) >= rule.until)
-        if _stat(self._obs, rule.stat) < rule.until or self._steps == start:
-            self._need_cool[i] = self._steps + NEED_COOLDOWN_STEPS
+    def _serve_needs(self) -> None:
+        """Run the survival needs due after the agent's action, inside this step, one
+        after another (each at most once a step) as the task planner runs them in play:
+        each until its stat is back at ``until``, its code returns, or its cap. Their
+        world steps are this step's (counted, rewarded, in the SMDP discount) but not the
+        subtask's (the step cap counts the agent's own, as a stage's cap does in play). A
+        run that did not serve its need, or took no step, puts it on cooldown (as the
+        planner does), so a need that cannot be served does not loop. After a need ran,
+        a resumable option the agent had going starts afresh next time, as a learned
+        stage restarted by the planner after a need does in play."""
+        ran: set[int] = set()
+        while not self._ended:
+            i = self._due_need(skip=ran)
+            if i is None:
+                return
+            ran.add(i)
+            rule, option = self._needs[i]
+            start = self._steps
+            self.needs_run += 1
+            self._serving = True
+            try:
+                failure = self._run_option(
+                    option, until=lambda rule=rule: _stat(self._obs, rule.stat) >= rule.until
+                )
+            finally:
+                self._serving = False
+            self.need_failures += failure is not None
+            if _stat(self._obs, rule.stat) < rule.until or self._steps == start:
+                self._need_cool[i] = self._steps + NEED_COOLDOWN_STEPS
+            if self._steps > start:
+                self._drop_suspended()
 
     def _start_option(
         self, option: _Option, deadline: float

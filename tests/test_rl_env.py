@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import typing
 import warnings
@@ -568,3 +569,42 @@ def test_no_needs_no_extra_steps():
     env = SubtaskEnv(_needy([]))
     env.reset(seed=3)
     assert all(env.step(0)[4]["primitive_steps"] == 1 for _ in range(20))
+
+
+def test_need_steps_stay_out_of_the_subtask_cap_and_due_needs_run_one_after_another():
+    from envs.composite import NEED_COOLDOWN_STEPS as PLANNER_COOLDOWN
+    from envs.setup_code import NEED_COOLDOWN_STEPS
+
+    assert NEED_COOLDOWN_STEPS == PLANNER_COOLDOWN  # training and play cool down alike
+    broken = "def run(skills):\n    yield 'move_left'\n    raise RuntimeError('no')\n"
+    config = _needy([
+        dict(stat="health", below=10, until=10, code=LEFT_FOREVER, max_steps=3, name="a"),
+        dict(stat="food", below=10, until=10, code=broken, max_steps=3, name="b"),
+    ])  # fmt: skip
+    config = dataclasses.replace(config, subtask=dataclasses.replace(config.subtask, max_steps=5))
+    env = SubtaskEnv(config)
+    env.reset(seed=3)
+    # Both due after the first noop: 3 steps of "a", then 1 of "b" (its code fails).
+    _, _, _, truncated, info = env.step(0)
+    assert info["primitive_steps"] == 5 and env.needs_run == 2 and not truncated
+    assert env.need_failures == 1 and info["option_failures"] == 0
+    # The cap of 5 counts the agent's own steps only: 4 more noops, not 0.
+    for _ in range(3):
+        assert not env.step(0)[3]
+    assert env.step(0)[3]
+
+
+def test_a_resumable_option_starts_afresh_after_a_need_ran():
+    counting = "def run(skills):\n    for i in range(40):\n        yield 'noop'\n"
+    opt = CodedAction("own", counting, max_steps=15, resumable=True)
+    # Never due (health is never below 0): the option is kept after its 15 steps.
+    env = SubtaskEnv(_needy([dict(stat="health", below=0, until=9, code=LEFT_FOREVER)],
+                            coded=[opt]))  # fmt: skip
+    env.reset(seed=3)
+    assert env.step(1)[4]["primitive_steps"] == 15 and "own" in env._suspended
+    # Due at once (health 9 < 10): the option yields after 1 step, the need runs its cap
+    # (1 step), and the option is dropped, as the planner restarts a stage in play.
+    env = SubtaskEnv(_needy([dict(stat="health", below=10, until=10, code=LEFT_FOREVER,
+                                  max_steps=1)], coded=[opt]))  # fmt: skip
+    env.reset(seed=3)
+    assert env.step(1)[4]["primitive_steps"] == 2 and "own" not in env._suspended
