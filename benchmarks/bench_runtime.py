@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import cProfile
 import io
+import itertools
 import json
 import multiprocessing
 import os
@@ -53,10 +54,12 @@ import msgpack  # noqa: E402
 import trio  # noqa: E402
 import zmq  # noqa: E402
 
+from messages import decode_envelope  # noqa: E402
 from messages.control import Probe, ProbeReply  # noqa: E402
 from runtime import events  # noqa: E402
 from runtime.actor import Actor  # noqa: E402
 from runtime.broker import Broker, BrokerSettings  # noqa: E402
+from runtime.zmqtrio import TrioSocket  # noqa: E402
 
 SIZES = (64, 1024, 64 * 1024)
 """Payload bytes: a control message, a typical job, a small observation batch."""
@@ -261,6 +264,11 @@ def ours_client(endpoint: str, plan: Plan, conn: Any) -> None:
         results = {}
         async with trio.open_nursery() as nursery:
             await nursery.start(client.run, endpoint)
+            seqs = itertools.count()
+
+            def probe(payload: bytes) -> Any:
+                return client.ask("@probe", Probe(next(seqs), payload))
+
             for size in plan.sizes:
                 payload = os.urandom(size)
                 for seq in range(plan.warmup):
@@ -274,9 +282,9 @@ def ours_client(endpoint: str, plan: Plan, conn: Any) -> None:
                     if not isinstance(reply, ProbeReply) or reply.payload != payload:
                         raise RuntimeError(f"probe {seq} of {size} B came back as {reply!r:.80}")
                 _mark(conn, size, "latency", plan.latency_rts)
-                await _ours_window(client, payload, plan.window, plan.warmup_s)
+                await _lanes(probe, payload, plan.window, plan.warmup_s)
                 _mark(conn, size, "throughput")
-                done, total = await _ours_window(client, payload, plan.window, plan.throughput_s)
+                done, total = await _lanes(probe, payload, plan.window, plan.throughput_s)
                 _mark(conn, size, "throughput", total)
                 results[size] = _summary(samples, done / plan.throughput_s)
             client.stop("benchmark_done")
@@ -285,34 +293,232 @@ def ours_client(endpoint: str, plan: Plan, conn: Any) -> None:
     conn.send(("results", trio.run(measure)))
 
 
-async def _ours_window(
-    client: Actor, payload: bytes, window: int, seconds: float
+# -- the bridge alone: our trio/ZeroMQ layer, none of the message layer -------------------
+
+
+def bridge_broker(bind: str, conn: Any) -> None:
+    """:func:`raw_broker` under trio through :class:`~runtime.zmqtrio.TrioSocket`: the
+    same routing in a callback, no envelope, no jobs, no checks."""
+
+    async def serve() -> None:
+        sock = _raw_socket(zmq.Context(), zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.bind(bind)
+        conn.send(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+
+        def on_frames(frames: list[bytes]) -> None:
+            if frames[0] == RAW_WORKER_ID:
+                if frames[1:] == [RAW_READY]:
+                    conn.send("ready")
+                else:
+                    bridge.send(frames[1:])
+            else:
+                bridge.send([RAW_WORKER_ID, *frames])
+
+        bridge = TrioSocket(sock, on_frames)
+        await bridge.run()
+
+    trio.run(_until_sigterm, serve)
+
+
+def bridge_worker(endpoint: str, capacity: int) -> None:
+    """:func:`raw_worker` under trio: echo in the socket's callback."""
+
+    async def serve() -> None:
+        sock = _raw_socket(zmq.Context(), zmq.DEALER)
+        sock.setsockopt(zmq.ROUTING_ID, RAW_WORKER_ID)
+        sock.connect(endpoint)
+        bridge = TrioSocket(sock, lambda frames: bridge.send(frames))
+        bridge.send([RAW_READY])
+        await bridge.run()
+
+    trio.run(_until_sigterm, serve)
+
+
+def bridge_client(endpoint: str, plan: Plan, conn: Any) -> None:
+    """Like :func:`ours_client`, one trio task per request in flight waiting on its own
+    event, but each request is ``[seq, payload]`` on the bare bridge."""
+
+    async def measure() -> dict:
+        sock = _raw_socket(zmq.Context(), zmq.DEALER)
+        sock.connect(endpoint)
+        waiting: dict[bytes, trio.Event] = {}
+        echoes: dict[bytes, bytes] = {}
+
+        def on_frames(frames: list[bytes]) -> None:
+            echoes[frames[0]] = frames[1]
+            waiting.pop(frames[0]).set()
+
+        bridge = TrioSocket(sock, on_frames)
+        ids = itertools.count()
+
+        async def ask(payload: bytes) -> bytes:
+            seq = b"%d" % next(ids)
+            done = waiting[seq] = trio.Event()
+            bridge.send([seq, payload])
+            await done.wait()
+            return echoes.pop(seq)
+
+        results = {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bridge.run)
+            for size in plan.sizes:
+                payload = os.urandom(size)
+                for _ in range(plan.warmup):
+                    await ask(payload)
+                samples = []
+                _mark(conn, size, "latency")
+                for _ in range(plan.latency_rts):
+                    started = time.perf_counter_ns()
+                    echo = await ask(payload)
+                    samples.append(time.perf_counter_ns() - started)
+                    if echo != payload:
+                        raise RuntimeError(f"bridge echo of {size} B came back as {len(echo)} B")
+                _mark(conn, size, "latency", plan.latency_rts)
+                await _lanes(ask, payload, plan.window, plan.warmup_s)
+                _mark(conn, size, "throughput")
+                done, total = await _lanes(ask, payload, plan.window, plan.throughput_s)
+                _mark(conn, size, "throughput", total)
+                results[size] = _summary(samples, done / plan.throughput_s)
+            nursery.cancel_scope.cancel()
+        return results
+
+    conn.send(("results", trio.run(measure)))
+
+
+async def _lanes(
+    ask: Callable[[bytes], Any], payload: bytes, window: int, seconds: float
 ) -> tuple[int, int]:
-    """``window`` tasks each keep one ask in flight for ``seconds``: (asks answered by
-    then, asks answered in all once every task has its last answer)."""
+    """``window`` tasks each keep one ``ask(payload)`` in flight for ``seconds``: (answered
+    by then, answered in all once every task has its last answer)."""
     deadline = time.perf_counter() + seconds
     done = total = 0
 
-    async def lane(lane_id: int) -> None:
+    async def lane() -> None:
         nonlocal done, total
-        seq = lane_id
         while time.perf_counter() < deadline:
-            await client.ask("@probe", Probe(seq, payload))
-            seq += window
+            await ask(payload)
             total += 1
             if time.perf_counter() < deadline:
                 done += 1
 
     async with trio.open_nursery() as nursery:
-        for lane_id in range(window):
-            nursery.start_soon(lane, lane_id)
+        for _ in range(window):
+            nursery.start_soon(lane)
     return done, total
+
+
+# -- the message layer alone, in-process ----------------------------------------------------
+
+
+class _Outbox:
+    """Stands in for a :class:`~runtime.zmqtrio.TrioSocket`: keeps what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[bytes]] = []
+        self.user_id = None
+        self._closed = False
+
+    def send(self, frames: list[bytes]) -> None:
+        self.sent.append(frames)
+
+
+def layer_costs(count: int = 20_000, size: int = 64) -> dict[str, float]:
+    """Microseconds of Python per round trip that each process's message layer spends
+    with no socket at all: the broker routing one ask and its reply, the worker decoding,
+    answering and encoding one probe, the client's ``ask`` with its event and decode (256
+    asks in flight; its fake peer's share, decoding the ask's envelope, is included)."""
+    from actors.probe import ProbeActor
+    from messages import ASK, REPLY, Envelope, encode, encode_envelope
+    from runtime.broker import Peer
+
+    payload = os.urandom(size)
+    ask_body, reply_body = encode(Probe(1, payload)), encode(ProbeReply(1, payload, "probe-0"))
+
+    def header(mode: int, msg_id: str, to: str, kind: str, frm: str = "", re: str = "") -> bytes:
+        env = Envelope(mode, msg_id, to, frm, re, deadline_s=30.0 if mode == ASK else 0.0)
+        env.kind = kind
+        return encode_envelope(env)
+
+    async def measure() -> dict[str, float]:
+        costs = {}
+        unused = zmq.Context.instance().socket(zmq.ROUTER)  # never bound: the outbox sends
+        broker = Broker(BrokerSettings(), unused)
+        broker.sock = _Outbox()
+        unused.close(linger=0)
+        now = trio.current_time()
+        for peer in (
+            Peer(b"C", "bench-client", "bench", 1, "", 1, now),
+            Peer(b"W", "probe-0", WORKER_ROLE, 256, "", 2, now),
+        ):
+            broker.peers[peer.actor_id] = peer
+            broker.by_identity[peer.identity] = peer
+            broker.roles.setdefault(peer.role, []).append(peer)
+        frames = []
+        for i in range(count):
+            msg_id = f"bench-client.abcdef.{i}"
+            frames.append([b"C", header(ASK, msg_id, "@probe", "control.probe"), ask_body])
+            reply = header(
+                REPLY, f"probe-0.x.{i}", "bench-client", "control.probe_reply", re=msg_id
+            )
+            frames.append([b"W", reply, reply_body])
+        started = time.perf_counter()
+        for message in frames:
+            broker._on_frames(message)
+        costs["broker"] = (time.perf_counter() - started) / count * 1e6
+
+        worker = ProbeActor(name="probe-0", capacity=256)
+        worker._sock, worker._ready, worker.actor_id = _Outbox(), True, "probe-0"
+        asks = [
+            [
+                header(ASK, f"bench-client.abcdef.{i}", "probe-0", "control.probe", "bench-client"),
+                ask_body,
+            ]
+            for i in range(count)
+        ]
+        started = time.perf_counter()
+        for message in asks:
+            worker._on_frames(message)
+        costs["worker"] = (time.perf_counter() - started) / count * 1e6
+
+        client = BenchClient(name="bench-client")
+        outbox = client._sock = _Outbox()
+        client._ready, client.actor_id = True, "bench-client"
+        answered = 0
+
+        async def lane(seq: int) -> None:
+            nonlocal answered
+            while answered < count:
+                await client.ask("@probe", Probe(seq, payload))
+                answered += 1
+
+        async with trio.open_nursery() as nursery:
+            for seq in range(WINDOW):
+                nursery.start_soon(lane, seq)
+            await trio.lowlevel.checkpoint()
+            started = time.perf_counter()
+            while answered < count:
+                sent, outbox.sent = outbox.sent, []
+                for head, _ in sent:
+                    msg_id = decode_envelope(head).id
+                    reply = header(
+                        REPLY, "probe-0.x", "bench-client", "control.probe_reply", re=msg_id
+                    )
+                    client._on_frames([reply, reply_body])
+                await trio.lowlevel.checkpoint()
+            costs["client"] = (time.perf_counter() - started) / answered * 1e6
+            nursery.cancel_scope.cancel()
+        costs["total"] = sum(costs.values())
+        return {role: round(us, 1) for role, us in costs.items()}
+
+    return trio.run(measure)
 
 
 # -- running the processes ------------------------------------------------------------
 
 SYSTEMS = {
     "raw": (raw_broker, raw_worker, raw_client),
+    "bridge": (bridge_broker, bridge_worker, bridge_client),
     "ours": (ours_broker, ours_worker, ours_client),
 }
 
@@ -432,10 +638,12 @@ def _summary(samples_ns: list[int], rt_per_s: float) -> dict:
     }
 
 
-def compare(raw: dict, ours: dict, sizes: tuple[int, ...]) -> list[dict]:
+def compare(raw: dict, ours: dict, sizes: tuple[int, ...], bridge: dict) -> list[dict]:
+    """One row a payload size: ours against raw (the goals), and the bridge alone against
+    raw (how much of the gap is the trio/ZeroMQ layer rather than the message layer)."""
     rows = []
     for size in sizes:
-        r, o = raw[size], ours[size]
+        r, o, b = raw[size], ours[size], bridge[size]
         throughput_ratio = o["rt_per_s"] / r["rt_per_s"]
         p50_ratio = o["p50_us"] / r["p50_us"]
         rows.append(
@@ -443,7 +651,9 @@ def compare(raw: dict, ours: dict, sizes: tuple[int, ...]) -> list[dict]:
                 "payload_bytes": size,
                 "raw": r,
                 "ours": o,
+                "bridge": b,
                 "throughput_ratio": round(throughput_ratio, 3),
+                "bridge_throughput_ratio": round(b["rt_per_s"] / r["rt_per_s"], 3),
                 "p50_ratio": round(p50_ratio, 2),
                 "p99_ratio": round(o["p99_us"] / r["p99_us"], 2),
                 "throughput_goal_met": throughput_ratio >= THROUGHPUT_GOAL,
@@ -519,7 +729,19 @@ def render(info: dict, plan: Plan, transport: str, rows: list[dict]) -> str:
             f"{row['p99_ratio']:8.2f} | {r['rt_per_s']:8.0f} {o['rt_per_s']:8.0f} "
             f"{row['throughput_ratio']:5.2f} {thr_mark:>3}\n"
         )
-    if all(row["raw"].get("cpu_us_per_rt") and row["ours"].get("cpu_us_per_rt") for row in rows):
+    p(
+        "\nthe bridge alone (runtime/zmqtrio.py under trio, one task a request in flight, "
+        "no envelopes, jobs or checks):\n"
+    )
+    for row in rows:
+        b = row["bridge"]
+        p(
+            f"{_size(row['payload_bytes']):>8} | p50 {b['p50_us']:8.1f} us "
+            f"({b['p50_us'] / row['raw']['p50_us']:4.2f} of raw) | "
+            f"{b['rt_per_s']:8.0f} round trips/s ({row['bridge_throughput_ratio']:4.2f} of raw)\n"
+        )
+    systems = ("raw", "bridge", "ours")
+    if all(row[name].get("cpu_us_per_rt") for row in rows for name in systems):
         p(
             "\nCPU per round trip, us (user + system, all threads): "
             "client + broker + worker = total\n"
@@ -527,10 +749,12 @@ def render(info: dict, plan: Plan, transport: str, rows: list[dict]) -> str:
         for row in rows:
             for phase, label in (("latency", "1 in flight"), ("throughput", "window")):
                 r = row["raw"]["cpu_us_per_rt"][phase]
+                b = row["bridge"]["cpu_us_per_rt"][phase]
                 o = row["ours"]["cpu_us_per_rt"][phase]
                 p(
                     f"{_size(row['payload_bytes']):>8} {label:<11} | raw {_cpu_cell(r)} | "
-                    f"ours {_cpu_cell(o)} | ours/raw {o['total'] / r['total']:5.1f}\n"
+                    f"bridge {_cpu_cell(b)} | ours {_cpu_cell(o)} | "
+                    f"ours/raw {o['total'] / r['total']:5.1f}\n"
                 )
     met = sum(row["p50_goal_met"] + row["throughput_goal_met"] for row in rows)
     p(f"\ngoals met: {met} of {2 * len(rows)} (p50 ours/raw <= {LATENCY_GOAL:g}, ")
@@ -578,8 +802,14 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = run_system(name, plan, bind, profile_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rows = compare(results["raw"], results["ours"], plan.sizes)
+    rows = compare(results["raw"], results["ours"], plan.sizes, results["bridge"])
+    layer = layer_costs()
     print(render(info, plan, args.transport, rows), end="")
+    print(
+        "\nthe message layer alone, in-process with no sockets, us of Python per round trip "
+        "at 64 B: client + broker + worker = "
+        f"{layer['client']} + {layer['broker']} + {layer['worker']} = {layer['total']}"
+    )
     if profile_dir:
         print("(profiled under cProfile: the timings above are inflated)")
         print(_profile_summary(profile_dir), end="")
@@ -593,6 +823,7 @@ def main(argv: list[str] | None = None) -> int:
             "goals": {"throughput_ratio_min": THROUGHPUT_GOAL, "p50_ratio_max": LATENCY_GOAL},
             "profiled": profile_dir is not None,
             "results": rows,
+            "message_layer_us_per_rt": layer,
             "wall_s": wall_s,
         }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
