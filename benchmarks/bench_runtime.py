@@ -7,7 +7,7 @@
     python benchmarks/bench_runtime.py --profile DIR    cProfile our three processes
     (also --transport ipc|tcp, --sizes 64,1024,65536)
 
-Both systems run the same shape in three OS processes: a client DEALER → a broker's ROUTER
+Three systems run the same shape in three OS processes each: a client DEALER → a broker's ROUTER
 → a worker DEALER that echoes → back through the broker → the client.
 
 * **raw**: plain blocking pyzmq. The broker swaps the routing identity and forwards the
@@ -16,6 +16,14 @@ Both systems run the same shape in three OS processes: a client DEALER → a bro
   ``Probe(seq, payload)`` (a role-addressed ask, so a broker *job*); the broker is
   :class:`~runtime.broker.Broker` under trio with the head's socket options; the worker is
   :class:`~actors.probe.ProbeActor`, which answers with ``ProbeReply``.
+* **bridge**: raw's routing under trio through :class:`~runtime.zmqtrio.TrioSocket` (the
+  layer under every actor and the broker), the client with one trio task per request in
+  flight waiting on its own event as ``ask`` does; no envelopes, records, jobs or checks.
+  Ours against bridge is what the message layer costs; bridge against raw, trio's.
+
+Last, it times the message layer alone in-process with no sockets (the broker routing an
+ask and its reply, the worker answering a probe, the client's ``ask``): microseconds of
+Python per round trip.
 
 For each payload size it measures round-trip latency with one message in flight (p50, p99)
 and throughput with a window of requests in flight, then prints ours/raw ratios against
