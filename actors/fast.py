@@ -132,19 +132,20 @@ def rl_config(
         ],
         reward_code=reply.get("reward_code", ""),
         setup_code=compose_setup(setup, needs),
-        needs=[
-            NeedRule(
-                n.stat,
-                n.below,
-                n.until,
-                n.stage.code,
-                n.stage.subtask.max_steps,
-                n.stage.subtask.name,
-            )
-            for n in needs
-            if n.stage.code and n.until > 0
-        ],
+        needs=need_rules(needs),
     )
+
+
+def need_rules(needs: Sequence[Need]) -> list[NeedRule]:
+    """The run's survival ``needs`` as a training episode serves them: those with code
+    and an ``until`` level (the others are served in play only)."""
+    return [
+        NeedRule(
+            n.stat, n.below, n.until, n.stage.code, n.stage.subtask.max_steps, n.stage.subtask.name
+        )
+        for n in needs
+        if n.stage.code and n.until > 0
+    ]
 
 
 def rl_request(

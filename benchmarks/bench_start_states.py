@@ -10,7 +10,8 @@
 
 The job is the diamond plan's learned sub-action as the offline fast agent writes it: the
 sub-action's coded options, moving and 'do' as primitives, and as setup code the
-library's coded stages of every step before it (``envs.setup_code.compose_setup``). The
+library's coded stages of every step before it with the survival needs served, as in the
+run (``envs.setup_code.compose_setup``; training episodes serve them too). The
 learner's own ``train`` runs it (PPO, held-out evaluation, counting) in this process.
 A run trains ``--versions`` versions of the sub-action one after another, as one learner
 does in a run (the second adds a shaped reward; the setup is the same), starting from
@@ -37,10 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from actors.fast import need_rules  # noqa: E402
 from actors.learner import LearnerActor, set_torch_threads  # noqa: E402
 from envs import crafter_world, rl_env, start_states  # noqa: E402
 from envs.setup_code import compose_setup  # noqa: E402
 from knowledge import library, options, recipes  # noqa: E402
+from knowledge.survival import survival_needs  # noqa: E402
 from messages.task import CodedAction, RLConfig  # noqa: E402
 from messages.train import TrainRequest  # noqa: E402
 
@@ -51,7 +54,8 @@ OPTION_STEPS = 50
 
 
 def learned_config(name: str, target: str = "diamond") -> RLConfig:
-    """``name``'s RL config in ``target``'s plan, its coded ancestors as setup."""
+    """``name``'s RL config in ``target``'s plan, as the offline fast agent writes it:
+    its coded ancestors as setup, the survival needs served in setup and in training."""
     steps = recipes.chain(target)
     names = [s.name for s in steps]
     if name not in names:
@@ -63,12 +67,14 @@ def learned_config(name: str, target: str = "diamond") -> RLConfig:
         for n, d, src in options.options_for(steps[i])
     ]
     names_coded = {c.name for c in coded}
+    needs = survival_needs()
     return RLConfig(
         subtask=stages[i].subtask,
         observation=["view", "inventory", "status"],
         primitives=[p for p in RL_PRIMITIVES if p not in names_coded],
         coded_actions=coded,
-        setup_code=compose_setup(stages[:i]),
+        setup_code=compose_setup(stages[:i], needs),
+        needs=need_rules(needs),
     )
 
 
