@@ -29,7 +29,7 @@ from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
-from method.paired import compare, faulted, reached, stage_outcomes
+from method.paired import Comparison, compare, faulted, reached, stage_outcomes
 from method.settings import MethodSettings
 from method.split import rollout_split
 from method.tboard import log_dir
@@ -249,14 +249,26 @@ class _Best:
     """Its outcome per evaluation world (1, 0, or -1 not reached)."""
     faulted: bool = False
     """Whether it failed everywhere it ran by a fault of its code (:func:`faulted`)."""
+    more: dict[int, int] = dataclasses.field(default_factory=dict)
+    """Its outcomes on further choosing worlds, by seed, where a comparison grew
+    (:meth:`FastAgent._settle`): measured once, reused by every later challenger."""
 
-    def offer(self, result: RolloutResult, name: str, stage: Stage, seeds: list[int]) -> bool:
+    def offer(
+        self,
+        result: RolloutResult,
+        name: str,
+        stage: Stage,
+        seeds: list[int],
+        more: dict[int, int] | None = None,
+    ) -> bool:
         """Keep ``stage`` if it is the first version, or measurably better than the kept
         one; a version with no success is kept too when it is the first (an empty stage
         would break every composed episode after it). A kept version that only ever
         faulted (the sandbox stopped it, it crashed its runner) is replaced by the first
         version that does not: it has no behaviour to compare. Returns whether it was
-        kept."""
+        kept. ``more``: the challenger's outcomes on further worlds, by seed, compared
+        with the kept version's on the same ones."""
+        more = more or {}
         rate, _ = result.stage_rate(name)
         outcomes = stage_outcomes(result, name, seeds)
         broken = faulted(result, name)
@@ -264,7 +276,7 @@ class _Best:
             log.info("version_compared", subaction=name, mode=self.mode, kept=False,
                      reason="the kept version only faulted")  # fmt: skip
         elif self.stage is not None:
-            verdict = compare(self.outcomes, outcomes)
+            verdict = self.compare(outcomes, more)
             log.info(
                 "version_compared",
                 subaction=name,
@@ -277,8 +289,16 @@ class _Best:
             if not verdict.challenger_wins:
                 return False
         self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
-        self.outcomes, self.faulted = outcomes, broken
+        self.outcomes, self.faulted, self.more = outcomes, broken, dict(more)
         return True
+
+    def compare(self, outcomes: list[int], more: dict[int, int]) -> Comparison:
+        """A challenger's outcomes (on the evaluation worlds, and ``more`` further ones
+        by seed) against this version's on the same worlds."""
+        extra = sorted(more)
+        return compare(
+            self.outcomes + [self.more[s] for s in extra], outcomes + [more[s] for s in extra]
+        )
 
 
 @dataclasses.dataclass
@@ -618,7 +638,9 @@ class FastAgent(Actor):
         result = await self._evaluate(work, stage)
         loop.code_steps += result.steps
         mode = "rl" if stage.policy_path else "code"
-        loop.best(mode).offer(result, work.subaction.name, stage, list(work.seeds))
+        best = loop.best(mode)
+        more = await self._settle(work, best, result, stage, loop)
+        best.offer(result, work.subaction.name, stage, list(work.seeds), more)
         review = Review(
             subaction=work.subaction,
             version=version,
@@ -631,6 +653,43 @@ class FastAgent(Actor):
         critique: Critique = await self.ask("@critic", review)
         loop.critiques.append(critique)
         return critique
+
+    async def _settle(
+        self, work: WorkOn, best: _Best, result: RolloutResult, stage: Stage, loop: _InnerLoop
+    ) -> dict[int, int]:
+        """Grow an undecided comparison: while ``stage`` did better than the kept version
+        on the worlds so far but the paired bound does not say so, play both on as many
+        further choosing worlds again (:func:`method.seeds.more_code_seeds`), up to
+        ``[task] decide_episodes`` worlds. The challenger's outcomes there, by seed; the
+        kept version's go into ``best.more`` (played once: a later challenger reuses them).
+        Every episode is evaluated like any other: booked, counted, journalled."""
+        from method.seeds import more_code_seeds
+
+        name = work.subaction.name
+        seeds = list(work.seeds)
+        cap = self.settings.task.decide_episodes
+        if best.stage is None or best.faulted or faulted(result, name) or not seeds:
+            return {}
+        outcomes = stage_outcomes(result, name, seeds)
+        more: dict[int, int] = {}
+        while True:
+            verdict = best.compare(outcomes, more)
+            have = len(seeds) + len(more)
+            if not verdict.undecided or have >= cap:
+                return more
+            new = more_code_seeds(seeds, have, min(have, cap - have))
+            log.info(
+                "comparison_extended", subaction=name, worlds=have + len(new),
+                difference=round(verdict.difference, 4), lower=round(verdict.lower, 4),
+            )  # fmt: skip
+            missing = [s for s in new if s not in best.more]
+            if missing:
+                kept = await self._evaluate(dataclasses.replace(work, seeds=missing), best.stage)
+                loop.code_steps += kept.steps
+                best.more.update(zip(missing, stage_outcomes(kept, name, missing), strict=True))
+            tried = await self._evaluate(dataclasses.replace(work, seeds=new), stage)
+            loop.code_steps += tried.steps
+            more.update(zip(new, stage_outcomes(tried, name, new), strict=True))
 
     def _save(self, relative: str, text: str) -> None:
         if self.run_dir is None:

@@ -52,6 +52,12 @@ class Comparison:
         """Whether the challenger should replace the incumbent: the bound is above 0."""
         return self.lower > 0.0
 
+    @property
+    def undecided(self) -> bool:
+        """The challenger did better on these worlds, but not measurably: more paired
+        worlds could decide it."""
+        return self.difference > 0.0 and not self.challenger_wins
+
 
 def wilson_lower(successes: int, trials: int, z: float = Z95) -> float:
     """Lower end of the Wilson score interval of a binomial share (0 with no trials)."""

@@ -25,6 +25,7 @@ worlds have rows of their own above, past every other range.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 RUN_SEEDS = range(50)
 """Run seeds (``[run] seed``) for which the ranges below stay apart: 50 training pools of
@@ -70,6 +71,22 @@ class SeedRange:
 def code_seeds(seed: int, episodes: int) -> list[int]:
     """Worlds code versions and trained policies are evaluated on (choosing)."""
     return _take(CODE_BASE + seed * CODE_STRIDE, episodes, CODE_STRIDE, "code_episodes")
+
+
+def more_code_seeds(seeds: Sequence[int], have: int, count: int) -> list[int]:
+    """The ``count`` choosing worlds after the first ``have`` of a run's code seeds
+    (``seeds``: its first ones, :func:`code_seeds`): where a comparison of two versions
+    grows when the first worlds did not decide it. They stay inside the code range."""
+    if not seeds:
+        return []
+    start = seeds[0]
+    offset = start - CODE_BASE
+    if (
+        0 <= offset < len(RUN_SEEDS) * CODE_STRIDE
+        and offset % CODE_STRIDE + have + count > CODE_STRIDE
+    ):
+        raise ValueError(f"code seeds from {start}: {have} + {count} leave the run's code range")
+    return list(range(start + have, start + have + count))
 
 
 def final_seeds(seed: int, episodes: int) -> list[int]:

@@ -148,6 +148,13 @@ class TaskSettings:
     loop spent it; ``play_to_budget`` spends what is left."""
     code_episodes: int = field(default=10, metadata=check(min=1, max=seeds.CODE_STRIDE))
     """Episodes each code version (or trained policy) is evaluated on."""
+    decide_episodes: int = field(default=16, metadata=check(min=1, max=seeds.CODE_STRIDE))
+    """Most worlds a comparison of two versions may grow to. A challenger that did better
+    than the kept version on the ``code_episodes`` worlds without the paired bound
+    deciding it (on 4 worlds, 4 of 4 against 2 of 4 does not) is played, with the kept
+    version, on as many further choosing worlds again, doubling, until the bound decides
+    or this many worlds are reached; those steps count in the budget like any other. At
+    or below ``code_episodes``: never extended."""
     eval_episodes: int = field(default=20, metadata=check(min=1, max=seeds.FINAL_STRIDE))
     """Episodes the final policy is evaluated on (worlds never used before)."""
     train_steps: int = field(default=20_000, metadata=check(min=1))

@@ -10,7 +10,7 @@ import trio
 
 from actors.fast import _Best
 from actors.slow import SlowAgent, _unreached
-from messages.plan import Plan, RunTask, SubAction, SubActionOutcome
+from messages.plan import Plan, RunTask, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutResult, StageRun
 from messages.task import Stage, Subtask
 from method.paired import (
@@ -217,3 +217,114 @@ def test_wilson_interval_by_hand():
     assert low == pytest.approx(0.2076, abs=1e-3) and high == pytest.approx(0.4581, abs=1e-3)
     assert wilson_interval(0, 0) == (0.0, 1.0)
     assert wilson_interval(5, 5)[1] == pytest.approx(1.0)
+
+
+# ------------------------------------------------- growing a comparison the worlds did not decide
+
+
+def worlds(seeds: list[int], wins: object) -> RolloutResult:
+    """A composed evaluation on ``seeds`` where stage NAME succeeds where ``wins(seed)``."""
+    episodes = []
+    for seed in seeds:
+        ok = bool(wins(seed))
+        runs = [StageRun(NAME, ok, 10, "success" if ok else "step_budget")]
+        episodes.append(EpisodeReport(seed, ok, 10, 0.0, [], "x", stages=runs))
+    return RolloutResult.of_episodes(NAME, episodes, actor_id="t")
+
+
+# How two code versions play, world by world: v1 succeeds on every second world, v2 on
+# seven of every eight (so on 4 worlds, 4 of 4 against 2 of 4: better, not decided).
+PLAYS = {"v1": lambda seed: seed % 2 == 0, "v2": lambda seed: seed % 8 != 7, "v3": lambda s: 1}
+
+
+class EvaluatingFast:
+    """A fast agent whose evaluation is a fake (``PLAYS``, no environment): the part under
+    test is what it asks to be played and what it keeps."""
+
+    def __init__(self, tmp_path: object, decide: int) -> None:
+        from actors.fast import FastAgent
+        from method.agents import Agents
+        from method.settings import MethodSettings
+
+        settings = MethodSettings()
+        settings.task.decide_episodes = decide
+        agents = Agents(None, tmp_path)
+        self.agent = FastAgent(agents=agents, settings=settings, environments=1, run_dir=tmp_path)
+        self.played: list[tuple[str, list[int]]] = []
+
+        async def evaluate(work: WorkOn, stage: Stage) -> RolloutResult:
+            self.played.append((stage.code, list(work.seeds)))
+            return worlds(list(work.seeds), PLAYS[stage.code])
+
+        self.agent._evaluate = evaluate
+
+
+def settle(fast: EvaluatingFast, best: _Best, code: str, seeds: list[int]) -> bool:
+    from actors.fast import _InnerLoop
+
+    work = WorkOn(SubAction(NAME, Subtask(name=NAME)), seeds=seeds)
+    loop = _InnerLoop()
+
+    async def go() -> bool:
+        result = await fast.agent._evaluate(work, stage(code))
+        more = await fast.agent._settle(work, best, result, stage(code), loop)
+        return best.offer(result, NAME, stage(code), seeds, more)
+
+    return trio.run(go)
+
+
+FOUR = list(range(500_000, 500_004))
+
+
+def test_a_better_challenger_gets_more_worlds_until_the_bound_decides(tmp_path) -> None:
+    fast = EvaluatingFast(tmp_path, decide=16)
+    best = _Best()
+    best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
+    assert settle(fast, best, "v2", FOUR)  # 4 of 4 against 2 of 4 alone would not replace
+    assert best.stage.code == "v2"
+    # Played on 4 more worlds, then 8 more: the next choosing worlds, both versions each.
+    assert fast.played[1:] == [
+        ("v1", list(range(500_004, 500_008))),
+        ("v2", list(range(500_004, 500_008))),
+        ("v1", list(range(500_008, 500_016))),
+        ("v2", list(range(500_008, 500_016))),
+    ]
+    # The new incumbent keeps its outcomes there: a later challenger is compared on them.
+    assert sorted(best.more) == list(range(500_004, 500_016))
+
+
+def test_without_room_to_grow_the_four_worlds_keep_the_incumbent(tmp_path) -> None:
+    fast = EvaluatingFast(tmp_path, decide=4)
+    best = _Best()
+    best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
+    assert not settle(fast, best, "v2", FOUR)
+    assert best.stage.code == "v1" and fast.played == [("v2", FOUR)]
+
+
+def test_a_challenger_no_better_is_not_played_again(tmp_path) -> None:
+    fast = EvaluatingFast(tmp_path, decide=16)
+    best = _Best()
+    best.offer(worlds(FOUR, PLAYS["v2"]), NAME, stage("v2"), FOUR)
+    assert not settle(fast, best, "v1", FOUR)
+    assert fast.played == [("v1", FOUR)]
+
+
+def test_the_incumbents_further_worlds_are_played_once(tmp_path) -> None:
+    fast = EvaluatingFast(tmp_path, decide=8)
+    best = _Best()
+    best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
+    settle(fast, best, "v2", FOUR)  # grows to 8 worlds; 7 of 8 against 4 of 8 is not enough
+    assert best.stage.code == "v1"
+    fast.played.clear()
+    assert settle(fast, best, "v3", FOUR)  # v1's outcomes on worlds 4-7 are reused
+    assert fast.played == [("v3", FOUR), ("v3", list(range(500_004, 500_008)))]
+
+
+def test_more_code_seeds_stay_in_the_run_code_range() -> None:
+    from method.seeds import CODE_BASE, CODE_STRIDE, code_seeds, more_code_seeds
+
+    first = code_seeds(3, 4)
+    assert more_code_seeds(first, 4, 4) == list(range(first[0] + 4, first[0] + 8))
+    with pytest.raises(ValueError, match="code range"):
+        more_code_seeds(first, CODE_STRIDE - 2, 4)
+    assert first[0] == CODE_BASE + 3 * CODE_STRIDE
