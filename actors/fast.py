@@ -679,8 +679,9 @@ class FastAgent(Actor):
                 return more
             new = more_code_seeds(seeds, have, min(have, cap - have))
             log.info(
-                "comparison_extended", subaction=name, worlds=have + len(new),
-                difference=round(verdict.difference, 4), lower=round(verdict.lower, 4),
+                "comparison_extended", subaction=name, worlds=have, to=have + len(new),
+                pairs=verdict.worlds, difference=round(verdict.difference, 4),
+                lower=round(verdict.lower, 4),
             )  # fmt: skip
             missing = [s for s in new if s not in best.more]
             if missing:
