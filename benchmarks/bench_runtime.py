@@ -269,7 +269,6 @@ def ours_client(endpoint: str, plan: Plan, conn: Any) -> None:
 
     async def measure() -> dict:
         client = BenchClient(name="bench-client")
-        results = {}
         async with trio.open_nursery() as nursery:
             await nursery.start(client.run, endpoint)
             seqs = itertools.count()
@@ -277,24 +276,10 @@ def ours_client(endpoint: str, plan: Plan, conn: Any) -> None:
             def probe(payload: bytes) -> Any:
                 return client.ask("@probe", Probe(next(seqs), payload))
 
-            for size in plan.sizes:
-                payload = os.urandom(size)
-                for seq in range(plan.warmup):
-                    await client.ask("@probe", Probe(seq, payload))
-                samples = []
-                _mark(conn, size, "latency")
-                for seq in range(plan.latency_rts):
-                    started = time.perf_counter_ns()
-                    reply = await client.ask("@probe", Probe(seq, payload))
-                    samples.append(time.perf_counter_ns() - started)
-                    if not isinstance(reply, ProbeReply) or reply.payload != payload:
-                        raise RuntimeError(f"probe {seq} of {size} B came back as {reply!r:.80}")
-                _mark(conn, size, "latency", plan.latency_rts)
-                await _lanes(probe, payload, plan.window, plan.warmup_s)
-                _mark(conn, size, "throughput")
-                done, total = await _lanes(probe, payload, plan.window, plan.throughput_s)
-                _mark(conn, size, "throughput", total)
-                results[size] = _summary(samples, done / plan.throughput_s)
+            def echoed(reply: Any, payload: bytes) -> bool:
+                return isinstance(reply, ProbeReply) and reply.payload == payload
+
+            results = await _measure_sizes(probe, echoed, plan, conn)
             client.stop("benchmark_done")
         return results
 
@@ -367,31 +352,41 @@ def bridge_client(endpoint: str, plan: Plan, conn: Any) -> None:
             await done.wait()
             return echoes.pop(seq)
 
-        results = {}
         async with trio.open_nursery() as nursery:
             nursery.start_soon(bridge.run)
-            for size in plan.sizes:
-                payload = os.urandom(size)
-                for _ in range(plan.warmup):
-                    await ask(payload)
-                samples = []
-                _mark(conn, size, "latency")
-                for _ in range(plan.latency_rts):
-                    started = time.perf_counter_ns()
-                    echo = await ask(payload)
-                    samples.append(time.perf_counter_ns() - started)
-                    if echo != payload:
-                        raise RuntimeError(f"bridge echo of {size} B came back as {len(echo)} B")
-                _mark(conn, size, "latency", plan.latency_rts)
-                await _lanes(ask, payload, plan.window, plan.warmup_s)
-                _mark(conn, size, "throughput")
-                done, total = await _lanes(ask, payload, plan.window, plan.throughput_s)
-                _mark(conn, size, "throughput", total)
-                results[size] = _summary(samples, done / plan.throughput_s)
+            results = await _measure_sizes(ask, lambda echo, payload: echo == payload, plan, conn)
             nursery.cancel_scope.cancel()
         return results
 
     conn.send(("results", trio.run(measure)))
+
+
+async def _measure_sizes(
+    ask: Callable[[bytes], Any], echoed: Callable[[Any, bytes], bool], plan: Plan, conn: Any
+) -> dict:
+    """For each payload size of ``plan``: warm up, time ``ask(payload)`` one at a time
+    (each answer checked with ``echoed(answer, payload)``), then keep a window in flight;
+    the parent reads the processes' CPU clocks at every phase mark."""
+    results = {}
+    for size in plan.sizes:
+        payload = os.urandom(size)
+        for _ in range(plan.warmup):
+            await ask(payload)
+        samples = []
+        _mark(conn, size, "latency")
+        for _ in range(plan.latency_rts):
+            started = time.perf_counter_ns()
+            answer = await ask(payload)
+            samples.append(time.perf_counter_ns() - started)
+            if not echoed(answer, payload):
+                raise RuntimeError(f"a {size} B request came back as {answer!r:.80}")
+        _mark(conn, size, "latency", plan.latency_rts)
+        await _lanes(ask, payload, plan.window, plan.warmup_s)
+        _mark(conn, size, "throughput")
+        done, total = await _lanes(ask, payload, plan.window, plan.throughput_s)
+        _mark(conn, size, "throughput", total)
+        results[size] = _summary(samples, done / plan.throughput_s)
+    return results
 
 
 async def _lanes(
