@@ -430,7 +430,9 @@ def layer_costs(count: int = 20_000, size: int = 64) -> dict[str, float]:
     """Microseconds of Python per round trip that each process's message layer spends
     with no socket at all: the broker routing one ask and its reply, the worker decoding,
     answering and encoding one probe, the client's ``ask`` with its event and decode (256
-    asks in flight; its fake peer's share, decoding the ask's envelope, is included)."""
+    asks in flight; its fake peer's share is included: decoding the ask's envelope and
+    building and encoding the reply's). Payloads of ``size`` bytes (64, whatever
+    ``--sizes`` says)."""
     from actors.probe import ProbeActor
     from messages import ASK, REPLY, Envelope, encode, encode_envelope
     from runtime.broker import Peer
