@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.artifacts import ArtifactRefused, store_artifact
-from envs.setup_code import compose_setup
+from envs.setup_code import compose_setup, in_training
 from llm.contracts import subtask_achievement
 from messages import Envelope
 from messages.control import Failure
@@ -106,7 +106,7 @@ def rl_config(
     from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS
 
     for n in needs:
-        if not (n.stage.code and n.until > 0):
+        if not in_training(n):
             # Served in play (until its stage's test holds); setup and training serve a
             # need by its level only, so this one is left out there: said, not silent.
             log.warning(
@@ -137,14 +137,13 @@ def rl_config(
 
 
 def need_rules(needs: Sequence[Need]) -> list[NeedRule]:
-    """The run's survival ``needs`` as a training episode serves them: those with code
-    and an ``until`` level (the others are served in play only)."""
+    """The run's survival ``needs`` as a training episode serves them (:func:`in_training`)."""
     return [
         NeedRule(
             n.stat, n.below, n.until, n.stage.code, n.stage.subtask.max_steps, n.stage.subtask.name
         )
         for n in needs
-        if n.stage.code and n.until > 0
+        if in_training(n)
     ]
 
 

@@ -71,6 +71,12 @@ def setup_stage(skills, fn, met):
 """
 
 
+def in_training(need: Need) -> bool:
+    """Whether setup and training episodes serve ``need``: they serve a need by its level
+    only, so it needs code and an ``until`` level (the others are served in play only)."""
+    return bool(need.stage.code) and need.until > 0
+
+
 def compose_setup(stages: list[Stage], needs: Sequence[Need] = ()) -> str:
     """One policy that runs the coded ``stages`` in order, each until its test holds —
     the setup code that brings a training world to a learned sub-action's start. With
@@ -81,7 +87,7 @@ def compose_setup(stages: list[Stage], needs: Sequence[Need] = ()) -> str:
     Each stage's (and need's) module is kept whole, with its top-level names prefixed so
     that two modules' helpers cannot collide; the sandbox sees one plain module."""
     parts, calls = [], []
-    served = [n for n in needs if n.stage.code and n.until > 0]
+    served = [n for n in needs if in_training(n)]
     for i, need in enumerate(served):
         parts.append(_prefixed(need.stage.code, f"need{i}_"))
     if served:
