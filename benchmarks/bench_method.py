@@ -5,6 +5,8 @@
     python benchmarks/bench_method.py --quick               a small run (~2 min)
     python benchmarks/bench_method.py --config X.toml       any run config
     python benchmarks/bench_method.py --json out.json
+    python benchmarks/bench_method.py --max-s 300           stop the run at 300 s: the
+                                                            figures of what it did so far
 
 1. **The bare-loop limit**: one process per core, each stepping ``CrafterWorld`` with
    uniformly random actions and resetting at every episode's end (the world cache as a
@@ -32,6 +34,8 @@ import json
 import multiprocessing
 import os
 import platform
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -107,20 +111,66 @@ def bare_limit(cores: int, seconds: float, pool: int = 0) -> float:
     return sum(rates)
 
 
-def run_method(config: Path, workdir: Path) -> tuple[int, dict, str]:
+def run_method(config: Path, workdir: Path, max_s: float = 0.0) -> tuple[int, dict, str]:
+    """Run ``run.py --config config`` in ``workdir``; its status, ``summary.json`` and folder.
+    With ``max_s`` > 0 a run still going then is stopped with SIGTERM (the head stops every
+    actor and keeps what was booked) and the summary is the partial one of
+    :func:`partial_summary`, marked ``cut_at_s``."""
     started = time.monotonic()
-    proc = subprocess.run(
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    log = (workdir / "run.log").open("w")
+    proc = subprocess.Popen(
         [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
         cwd=workdir,
-        capture_output=True,
-        text=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
-    print(f"run finished in {time.monotonic() - started:.0f} s (status {proc.returncode})")
-    runs = sorted((workdir / "runs").glob("*/summary.json"))
-    if proc.returncode != 0 or not runs:
-        print(proc.stderr[-3000:])
+    cut = False
+    try:
+        proc.wait(timeout=max_s if max_s > 0 else None)
+    except subprocess.TimeoutExpired:
+        cut = True
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    wall = time.monotonic() - started
+    log.close()
+    print(f"run {'cut' if cut else 'finished'} after {wall:.0f} s (status {proc.returncode})")
+    runs = sorted((workdir / "runs").glob("*/"))
+    if cut and runs:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return 0, partial_summary(runs[-1], wall, cpu), str(runs[-1])
+    done = [r for r in runs if (r / "summary.json").exists()]
+    if proc.returncode != 0 or not done:
+        print((workdir / "run.log").read_text()[-3000:])
         return proc.returncode or 1, {}, ""
-    return 0, json.loads(runs[-1].read_text()), str(runs[-1].parent)
+    return 0, json.loads((done[-1] / "summary.json").read_text()), str(done[-1])
+
+
+def partial_summary(run_dir: Path, wall_s: float, cpu_s: float) -> dict:
+    """The figures of a run stopped at ``wall_s``, from what its ledger booked by then
+    (every counted world step) and the CPU-seconds of its whole process tree."""
+    from method import ledger
+    from runtime.cpu import available_cores
+
+    lines = ledger.read(run_dir)
+    steps = ledger.tally(lines)["steps"]
+    cores = available_cores()
+    return {
+        "cut_at_s": wall_s,
+        "wall_s": wall_s,
+        "env_steps": steps,
+        "session_env_steps": steps,
+        "env_steps_by_kind": ledger.steps_by_kind(lines),
+        "env_steps_per_s": round(steps / wall_s, 1),
+        "cpu_s": round(cpu_s, 1),
+        "cores": cores,
+        "core_utilisation": round(cpu_s / (cores * wall_s), 3),
+    }
 
 
 def main() -> int:
@@ -136,6 +186,13 @@ def main() -> int:
         "a fresh world every episode (0, the default)",
     )
     parser.add_argument("--limit-only", action="store_true", help="measure the limit, no run")
+    parser.add_argument(
+        "--max-s",
+        type=float,
+        default=0.0,
+        help="stop the run after this many seconds and report what it booked by then "
+        "(0, the default: let it finish)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -163,7 +220,7 @@ def main() -> int:
         config = workdir / "quick.toml"
         config.write_text(QUICK)
     print(f"run: python run.py --config {config} (in {workdir})")
-    status, summary, run_dir = run_method(config, workdir)
+    status, summary, run_dir = run_method(config, workdir, args.max_s)
     if status:
         return 1
     rate = summary["env_steps_per_s"]
@@ -185,11 +242,17 @@ def main() -> int:
         f"| core utilisation | {summary['cpu_s']:,.0f} CPU-s / ({cores} × {wall:,.0f} s) |"
         f" {summary['core_utilisation']:.3f} |"
     )
-    print(
-        f"\nrun: {summary['env_steps']:,} env steps in {wall:,.0f} s; final success "
-        f"{summary['final_success']:.2f} on {summary['final_episodes']} episodes; "
-        f"targets: ratio ≥ 0.5, utilisation ≥ 0.9"
-    )
+    if "cut_at_s" in summary:
+        print(
+            f"\nrun CUT at {wall:,.0f} s (--max-s): {summary['env_steps']:,} env steps booked by "
+            "then; no final policy; the figures above cover the part that ran"
+        )
+    else:
+        print(
+            f"\nrun: {summary['env_steps']:,} env steps in {wall:,.0f} s; final success "
+            f"{summary['final_success']:.2f} on {summary['final_episodes']} episodes; "
+            f"targets: ratio ≥ 0.5, utilisation ≥ 0.9"
+        )
     if args.json:
         figures = {
             "cores": cores,
