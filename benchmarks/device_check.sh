@@ -53,6 +53,9 @@ except (OSError, KeyError, ValueError) as exc:
 kept = [line for line in (run / "events.jsonl").read_text().splitlines()
         if '"device"' in line or '"actor_counts"' in line]
 (out / "device_events.jsonl").write_text("\n".join(kept) + "\n")
+import gzip, shutil
+with (run / "events.jsonl").open("rb") as src, gzip.open(out / "events.jsonl.gz", "wb") as dst:
+    shutil.copyfileobj(src, dst)  # the whole run's events, to read what the learner did
 devices = sorted({json.loads(x).get("device") for x in kept} - {None})
 print(f"learner events naming a device: {len(kept)}; devices: {devices}")
 PYCODE

@@ -11,16 +11,18 @@ lengths followed by bodies of our msgpack codec (:mod:`messages.codec`), validat
 the actor's side like any message from the wire.
 
 The runner's OS limits are its own: an address-space cap (``RLGPT_ENV_MEMORY_LIMIT``,
-default 2 GiB), no core dumps, one torch thread, and per batch a CPU-time limit (the
-soft ``RLIMIT_CPU`` set to the CPU used so far plus the batch's budget and grace), so a
-runaway costs SIGXCPU at worst. The actor side (:class:`Runner`) watches the wall clock:
-an episode that runs past its own budget plus grace (``RLGPT_WATCHDOG_GRACE_S``, 10 s),
-or a batch past the sum of its episodes' budgets plus grace, gets its runner killed and
-the unfinished episodes the cause ``stalled``; a runner that dies (SIGSEGV from a C stack overflow,
-SIGXCPU, an exit) gives them ``crashed`` with the signal or exit status in the detail.
-Either way the episodes finished before it keep their reports, the rest of the batch is
-not run (said in their detail), and a fresh runner is started for the next request;
-the actor process itself keeps heartbeating and answering throughout.
+default 2 GiB, raised by what torch maps when a learned policy first needs it:
+:func:`import_policy_libraries`), no core dumps, one torch thread, and per batch a
+CPU-time limit (the soft ``RLIMIT_CPU`` set to the CPU used so far plus the batch's budget
+and grace), so a runaway costs SIGXCPU at worst. The actor side (:class:`Runner`) watches
+the wall clock: an episode that runs past its own budget plus grace
+(``RLGPT_WATCHDOG_GRACE_S``, 10 s), or a batch past the sum of its episodes' budgets plus
+grace, gets its runner killed and the unfinished episodes the cause ``stalled``; a runner
+that dies (SIGSEGV from a C stack overflow, SIGXCPU, an exit) gives them ``crashed`` with
+the signal or exit status in the detail. Either way the episodes finished before it keep
+their reports, the rest of the batch is not run (said in their detail), and a fresh runner
+is started for the next request; the actor process itself keeps heartbeating and answering
+throughout.
 
 Protocol (actor → runner, then runner → actor):
 
@@ -256,6 +258,49 @@ def apply_limits() -> dict[str, int]:
     return {"address_space_bytes": limit, "core_bytes": 0, "torch_threads": limit_torch()}
 
 
+def mapped_bytes() -> int:
+    """Bytes of address space this process maps now (``VmSize``; 0 where /proc lacks it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def import_policy_libraries() -> None:
+    """Import torch and stable-baselines3, which a learned policy needs, into a process
+    under an address-space cap (:func:`apply_limits`), keeping the room the cap left.
+
+    They are imported only when a learned stage is first evaluated, long after the cap
+    was set. A CUDA build of torch maps gigabytes of libraries: on a GPU machine (an H100
+    box, torch 2.11+cu130) the import under the 2 GiB cap failed and every learned policy
+    was ``policy_unusable`` in evaluation although it trained and passed its held-out
+    check in the learner. So the soft cap is lifted to the hard one for the import and
+    set again to what the process maps then plus the room it had before: policy code
+    gets the same backstop as without torch."""
+    if "torch" in sys.modules and "stable_baselines3" in sys.modules:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        import stable_baselines3  # noqa: F401
+        import torch  # noqa: F401
+
+        return
+    room = max(0, soft - mapped_bytes())
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    try:
+        import stable_baselines3  # noqa: F401
+        import torch  # noqa: F401
+    finally:
+        cap = max(soft, mapped_bytes() + room)
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
 def grace_s() -> float:
     """The stall watch's grace (``RLGPT_WATCHDOG_GRACE_S``, default 10 s)."""
     raw = os.environ.get(GRACE_ENV, str(DEFAULT_GRACE_S))
@@ -373,6 +418,8 @@ class Rollouts:
         import sandbox
 
         before = sandbox.compile_stats()
+        if req.policy_path or any(stage.policy_path for stage in req.stages):
+            import_policy_libraries()
         if req.policy_path:
             done = self._policy(req, emit)
         elif req.stages:

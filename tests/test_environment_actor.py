@@ -417,3 +417,70 @@ def test_a_runner_that_cannot_be_started_fails_its_batch_with_the_reason(
     trio.run(main)
     assert len(failures) == 2
     assert all("could not be started" in f and "no-python-here" in f for f in failures)
+
+
+# What a runner under its address-space cap does, run in a fresh interpreter (no torch in
+# yet): the cap leaves 256 MiB above what the warmed runner maps, less than torch's own
+# libraries take (~480 MiB of address space for the CPU build here, gigabytes for a CUDA
+# build), then a learned policy is evaluated.
+_CAPPED_RUNNER = """
+import json, resource, sys
+from pathlib import Path
+from envs.configs import collect_wood_with_coded
+from envs.runner import Rollouts, mapped_bytes
+from messages.rollout import RolloutRequest
+from messages.task import Subtask
+
+run_dir, policy, sha = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+rollouts = Rollouts(run_dir)
+rollouts.warm()
+assert "torch" not in sys.modules, "the runner imported torch before a learned policy"
+_, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, (mapped_bytes() + 256 * 1024**2, hard))
+req = RolloutRequest(
+    Subtask("collect_wood", goal={"wood": 1}, max_steps=200),
+    policy_path=policy, policy_sha256=sha, config=collect_wood_with_coded(),
+    seeds=[5000, 5001], wall_s=60,
+)
+episodes = []
+rollouts.run(req, episodes.append)
+print(json.dumps([[e.report.cause, e.report.steps, e.report.detail[:300]] for e in episodes]))
+"""
+
+
+def test_a_learned_policy_loads_in_a_runner_whose_cap_leaves_less_room_than_torch_maps(
+    tmp_path: Path,
+) -> None:
+    """On a GPU machine every learned stage was ``policy_unusable`` in evaluation: torch
+    (a CUDA build maps gigabytes) was first imported under the runner's 2 GiB cap. The
+    same failure with the CPU build: a cap with less room than torch's libraries take."""
+    import subprocess
+
+    from actors.learner import make_ppo
+    from envs.artifacts import sha256_of
+    from envs.configs import collect_wood_with_coded
+    from envs.rl_env import make_vec_env
+    from messages.train import PPOSettings
+
+    vec = make_vec_env(collect_wood_with_coded(), 1, 0, world_pool=range(2))
+    try:
+        model = make_ppo(PPOSettings(n_steps=64, batch_size=32, n_epochs=1), vec, seed=0,
+                         device="cpu")  # fmt: skip
+        model.learn(64)
+        policy = tmp_path / "wood.zip"
+        model.save(policy)
+    finally:
+        vec.close()
+    done = subprocess.run(
+        [sys.executable, "-c", _CAPPED_RUNNER, str(tmp_path), str(policy), sha256_of(policy)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    episodes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(episodes) == 2
+    for cause, steps, detail in episodes:
+        assert cause != "policy_unusable", detail
+        assert steps > 0, (cause, detail)
