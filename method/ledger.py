@@ -88,18 +88,21 @@ def rollout_lines(kind: str, result: Any, job: str) -> list[dict[str, Any]]:
     the journal's key of its request (the lines' ids)."""
     lines = []
     for e in result.episodes:
+        # An episode from a start (``setup_steps``) that made it: the world episode is
+        # the setup and the episode together, booked once here; a restored start took
+        # no setup step and unlocked nothing before the episode's own.
         counts: dict[str, int] = {}
-        for name in e.achievements:
+        for name in [*e.setup_achievements, *e.achievements]:
             counts[name] = counts.get(name, 0) + 1
         lines.append(
             {
                 "id": f"{kind}:{job}:{int(e.seed)}",
                 "kind": kind,
                 "seed": int(e.seed),
-                "steps": int(e.steps),
+                "steps": int(e.steps) + int(e.setup_steps),
                 "achievements": sorted(counts),
                 "counts": dict(sorted(counts.items())),
-                "reward": round(float(e.reward), 6),
+                "reward": round(float(e.reward) + float(e.setup_reward), 6),
             }
         )
     return lines
