@@ -41,6 +41,13 @@ world mid-episode: a :class:`~envs.rl_env.SubtaskEnv` built from the stage's con
 episode (:meth:`SubtaskEnv.attach`), then ``model.predict(obs)`` → ``env.step(a)`` until
 it terminates or truncates; its coded options run inside that env as in training.
 
+**From a start** (``start_at`` N, :func:`run_composed`): the first N stages are the
+setup; the episode is reported from the moment the planner first finds them all done —
+where stage N begins. The start is made once per world and setup (and saved with the
+planner's state: needs' cooldowns, the stages done, the skills' memory), then restored
+for every later episode, which goes on exactly as the one that made it. Its steps are
+the ``setup_steps`` of the episode that made it, booked once.
+
 Every world step, whoever takes it, passes through :class:`EpisodeWorld`, which keeps
 the episode's books (steps, reward, achievements, frames) and tells the stage to stop
 the moment the planner must take over (the stage's test held, a need triggered, the

@@ -43,6 +43,14 @@ cache off).
 
 Only Crafter worlds are cached (:func:`world_key` is None for any other world: their
 state is not known to this module).
+
+Evaluation uses the same cache: a composed episode from a start
+(``RolloutRequest.start_at``, :func:`envs.composite.run_composed`) saves the world when
+the planner reaches the stage under test, with the planner's own state as ``extra``
+(:func:`save_start`, :func:`restore_state`), keyed by a digest of the stages before it,
+the needs and the episode's test (:func:`envs.composite.composed_start_key`); a runner
+process keeps one cache (:func:`shared`) across requests, so every version of the stage
+it evaluates plays the same starts.
 """
 
 from __future__ import annotations
