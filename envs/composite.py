@@ -304,6 +304,8 @@ class ComposedEpisode:
     ``steps``, ``reward``, ``achievements``, ``stages``, ``trace`` are from the start on."""
     setup_reward: float = 0.0
     setup_achievements: list[str] = dataclasses.field(default_factory=list)
+    restored: bool = False
+    """From a start that was restored, not made (:attr:`EpisodeReport.restored`)."""
 
     def report(self) -> EpisodeReport:
         return EpisodeReport(
@@ -321,6 +323,7 @@ class ComposedEpisode:
             setup_steps=self.setup_steps,
             setup_reward=self.setup_reward,
             setup_achievements=list(self.setup_achievements),
+            restored=self.restored,
         )
 
 
@@ -556,7 +559,7 @@ class _Planner:
             detail=f"stage {name!r} was not reached: {reason}"[:1000], line=0, stages=[],
             trace=[], output="", wall_s=round(time.monotonic() - started, 4),
             setup_steps=tap.steps if made else 0, setup_reward=tap.reward if made else 0.0,
-            setup_achievements=list(tap.unlocked) if made else [],
+            setup_achievements=list(tap.unlocked) if made else [], restored=not made,
         )  # fmt: skip
 
     # ---- the loop
@@ -666,6 +669,7 @@ class _Planner:
             setup_steps=at.steps if made else 0,
             setup_reward=at.reward if made else 0.0,
             setup_achievements=list(tap.unlocked[: at.unlocked]) if made else [],
+            restored=bool(self.start_at) and not made,
         )
 
     def _run_need(self, i: int) -> None:

@@ -445,8 +445,10 @@ class Rollouts:
             )
             report = episode.report()
             steps += report.steps + report.setup_steps
-            # The stats row is the world episode: the setup too when this one made the start.
-            emit(RunnerEpisode(report, episode.output, True, episode.steps + episode.setup_steps,
+            # The stats row is the world episode: the setup too when this one made the start;
+            # none for a restored start that took no step (it played nothing).
+            emit(RunnerEpisode(report, episode.output, report.played,
+                               episode.steps + episode.setup_steps,
                                episode.reward + episode.setup_reward,
                                dict(episode.counts)))  # fmt: skip
         return RunnerDone(steps, frames=frames_npz(frames) if frames else b"")

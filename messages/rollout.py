@@ -144,6 +144,17 @@ class EpisodeReport:
     """The world's reward during ``setup_steps``."""
     setup_achievements: list[str] = field(default_factory=list)
     """Achievements unlocked during ``setup_steps``, in order."""
+    restored: bool = False
+    """From a start: it was restored, not made (the episode that made it reported the
+    setup). One that took no step — its world's setup known to fail, or the test held
+    at the start — played nothing: it has no stats row and no ledger line
+    (:func:`method.ledger.rollout_lines`), as a training reset that takes no step."""
+
+    @property
+    def played(self) -> bool:
+        """Whether the episode is a world episode to book: anything but a restored start
+        that took no step."""
+        return not self.restored or self.steps > 0
 
     def reached(self, stage: str) -> bool:
         """Whether sub-action ``stage`` got its turn (or the episode succeeded)."""

@@ -105,7 +105,7 @@ def in_process(rollouts: Rollouts, req: RolloutRequest) -> tuple[RolloutResult, 
     result = RolloutResult.of_episodes(
         req.subtask.name, [e.report for e in episodes], actor_id="in-process"
     )
-    return result, [(e.length, e.counts) for e in episodes]
+    return result, [(e.length, e.counts) for e in episodes if e.stats]
 
 
 @pytest.fixture()
@@ -143,11 +143,12 @@ def test_a_world_whose_setup_dies_is_not_reached_for_every_version(rollouts) -> 
     goal = dataclasses.replace(TABLE_GOAL, max_steps=5000)
     other = dataclasses.replace(TABLE, code=SLOW_TABLE_SOURCE)
     seeds = FIRST[:2]
-    outcomes, results = [], []
+    outcomes, results, rows = [], [], []
     for stage in (TABLE, other):
         req = RolloutRequest(goal, stages=[STAND, stage], seeds=seeds, wall_s=60, start_at=1)
-        result, _ = in_process(rollouts, req)
+        result, stats = in_process(rollouts, req)
         results.append(result)
+        rows.append(stats)
         outcomes.append(stage_outcomes(result, "place_table", seeds))
     assert outcomes == [[NOT_REACHED] * 2] * 2
     made, restored = results
@@ -156,6 +157,14 @@ def test_a_world_whose_setup_dies_is_not_reached_for_every_version(rollouts) -> 
         assert e.setup_steps > 0 and e.steps == 0
     # Known bad: the second version's episodes take no step at all.
     assert restored.steps == 0 and all(e.cause == "setup_failed" for e in restored.episodes)
+    assert all(e.restored for e in restored.episodes)
+    # They played nothing: no stats row and no ledger line (a training reset that takes
+    # no step books none), so they do not thin the scoreboard; the setups that died are
+    # booked once, with the episodes that played them.
+    assert [len(r) for r in rows] == [len(seeds), 0]
+    assert not ledger.rollout_lines("code", restored, "job")
+    lines = ledger.rollout_lines("code", made, "job")
+    assert [line["steps"] for line in lines] == [e.setup_steps for e in made.episodes]
 
 
 class InProcessFast:
@@ -210,7 +219,10 @@ def test_versions_from_starts_are_paired_on_the_same_saved_worlds(tmp_path, roll
     ledger_lines = ledger.read(tmp_path)
     booked = sum(line["steps"] for line in ledger_lines)
     assert booked == loop.code_steps > 0  # every step, the starts' included, once
-    assert len(ledger_lines) == 2 * len(loop.worlds)
+    # A line per world for the first version; the second's restored starts in worlds
+    # whose setup failed took no step and book none.
+    assert len(ledger_lines) == len(loop.worlds) + reached(loop.coded.outcomes)
+    assert reached(loop.coded.outcomes) < len(loop.worlds)
     assert loop.coded.outcomes and len(loop.coded.outcomes) == len(loop.worlds)
 
 
