@@ -46,8 +46,10 @@ ROLLOUT_WALL_S = 120.0
 """Wall-clock budget of one evaluation episode (a long composed chain included)."""
 START_DRAW_FACTOR = 8
 """From starts, at most this many choosing worlds are drawn per world wanted that
-reaches the stage (``code_episodes``, or a comparison's growth). A world that does not
-reach it costs its setup once (then nothing: its failure is kept); collect_diamond's
+reaches the stage: 8x ``code_episodes`` for the choosing worlds (:meth:`FastAgent._draw`),
+8x ``decide_episodes`` in all when a comparison grows (:meth:`FastAgent._settle`). A
+world that does not reach it costs its setup once per runner (then nothing: its
+failure is kept); collect_diamond's
 setup reached its start in about half the worlds, deep stages of the simplest templates
 in a fifth, so 8x finds them all but always and bounds what a stage no setup reaches
 costs: 8x ``code_episodes`` composed setups, about what two versions cost from reset."""
@@ -703,7 +705,7 @@ class FastAgent(Actor):
         ``[task] decide_episodes`` worlds. The challenger's outcomes there, by seed; the
         kept version's go into ``best.more`` (played once: a later challenger reuses them).
         Every episode is evaluated like any other: booked, counted, journalled."""
-        from method.seeds import more_code_seeds
+        from method.seeds import code_seeds_within, more_code_seeds
 
         name = work.subaction.name
         seeds = list(work.seeds)
@@ -725,7 +727,7 @@ class FastAgent(Actor):
             if starts:
                 share = max(have, 1) / drawn  # of the worlds drawn so far, those reached
                 count = min(-(-count // share), START_DRAW_FACTOR * count)
-            new = more_code_seeds(seeds, drawn, _within_code_range(seeds, drawn, int(count)))
+            new = more_code_seeds(seeds, drawn, code_seeds_within(seeds, drawn, int(count)))
             if not new:
                 return more
             log.info(
@@ -751,14 +753,14 @@ class FastAgent(Actor):
         many were drawn; ``result`` with those episodes added (each evaluation booked,
         counted and journalled). Later versions play the same worlds from the starts
         made here (``worlds_drawn``)."""
-        from method.seeds import more_code_seeds
+        from method.seeds import code_seeds_within, more_code_seeds
 
         name = work.subaction.name
         seeds = list(work.seeds)
         want = len(seeds)
         episodes = list(result.episodes)
         got = reached(stage_outcomes(result, name, seeds))
-        limit = _within_code_range(seeds, 0, START_DRAW_FACTOR * want)
+        limit = code_seeds_within(seeds, 0, START_DRAW_FACTOR * want)
         while got < want and len(episodes) < limit:
             share = max(got, 1) / len(episodes)
             count = min(-(-(want - got) // share), limit - len(episodes))
@@ -780,19 +782,6 @@ class FastAgent(Actor):
         path = self.run_dir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-
-
-def _within_code_range(seeds: Sequence[int], have: int, count: int) -> int:
-    """``count``, less what would pass the end of the run's code range after the first
-    ``have`` worlds from ``seeds[0]`` (:mod:`method.seeds`)."""
-    from method.seeds import CODE_BASE, CODE_STRIDE
-
-    if not seeds:
-        return 0
-    offset = seeds[0] - CODE_BASE
-    if offset < 0:
-        return count
-    return max(0, min(count, CODE_STRIDE - offset % CODE_STRIDE - have))
 
 
 def _world_actions() -> tuple[str, ...]:

@@ -321,10 +321,21 @@ def test_the_incumbents_further_worlds_are_played_once(tmp_path) -> None:
 
 
 def test_more_code_seeds_stay_in_the_run_code_range() -> None:
-    from method.seeds import CODE_BASE, CODE_STRIDE, code_seeds, more_code_seeds
+    from method.seeds import (
+        CODE_BASE,
+        CODE_STRIDE,
+        code_seeds,
+        code_seeds_within,
+        more_code_seeds,
+    )
 
     first = code_seeds(3, 4)
     assert more_code_seeds(first, 4, 4) == list(range(first[0] + 4, first[0] + 8))
     with pytest.raises(ValueError, match="code range"):
         more_code_seeds(first, CODE_STRIDE - 2, 4)
     assert first[0] == CODE_BASE + 3 * CODE_STRIDE
+    # How many further code seeds there is room for, as more_code_seeds checks it.
+    assert code_seeds_within(first, 4, 10) == 10
+    assert code_seeds_within(first, CODE_STRIDE - 2, 4) == 2
+    assert code_seeds_within(first, CODE_STRIDE, 4) == 0
+    assert code_seeds_within([7], 0, 4) == 4  # not a run's code seeds: not bounded
