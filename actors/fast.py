@@ -702,8 +702,10 @@ class FastAgent(Actor):
         """Grow an undecided comparison: while ``stage`` did better than the kept version
         on the worlds so far but the paired bound does not say so, play both on as many
         further choosing worlds again (:func:`method.seeds.more_code_seeds`), up to
-        ``[task] decide_episodes`` worlds. The challenger's outcomes there, by seed; the
-        kept version's go into ``best.more`` (played once: a later challenger reuses them).
+        ``[task] decide_episodes`` worlds (from starts: worlds where both reached the
+        stage, drawing at most :data:`START_DRAW_FACTOR` times as many). The challenger's
+        outcomes there, by seed; the kept version's go into ``best.more`` (played once: a
+        later challenger reuses them).
         Every episode is evaluated like any other: booked, counted, journalled."""
         from method.seeds import code_seeds_within, more_code_seeds
 
@@ -726,7 +728,10 @@ class FastAgent(Actor):
             count = min(have, cap - have)
             if starts:
                 share = max(have, 1) / drawn  # of the worlds drawn so far, those reached
-                count = min(-(-count // share), START_DRAW_FACTOR * count)
+                # At most START_DRAW_FACTOR x decide_episodes worlds in all: pairs that stop
+                # coming (later worlds' setups fail) must not draw the whole code range.
+                room = max(0, START_DRAW_FACTOR * cap - drawn)
+                count = min(-(-count // share), START_DRAW_FACTOR * count, room)
             new = more_code_seeds(seeds, drawn, code_seeds_within(seeds, drawn, int(count)))
             if not new:
                 return more
