@@ -381,7 +381,13 @@ def run_composed(
     if start_at and start_states is not None:
         planner.starts = start_states
         planner.key = composed_start_key(
-            world, seed, [p.stage for p in planner.stages[:start_at]], needs, subtask, wall_s
+            world,
+            seed,
+            [p.stage for p in planner.stages[:start_at]],
+            needs,
+            subtask,
+            wall_s,
+            after=[p.stage.subtask for p in planner.stages[start_at:]],
         )
     return planner.run()
 
@@ -393,14 +399,18 @@ def composed_start_key(
     needs: Sequence[Need],
     subtask: Subtask,
     wall_s: float,
+    after: Sequence[Subtask] = (),
 ) -> tuple | None:
     """The start-state cache key (:func:`envs.start_states.start_key`) of the start of
     ``world`` ``seed`` after the composed ``setup`` stages: everything that decides it —
     the stages (code, policy and config, tests and caps), the needs, the episode's test
-    and cap — as one digest. None when the world cannot be saved."""
+    and cap, and the tests of the stages ``after`` it (the planner's state saved with the
+    start says which of them already held; their code plays no part) — as one digest.
+    None when the world cannot be saved."""
     from messages import encode
 
     parts = [encode(s) for s in setup] + [encode(n) for n in needs] + [encode(subtask)]
+    parts += [b"after"] + [encode(t) for t in after]
     text = "composed\n" + "\n".join(p.hex() for p in parts)
     return _start_key(world, seed, text, subtask.max_steps, wall_s)
 

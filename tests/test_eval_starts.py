@@ -14,7 +14,7 @@ import trio
 from test_composite import DRINK, TABLE, WOOD, WOOD9, tracing
 
 from actors.fast import FastAgent, _InnerLoop
-from envs.composite import run_composed
+from envs.composite import composed_start_key, run_composed
 from envs.crafter_world import CrafterWorld
 from envs.policies import PLACE_TABLE_SOURCE
 from envs.runner import Rollouts, RunnerEpisode
@@ -95,6 +95,29 @@ def test_a_start_made_once_and_restored_plays_the_stage_as_the_composed_episode(
         # The world episode's counts: with the setup's when made, without when restored.
         assert made.counts["collect_wood"] >= 1 and "collect_wood" not in again.counts
     assert cache.stats()["made"] == 3 and cache.stats()["restored"] == 3
+
+
+def test_the_start_key_changes_with_everything_that_decides_the_start(world) -> None:
+    def key(setup, goal=TABLE_GOAL, after=(TABLE.subtask,), wall_s=30.0, needs=()):
+        return composed_start_key(world, 0, setup, list(needs), goal, wall_s, after=after)
+
+    base = key([WOOD])
+    assert base is not None and base == key([WOOD])
+    # Anything that changes the state at the start changes the key.
+    other_wood = dataclasses.replace(WOOD, code=WOOD.code + "\n")
+    learned = dataclasses.replace(WOOD, code="", policy_path="p.zip", policy_sha256="ab")
+    changed = [
+        key([other_wood]),
+        key([learned]),
+        key([dataclasses.replace(learned, policy_sha256="cd")]),
+        key([WOOD9]),
+        key([WOOD], goal=dataclasses.replace(TABLE_GOAL, max_steps=401)),
+        key([WOOD], wall_s=31.0),
+        key([WOOD], needs=[Need("drink", below=9, stage=DRINK, until=9)]),
+        key([WOOD], after=(TABLE_GOAL,)),
+        key([WOOD], after=(TABLE.subtask, WOOD.subtask)),
+    ]
+    assert len({base, *changed}) == len(changed) + 1
 
 
 def in_process(rollouts: Rollouts, req: RolloutRequest) -> tuple[RolloutResult, list]:
