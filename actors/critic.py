@@ -82,9 +82,14 @@ def statistics(review: Review) -> dict[str, Any]:
         "target": sub.target,
         "success_rate": round(rate, 4),
         "reached": got,
+        # Whole composed episodes over every evaluation world (from a start, the episode
+        # that made it and those restoring it end as it did).
         "task_success_rate": round(result.success_rate, 4),
         "episodes": len(result.episodes),
-        "mean_steps": round(result.steps / max(1, len(result.episodes)), 1),
+        # The episodes' own steps (from a start: from there on; making it is setup).
+        "mean_steps": round(
+            sum(e.steps for e in result.episodes) / max(1, len(result.episodes)), 1
+        ),
         "causes": dict(causes.most_common()),
         "revisions_left": review.revisions_left,
         "example": None,

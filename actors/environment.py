@@ -22,7 +22,9 @@ runs any learned stage.
 
 A request with ``stages`` (and ``needs``) runs a composed policy instead: the task
 planner of :mod:`envs.composite` runs coded and learned sub-policies in turn inside each
-episode, and each episode report lists its stage runs.
+episode, and each episode report lists its stage runs. With ``start_at`` each episode
+starts where that stage begins: the runner makes the start once per world and setup (the
+composed episode up to it, reported as the episode's ``setup_steps``) and restores it after.
 
 Per-episode achievement stats go to ``<run dir>/rollouts/stats.jsonl`` in Crafter's own
 ``Recorder`` format, so Crafter's analysis scripts read them unchanged: one row for each
@@ -117,6 +119,13 @@ class EnvironmentActor(Actor):
             )
         if req.needs and not req.stages:
             raise ValueError("needs are served only in a composed policy: give stages too")
+        if req.start_at and not 0 < req.start_at < len(req.stages):
+            raise ValueError(
+                f"start_at {req.start_at} must name a stage after the first of the"
+                f" {len(req.stages)} stages (the ones before it are its setup)"
+            )
+        if req.start_at and req.skip_failed:
+            raise ValueError("start_at needs every stage before it done: not with skip_failed")
         if policy and req.config is None:
             raise ValueError("a trained-policy rollout needs the RL config it was trained on")
         local = await self._local_policies(req)

@@ -44,6 +44,15 @@ TRACE_KEEP = 4
 where it failed; whole traces of long episodes would only weigh on the wire)."""
 ROLLOUT_WALL_S = 120.0
 """Wall-clock budget of one evaluation episode (a long composed chain included)."""
+START_DRAW_FACTOR = 8
+"""From starts, at most this many choosing worlds are drawn per world wanted that
+reaches the stage: 8x ``code_episodes`` for the choosing worlds (:meth:`FastAgent._draw`),
+8x ``decide_episodes`` in all when a comparison grows (:meth:`FastAgent._settle`). A
+world that does not reach it costs its setup once per runner (then nothing: its
+failure is kept); collect_diamond's
+setup reached its start in about half the worlds, deep stages of the simplest templates
+in a fifth, so 8x finds them all but always and bounds what a stage no setup reaches
+costs: 8x ``code_episodes`` composed setups, about what two versions cost from reset."""
 
 
 def subaction_dict(sub: SubAction) -> dict[str, Any]:
@@ -243,9 +252,12 @@ class _Best:
     mode: str = "code"
     """``code`` or ``rl``: which inner loop it came from."""
     task_rate: float = 0.0
-    """The success rate of the whole composed episode it was measured in."""
+    """The success rate of the whole composed episode it was measured in, over the
+    ``code_episodes`` choosing worlds (from starts too: an episode from a start goes on
+    exactly as the composed episode that made it, so its end is that episode's end)."""
     outcomes: list[int] = dataclasses.field(default_factory=list)
-    """Its outcome per evaluation world (1, 0, or -1 not reached)."""
+    """Its outcome per evaluation world (1, 0, or -1 not reached); from starts, the
+    worlds drawn until ``code_episodes`` reached the stage (:attr:`_InnerLoop.worlds`)."""
     faulted: bool = False
     """Whether it failed everywhere it ran by a fault of its code (:func:`faulted`)."""
     more: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -259,6 +271,7 @@ class _Best:
         stage: Stage,
         seeds: list[int],
         more: dict[int, int] | None = None,
+        task_rate: float | None = None,
     ) -> bool:
         """Keep ``stage`` if it is the first version, or measurably better than the kept
         one; a version with no success is kept too when it is the first (an empty stage
@@ -266,7 +279,8 @@ class _Best:
         faulted (the sandbox stopped it, it crashed its runner) is replaced by the first
         version that does not: it has no behaviour to compare. Returns whether it was
         kept. ``more``: the challenger's outcomes on further worlds, by seed, compared
-        with the kept version's on the same ones."""
+        with the kept version's on the same ones. ``task_rate``: the whole composed
+        episode's success rate (default: ``result``'s, over all its episodes)."""
         more = more or {}
         rate, _ = result.stage_rate(name)
         outcomes = stage_outcomes(result, name, seeds)
@@ -287,7 +301,8 @@ class _Best:
             )
             if not verdict.challenger_wins:
                 return False
-        self.rate, self.stage, self.task_rate = rate, stage, result.success_rate
+        task = result.success_rate if task_rate is None else task_rate
+        self.rate, self.stage, self.task_rate = rate, stage, task
         self.outcomes, self.faulted, self.more = outcomes, broken, dict(more)
         return True
 
@@ -318,6 +333,11 @@ class _InnerLoop:
     """The best coded version."""
     learned: _Best = dataclasses.field(default_factory=lambda: _Best(mode="rl"))
     """The best learned version."""
+    worlds: list[int] = dataclasses.field(default_factory=list)
+    """From starts: the choosing worlds every version is evaluated on — the first
+    ``code_episodes`` seeds and as many more as the first version's evaluation drew
+    until ``code_episodes`` of them reached the stage (:meth:`FastAgent._draw`). Empty
+    until then, and when evaluating from reset."""
 
     def best(self, mode: str) -> _Best:
         """The best version in ``mode`` (``code`` or ``rl``)."""
@@ -584,7 +604,16 @@ class FastAgent(Actor):
 
     # ------------------------------------------------------------------ shared
 
+    def _from_starts(self, work: WorkOn) -> bool:
+        """Whether ``work``'s versions are evaluated from starts (``[task]
+        eval_from_starts`` and stages before it)."""
+        return self.settings.task.eval_from_starts and bool(work.before)
+
     async def _evaluate(self, work: WorkOn, stage: Stage) -> RolloutResult:
+        """One version's evaluation episodes on ``work.seeds``, composed after
+        ``work.before``; from starts (:meth:`_from_starts`) each episode starts where the
+        stage begins, the steps of a start counted by the episode that made it. Booked
+        in the ledger (setup steps included) and journalled."""
         sub = work.subaction
         cap = sum(s.subtask.max_steps for s in work.before) + sub.subtask.max_steps
         cap = min(cap, self.settings.task.episode_steps)
@@ -594,6 +623,7 @@ class FastAgent(Actor):
             wall_s=ROLLOUT_WALL_S,
             stages=[*work.before, stage],
             needs=list(work.needs),
+            start_at=len(work.before) if self._from_starts(work) else 0,
         )
         recorded = self.agents.journal.job(req)
         if recorded is not None:
@@ -633,13 +663,26 @@ class FastAgent(Actor):
         code: str = "",
         train: TrainResult | None = None,
     ) -> Critique:
-        """Evaluate one version, keep it if it is the best so far, and get its critique."""
+        """Evaluate one version, keep it if it is the best so far, and get its critique.
+        From starts, every version plays :attr:`_InnerLoop.worlds`, which the first
+        version's evaluation draws (:meth:`_draw`)."""
+        first = list(work.seeds)
+        if self._from_starts(work) and loop.worlds:
+            work = dataclasses.replace(work, seeds=list(loop.worlds))
         result = await self._evaluate(work, stage)
         loop.code_steps += result.steps
+        if self._from_starts(work) and not loop.worlds:
+            result = await self._draw(work, stage, result, loop)
+            loop.worlds = [e.seed for e in result.episodes]
+            work = dataclasses.replace(work, seeds=list(loop.worlds))
         mode = "rl" if stage.policy_path else "code"
         best = loop.best(mode)
         more = await self._settle(work, best, result, stage, loop)
-        best.offer(result, work.subaction.name, stage, list(work.seeds), more)
+        # The whole task's rate on the first code_episodes worlds, as from reset.
+        chosen = set(first)
+        whole = [e.success for e in result.episodes if e.seed in chosen]
+        task_rate = sum(whole) / len(whole) if whole else 0.0
+        best.offer(result, work.subaction.name, stage, list(work.seeds), more, task_rate)
         review = Review(
             subaction=work.subaction,
             version=version,
@@ -659,10 +702,12 @@ class FastAgent(Actor):
         """Grow an undecided comparison: while ``stage`` did better than the kept version
         on the worlds so far but the paired bound does not say so, play both on as many
         further choosing worlds again (:func:`method.seeds.more_code_seeds`), up to
-        ``[task] decide_episodes`` worlds. The challenger's outcomes there, by seed; the
-        kept version's go into ``best.more`` (played once: a later challenger reuses them).
+        ``[task] decide_episodes`` worlds (from starts: worlds where both reached the
+        stage, drawing at most :data:`START_DRAW_FACTOR` times as many). The challenger's
+        outcomes there, by seed; the kept version's go into ``best.more`` (played once: a
+        later challenger reuses them).
         Every episode is evaluated like any other: booked, counted, journalled."""
-        from method.seeds import more_code_seeds
+        from method.seeds import code_seeds_within, more_code_seeds
 
         name = work.subaction.name
         seeds = list(work.seeds)
@@ -670,15 +715,28 @@ class FastAgent(Actor):
         if best.stage is None or best.faulted or faulted(result, name) or not seeds:
             return {}
         outcomes = stage_outcomes(result, name, seeds)
+        starts = self._from_starts(work)
         more: dict[int, int] = {}
         while True:
             verdict = best.compare(outcomes, more)
-            have = len(seeds) + len(more)
+            drawn = len(seeds) + len(more)
+            # From starts a comparison grows in worlds that reach the stage (the pairs):
+            # a world that does not reach it says nothing of either version.
+            have = verdict.worlds if starts else drawn
             if not verdict.undecided or have >= cap:
                 return more
-            new = more_code_seeds(seeds, have, min(have, cap - have))
+            count = min(have, cap - have)
+            if starts:
+                share = max(have, 1) / drawn  # of the worlds drawn so far, those reached
+                # At most START_DRAW_FACTOR x decide_episodes worlds in all: pairs that stop
+                # coming (later worlds' setups fail) must not draw the whole code range.
+                room = max(0, START_DRAW_FACTOR * cap - drawn)
+                count = min(-(-count // share), START_DRAW_FACTOR * count, room)
+            new = more_code_seeds(seeds, drawn, code_seeds_within(seeds, drawn, int(count)))
+            if not new:
+                return more
             log.info(
-                "comparison_extended", subaction=name, worlds=have, to=have + len(new),
+                "comparison_extended", subaction=name, worlds=drawn, to=drawn + len(new),
                 pairs=verdict.worlds, difference=round(verdict.difference, 4),
                 lower=round(verdict.lower, 4),
             )  # fmt: skip
@@ -690,6 +748,38 @@ class FastAgent(Actor):
             tried = await self._evaluate(dataclasses.replace(work, seeds=new), stage)
             loop.code_steps += tried.steps
             more.update(zip(new, stage_outcomes(tried, name, new), strict=True))
+
+    async def _draw(
+        self, work: WorkOn, stage: Stage, result: RolloutResult, loop: _InnerLoop
+    ) -> RolloutResult:
+        """From starts: draw further choosing worlds (the next seeds of the run's code
+        range, :func:`method.seeds.more_code_seeds`) and evaluate ``stage`` there until
+        ``code_episodes`` worlds reach the stage or :data:`START_DRAW_FACTOR` times as
+        many were drawn; ``result`` with those episodes added (each evaluation booked,
+        counted and journalled). Later versions play the same worlds from the starts
+        made here (``worlds_drawn``)."""
+        from method.seeds import code_seeds_within, more_code_seeds
+
+        name = work.subaction.name
+        seeds = list(work.seeds)
+        want = len(seeds)
+        episodes = list(result.episodes)
+        got = reached(stage_outcomes(result, name, seeds))
+        limit = code_seeds_within(seeds, 0, START_DRAW_FACTOR * want)
+        while got < want and len(episodes) < limit:
+            share = max(got, 1) / len(episodes)
+            count = min(-(-(want - got) // share), limit - len(episodes))
+            new = more_code_seeds(seeds, len(episodes), int(count))
+            extra = await self._evaluate(dataclasses.replace(work, seeds=new), stage)
+            loop.code_steps += extra.steps
+            episodes += extra.episodes
+            got += reached(stage_outcomes(extra, name, new))
+        if len(episodes) > len(seeds):
+            log.info("worlds_drawn", subaction=name, worlds=len(episodes), reached=got,
+                     wanted=want)  # fmt: skip
+        return RolloutResult.of_episodes(
+            result.subtask, episodes, actor_id=result.actor_id, output=result.output
+        )
 
     def _save(self, relative: str, text: str) -> None:
         if self.run_dir is None:

@@ -41,6 +41,13 @@ world mid-episode: a :class:`~envs.rl_env.SubtaskEnv` built from the stage's con
 episode (:meth:`SubtaskEnv.attach`), then ``model.predict(obs)`` → ``env.step(a)`` until
 it terminates or truncates; its coded options run inside that env as in training.
 
+**From a start** (``start_at`` N, :func:`run_composed`): the first N stages are the
+setup; the episode is reported from the moment the planner first finds them all done —
+where stage N begins. The start is made once per world and setup (and saved with the
+planner's state: needs' cooldowns, the stages done, the skills' memory), then restored
+for every later episode, which goes on exactly as the one that made it. Its steps are
+the ``setup_steps`` of the episode that made it, booked once.
+
 Every world step, whoever takes it, passes through :class:`EpisodeWorld`, which keeps
 the episode's books (steps, reward, achievements, frames) and tells the stage to stop
 the moment the planner must take over (the stage's test held, a need triggered, the
@@ -59,6 +66,8 @@ import numpy as np
 
 import sandbox
 from envs.skills import Skills
+from envs.start_states import FailedSetup, StartState, StartStates, restore_state, save_start
+from envs.start_states import start_key as _start_key
 from envs.world import Observation, World
 from messages.causes import (
     EPISODE_DONE,
@@ -66,6 +75,7 @@ from messages.causes import (
     POLICY_FINISHED,
     POLICY_UNUSABLE,
     SEARCH_CAUSES,
+    SETUP_FAILED,
     STEP_BUDGET,
     SUCCESS,
     TIMEOUT,
@@ -280,7 +290,8 @@ class ComposedEpisode:
     reward: float
     achievements: list[str]
     counts: dict[str, int]
-    """Achievement → times it happened (Crafter's stats)."""
+    """Achievement → times it happened in the world episode (Crafter's stats): from a
+    start, what setup unlocked too when this episode made the start."""
     cause: str
     detail: str
     line: int
@@ -288,6 +299,13 @@ class ComposedEpisode:
     trace: list[Segment]
     output: str
     wall_s: float
+    setup_steps: int = 0
+    """From a start: the steps this episode took making it (0: restored, or from reset).
+    ``steps``, ``reward``, ``achievements``, ``stages``, ``trace`` are from the start on."""
+    setup_reward: float = 0.0
+    setup_achievements: list[str] = dataclasses.field(default_factory=list)
+    restored: bool = False
+    """From a start that was restored, not made (:attr:`EpisodeReport.restored`)."""
 
     def report(self) -> EpisodeReport:
         return EpisodeReport(
@@ -302,6 +320,10 @@ class ComposedEpisode:
             trace=list(self.trace),
             wall_s=self.wall_s,
             stages=list(self.stages),
+            setup_steps=self.setup_steps,
+            setup_reward=self.setup_reward,
+            setup_achievements=list(self.setup_achievements),
+            restored=self.restored,
         )
 
 
@@ -321,6 +343,8 @@ def run_composed(
     frames: list[np.ndarray] | None = None,
     need_stages: Sequence[PreparedStage] | None = None,
     skip_failed: bool = False,
+    start_at: int = 0,
+    start_states: StartStates | None = None,
 ) -> ComposedEpisode:
     """Play one episode of a composed policy (see the module docstring).
 
@@ -332,12 +356,76 @@ def run_composed(
     one per step, up to :data:`MAX_FRAMES`). ``wall_s`` bounds the whole episode. With
     ``skip_failed`` a stage that gives up is dropped for the episode and the planner goes
     on with the next (a curriculum); the episode then ends once no stage is left.
+
+    ``start_at`` N > 0: the episode is reported from its *start*, the first moment the
+    planner finds stages ``0…N-1`` all done (or the episode's test held) — where stage N
+    begins. With ``start_states`` (and a world it can save, :func:`composed_start_key`)
+    that start is made once — the episode played from reset up to it, its steps reported
+    as ``setup_steps`` — and every later episode of the same world, stages before N,
+    needs, subtask and wall budget restores it and goes on exactly as the episode that
+    made it did (the planner's own state, needs' cooldowns and the skills' memory
+    included), taking and reporting no setup step. An episode that ends before its start
+    (the player died, a stage before N gave up, the cap) is :data:`SETUP_FAILED` with no
+    stage run — stage N not reached — and so is every later one of that world (unless
+    the wall clock ended it: that one is tried again).
     """
+    if start_at and skip_failed:
+        raise ValueError("start_at needs every stage before it done: not with skip_failed")
+    if not 0 <= start_at < max(1, len(stages)):
+        raise ValueError(f"start_at must name one of the {len(stages)} stages, not {start_at}")
     planner = _Planner(
         world, stages, needs, subtask, seed, wall_s, skills_factory, on_step, frames, need_stages
     )
     planner.skip_failed = skip_failed
+    planner.start_at = start_at
+    if start_at and start_states is not None:
+        planner.starts = start_states
+        planner.key = composed_start_key(
+            world,
+            seed,
+            [p.stage for p in planner.stages[:start_at]],
+            needs,
+            subtask,
+            wall_s,
+            after=[p.stage.subtask for p in planner.stages[start_at:]],
+        )
     return planner.run()
+
+
+def composed_start_key(
+    world: World,
+    seed: int,
+    setup: Sequence[Stage],
+    needs: Sequence[Need],
+    subtask: Subtask,
+    wall_s: float,
+    after: Sequence[Subtask] = (),
+) -> tuple | None:
+    """The start-state cache key (:func:`envs.start_states.start_key`) of the start of
+    ``world`` ``seed`` after the composed ``setup`` stages: everything that decides it —
+    the stages (code, policy and config, tests and caps), the needs, the episode's test
+    and cap, and the tests of the stages ``after`` it (the planner's state saved with the
+    start says which of them already held; their code plays no part) — as one digest.
+    None when the world cannot be saved."""
+    from messages import encode
+
+    parts = [encode(s) for s in setup] + [encode(n) for n in needs] + [encode(subtask)]
+    parts += [b"after"] + [encode(t) for t in after]
+    text = "composed\n" + "\n".join(p.hex() for p in parts)
+    return _start_key(world, seed, text, subtask.max_steps, wall_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+    """Where an episode's start is in its books (what it reports comes after)."""
+
+    steps: int
+    reward: float
+    unlocked: int
+    runs: int
+    output: int
+    made: bool
+    """Whether this episode made the start (its setup is reported with it)."""
 
 
 class _Planner:
@@ -373,6 +461,12 @@ class _Planner:
         self.output: list[str] = []
         self.deadline = 0.0
         self.skip_failed = False
+        self.start_at = 0
+        """Stages before this one are the setup (0: none; see :func:`run_composed`)."""
+        self.starts: StartStates | None = None
+        self.key: tuple | None = None
+        self.start: _Start | None = None
+        """Where the start was, once it was reached (or restored)."""
 
     # ---- the planner's checks, from the tap's books (valid mid-step, before the skills
     # object has seen the step)
@@ -410,27 +504,104 @@ class _Planner:
             tap.obs.inventory, tap.counts, since=start_counts, achievement_decides=True
         )
 
+    # ---- starts (start_at > 0)
+
+    def _begin(self) -> FailedSetup | None:
+        """Reset the world, or restore the episode's start when one is saved; the known
+        failure of a world whose setup never reached its start."""
+        tap = self.tap
+        saved = self.starts.get(self.key) if self.starts is not None and self.key else None
+        if isinstance(saved, FailedSetup):
+            return saved
+        if isinstance(saved, StartState):
+            obs, self.skills, state = restore_state(tap.world, saved)
+            tap.obs = obs
+            for name, value in state["tap"].items():
+                setattr(tap, name, value)
+            for name, value in state["planner"].items():
+                setattr(self, name, value)
+            if tap.frames is not None and len(tap.frames) < tap.max_frames:
+                tap.frames.append(tap.world.render())
+            self.start = self._here(made=False)
+            return None
+        obs = tap.reset(self.seed)
+        self.skills = self.skills_factory(obs, tap.action_names, self.seed)
+        self.done = [False] * len(self.stages)
+        self.failures = [0] * len(self.stages)
+        self.failed_steps = [0] * len(self.stages)
+        self.dropped: set[int] = set()
+        self.cooldown = [0] * len(self.needs)
+        return None
+
+    def _here(self, made: bool) -> _Start:
+        tap = self.tap
+        return _Start(tap.steps, tap.reward, len(tap.unlocked), len(self.runs),
+                      len(self.output), made)  # fmt: skip
+
+    def _reach_start(self) -> None:
+        """The start is here: note where, and save it (once per world and setup). The
+        skills' trace starts afresh (what the critic reads is the stage's own)."""
+        if hasattr(self.skills, "_segments"):
+            self.skills._segments = []
+        self.start = self._here(made=True)
+        if self.starts is None or self.key is None:
+            return
+        tap = self.tap
+        state = {
+            "tap": {"steps": tap.steps, "reward": tap.reward, "counts": dict(tap.counts),
+                    "unlocked": list(tap.unlocked), "done": tap.done, "died": tap.died},
+            "planner": {"done": list(self.done), "failures": list(self.failures),
+                        "failed_steps": list(self.failed_steps), "dropped": set(self.dropped),
+                        "cooldown": list(self.cooldown), "run_count": self.run_count,
+                        "runs": list(self.runs), "output": list(self.output)},
+        }  # fmt: skip
+        saved = save_start(tap.world, tap.obs, self.skills, tap.counts, tap.steps, state)
+        self.starts.put(self.key, saved)
+
+    def _not_reached(self, reason: str, made: bool, started: float) -> ComposedEpisode:
+        """The episode of a world whose setup ended before the start: no stage run, no
+        step from the start (the setup's steps, when this episode took them)."""
+        tap = self.tap
+        name = self.stages[self.start_at].name
+        return ComposedEpisode(
+            seed=self.seed, success=False, steps=0, reward=0.0, achievements=[],
+            counts=dict(tap.counts) if made else {}, cause=SETUP_FAILED,
+            detail=f"stage {name!r} was not reached: {reason}"[:1000], line=0, stages=[],
+            trace=[], output="", wall_s=round(time.monotonic() - started, 4),
+            setup_steps=tap.steps if made else 0, setup_reward=tap.reward if made else 0.0,
+            setup_achievements=list(tap.unlocked) if made else [], restored=not made,
+        )  # fmt: skip
+
     # ---- the loop
 
     def run(self) -> ComposedEpisode:
         tap = self.tap
-        obs = tap.reset(self.seed)
-        # The budget starts after the world is built, as a coded rollout's does.
+        known = self._begin()
+        # The budget starts after the world is built (or restored), as a coded rollout's.
         started = time.monotonic()
+        if known is not None:
+            return self._not_reached(known.reason, made=False, started=started)
         self.deadline = started + self.wall_s
+        obs = tap.obs
         unknown = sorted({n.stat for n in self.needs} - set(obs.status) - {DAYLIGHT})
         if unknown:
             raise ValueError(
                 f"needs name unknown stats {unknown}; the world has {list(obs.status)}"
             )
-        self.skills = self.skills_factory(obs, tap.action_names, self.seed)
-        done = [False] * len(self.stages)
-        failures = [0] * len(self.stages)
-        failed_steps = [0] * len(self.stages)
-        dropped: set[int] = set()
-        self.cooldown = [0] * len(self.needs)
+        done, failures, failed_steps = self.done, self.failures, self.failed_steps
+        dropped = self.dropped
         cause, detail, line = "", "", 0
         while True:
+            for i, prepared in enumerate(self.stages):
+                done[i] = done[i] or prepared.stage.subtask.met(
+                    tap.obs.inventory, tap.counts, achievement_decides=True
+                )
+            if (
+                self.start_at
+                and self.start is None
+                and (all(done[: self.start_at]) or self._episode_end() == SUCCESS)
+            ):
+                self._reach_start()
             end = self._episode_end()
             if end is not None:
                 cause, detail = end, _END_DETAIL[end](self)
@@ -441,10 +612,6 @@ class _Planner:
                     f"the planner stopped after {self.run_count} runs",
                 )
                 break
-            for i, prepared in enumerate(self.stages):
-                done[i] = done[i] or prepared.stage.subtask.met(
-                    tap.obs.inventory, tap.counts, achievement_decides=True
-                )
             need = self._triggered_need(tap.steps)
             if need is not None:
                 self._run_need(need)
@@ -481,23 +648,38 @@ class _Planner:
                 if run.cause not in PERMANENT_CAUSES:
                     detail = f"stage {run.name!r} failed {failures[i]} times; last: {detail}"
                 break
+        if self.start_at and self.start is None:
+            if self.starts is not None and self.key is not None and cause != TIMEOUT:
+                # Known bad for every later episode of this world and setup (not when the
+                # wall clock ended it: a busy machine, not the world, is to blame).
+                self.starts.put(self.key, FailedSetup(tap.steps, f"{cause}: {detail}", None))
+            return self._not_reached(f"{cause}: {detail}", made=True, started=started)
         success = cause == SUCCESS
         if success:
             detail, line = "", 0
+        at = self.start or _Start(0, 0.0, 0, 0, 0, False)
+        made = at.made and bool(self.start_at)
+        counts = dict(tap.counts)
+        if self.start_at and not made:  # the world episode is only what follows the start
+            counts = dict(collections.Counter(tap.unlocked[at.unlocked :]))
         return ComposedEpisode(
             seed=self.seed,
             success=success,
-            steps=tap.steps,
-            reward=tap.reward,
-            achievements=list(tap.unlocked),
-            counts=dict(tap.counts),
+            steps=tap.steps - at.steps,
+            reward=tap.reward - at.reward,
+            achievements=list(tap.unlocked[at.unlocked :]),
+            counts=counts,
             cause=cause,
             detail=detail,
             line=line,
-            stages=self.runs,
+            stages=self.runs[at.runs :],
             trace=list(getattr(self.skills, "_segments", [])),
-            output="\n".join(self.output)[-MAX_OUTPUT_CHARS:],
+            output="\n".join(self.output[at.output :])[-MAX_OUTPUT_CHARS:],
             wall_s=round(time.monotonic() - started, 4),
+            setup_steps=at.steps if made else 0,
+            setup_reward=at.reward if made else 0.0,
+            setup_achievements=list(tap.unlocked[: at.unlocked]) if made else [],
+            restored=bool(self.start_at) and not made,
         )
 
     def _run_need(self, i: int) -> None:

@@ -403,10 +403,14 @@ class Rollouts:
 
     def __init__(self, run_dir: Path | None = None, fault: Fault | None = None) -> None:
         from envs.crafter_world import CrafterWorld
+        from envs.start_states import resolve as resolve_start_states
 
         self.world = CrafterWorld()
         self.run_dir = run_dir
         self.fault = fault
+        self.starts = resolve_start_states(True)
+        """Composed episodes' starts (``RolloutRequest.start_at``), made once per world
+        and setup in this process and restored after (:mod:`envs.start_states`)."""
 
     def warm(self) -> None:
         # The first reset compiles Crafter's world generator (numba): pay it now, not
@@ -483,10 +487,16 @@ class Rollouts:
                 frames=frames if i == 0 and req.frames else None,
                 need_stages=need_stages,
                 skip_failed=req.skip_failed,
+                start_at=req.start_at,
+                start_states=self.starts,
             )
             report = episode.report()
-            steps += report.steps
-            emit(RunnerEpisode(report, episode.output, True, episode.steps, episode.reward,
+            steps += report.steps + report.setup_steps
+            # The stats row is the world episode: the setup too when this one made the start;
+            # none for a restored start that took no step (it played nothing).
+            emit(RunnerEpisode(report, episode.output, report.played,
+                               episode.steps + episode.setup_steps,
+                               episode.reward + episode.setup_reward,
                                dict(episode.counts)))  # fmt: skip
         return RunnerDone(steps, frames=frames_npz(frames) if frames else b"")
 

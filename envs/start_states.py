@@ -43,6 +43,14 @@ cache off).
 
 Only Crafter worlds are cached (:func:`world_key` is None for any other world: their
 state is not known to this module).
+
+Evaluation uses the same cache: a composed episode from a start
+(``RolloutRequest.start_at``, :func:`envs.composite.run_composed`) saves the world when
+the planner reaches the stage under test, with the planner's own state as ``extra``
+(:func:`save_start`, :func:`restore_state`), keyed by a digest of the stages before it,
+the needs and the episode's test (:func:`envs.composite.composed_start_key`); a runner
+process keeps one cache (:func:`shared`) across requests, so every version of the stage
+it evaluates plays the same starts.
 """
 
 from __future__ import annotations
@@ -227,6 +235,7 @@ def save_start(
     skills: Skills | None,
     counts: dict[str, int],
     setup_steps: int,
+    extra: Any = None,
 ) -> StartState:
     """Everything a Crafter episode goes on from, pickled: the world (map arrays, objects,
     the player, the random generator, daylight), Crafter's step counter, unlocked set
@@ -234,7 +243,9 @@ def save_start(
     and the skills. Not the world's lifetime step count (``steps_taken``) nor its tally
     file: those count steps, they are not state. The live world object itself (game
     objects point at it) and the skills' rules are saved as references. ``counts`` and
-    ``setup_steps`` are the env's: the episode's achievement counts and setup's length."""
+    ``setup_steps`` are the env's: the episode's achievement counts and setup's length.
+    ``extra``: what else the caller goes on from (a composed episode's planner state,
+    :mod:`envs.composite`), pickled with the rest (:func:`restore_state` gives it back)."""
     env = world._env
     live = env._world
     state = {
@@ -253,6 +264,7 @@ def save_start(
         "frame": world._frame,
         "obs": obs,
         "skills": skills,
+        "extra": extra,
     }
     rules = skills._rules if skills is not None else None
     buffer = io.BytesIO()
@@ -263,6 +275,12 @@ def save_start(
 def restore_start(world: CrafterWorld, saved: StartState) -> tuple[Observation, Skills | None]:
     """Put ``world`` in the state ``saved`` holds; returns the observation and a fresh
     copy of the skills (``saved`` stays untouched)."""
+    obs, skills, _ = restore_state(world, saved)
+    return obs, skills
+
+
+def restore_state(world: CrafterWorld, saved: StartState) -> tuple[Observation, Skills | None, Any]:
+    """As :func:`restore_start`, and a fresh copy of the ``extra`` saved with it."""
     env = world._env
     live = env._world
     refs = {"world": live, "rules": saved.rules}
@@ -276,7 +294,7 @@ def restore_start(world: CrafterWorld, saved: StartState) -> tuple[Observation, 
     world._start = fresh["start"]
     world._counts = fresh["counts"]
     world._frame = fresh["frame"]
-    return fresh["obs"], fresh["skills"]
+    return fresh["obs"], fresh["skills"], fresh.get("extra")
 
 
 class _Pickler(pickle.Pickler):

@@ -157,7 +157,8 @@ class SubActionOutcome:
     mode: Mode
     """Coded or learned, as finally used."""
     success_rate: float
-    """Best measured success, among the evaluation episodes that reached the sub-action."""
+    """Best measured success, among the evaluation episodes that reached the sub-action
+    (from starts, ``[task] eval_from_starts``: the episodes from its starts)."""
     accepted: bool
     """Whether it met its target."""
     stage: Stage
@@ -165,7 +166,7 @@ class SubActionOutcome:
     versions: int
     """Versions written (code and configs)."""
     code_steps: int = 0
-    """Env steps spent evaluating versions."""
+    """Env steps spent evaluating versions (making their starts included)."""
     train_steps: int = 0
     """Env steps spent training (world steps, evaluation included)."""
     critiques: list[Critique] = field(default_factory=list)
@@ -175,14 +176,18 @@ class SubActionOutcome:
     learned_rate: float = -1.0
     """Best learned success (−1: never learned)."""
     task_rate: float = 0.0
-    """Success of the whole composed evaluation (every stage up to this one)."""
+    """Success of the whole composed episode (every stage up to this one) on the
+    ``code_episodes`` choosing worlds: from starts too, an episode from a start ends as
+    the composed episode that made it does."""
     exhausted: bool = False
     """The inner loop stopped because no revision answers the last critique (the
     backend returned the version unchanged): more rounds of this mode would not help."""
     seed_outcomes: list[int] = field(default_factory=list)
     """The chosen version's outcome on each evaluation world, in the order of
-    ``WorkOn.seeds``: 1 success, 0 failure, −1 the episode never reached the sub-action
-    (:mod:`method.compare`); what versions are compared on, world for world."""
+    ``WorkOn.seeds`` (from starts, ``[task] eval_from_starts``, followed by the further
+    choosing worlds drawn until enough reached the sub-action): 1 success, 0 failure, −1
+    the episode never reached the sub-action (:mod:`method.compare`); what versions are
+    compared on, world for world."""
     reached: int = -1
     """Evaluation episodes that reached the sub-action (−1: not measured). 0 means it was
     never reached: nothing is known of it, and its predecessors are at fault."""

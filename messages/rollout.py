@@ -44,6 +44,15 @@ class RolloutRequest:
     skip_failed: bool = False
     """With ``stages``: a stage that gives up is dropped for the episode and the next one
     runs (a curriculum of achievements), instead of ending the episode."""
+    start_at: int = 0
+    """With ``stages`` (not with ``skip_failed``): the first ``start_at`` stages are the
+    setup, and each episode is reported from the moment stage ``start_at`` begins — the
+    first time the planner finds every stage before it done (:mod:`envs.composite`).
+    That start is made once per world and setup in the runner's process, by playing the
+    composed episode up to it (its steps reported once, as ``setup_steps``), and
+    restored for every later episode of the same world and setup, so two versions of the
+    stage play the very same starts. A world whose setup ends first (death, a stage that
+    gave up, the cap) is ``setup_failed`` with no stage run: not reached. 0: from reset."""
 
 
 @message("rollout.stage_run")
@@ -125,7 +134,27 @@ class EpisodeReport:
     wall_s: float = 0.0
     """Seconds the episode took."""
     stages: list[StageRun] = field(default_factory=list)
-    """With a composed policy: every stage run, in order."""
+    """With a composed policy: every stage run, in order (from a start: those after it)."""
+    setup_steps: int = 0
+    """From a start (:attr:`RolloutRequest.start_at`): world steps this episode took to
+    make it — the composed episode up to the stage — 0 when the start was restored (made
+    and counted before). ``steps``, ``reward`` and ``achievements`` are the episode's
+    from the start on; the world episode is setup and episode together."""
+    setup_reward: float = 0.0
+    """The world's reward during ``setup_steps``."""
+    setup_achievements: list[str] = field(default_factory=list)
+    """Achievements unlocked during ``setup_steps``, in order."""
+    restored: bool = False
+    """From a start: it was restored, not made (the episode that made it reported the
+    setup). One that took no step — its world's setup known to fail, or the test held
+    at the start — played nothing: it has no stats row and no ledger line
+    (:func:`method.ledger.rollout_lines`), as a training reset that takes no step."""
+
+    @property
+    def played(self) -> bool:
+        """Whether the episode is a world episode to book: anything but a restored start
+        that took no step."""
+        return not self.restored or self.steps > 0
 
     def reached(self, stage: str) -> bool:
         """Whether sub-action ``stage`` got its turn (or the episode succeeded)."""
@@ -143,7 +172,8 @@ class RolloutResult:
     success_rate: float
     """Fraction of episodes that succeeded."""
     steps: int
-    """Primitive steps taken in all (counts toward the run's step budget)."""
+    """Primitive steps taken in all, making starts included (``setup_steps``): counts
+    toward the run's step budget."""
     actor_id: str
     """Which environment actor ran it."""
     output: str = ""
@@ -161,7 +191,7 @@ class RolloutResult:
             subtask=subtask,
             episodes=episodes,
             success_rate=wins / len(episodes) if episodes else 0.0,
-            steps=sum(e.steps for e in episodes),
+            steps=sum(e.steps + e.setup_steps for e in episodes),
             actor_id=actor_id,
             **extra,
         )

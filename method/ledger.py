@@ -11,7 +11,9 @@ the code and policy evaluations, the PPO training episodes and the final evaluat
   each happened; ``reward``: the world's own), kind ``code`` (a version's evaluation),
   ``final`` (the final evaluation), ``video`` (the episode rendered for the report) or
   ``play`` (the final policy playing on until the budget is spent,
-  ``[task] play_to_budget``);
+  ``[task] play_to_budget``); an evaluation from a start (``RolloutRequest.start_at``)
+  books the setup with the episode that made the start, and an episode that restored
+  it only what it took and unlocked after the start (none when it took no step);
 - a training job, aggregated: ``{"kind": "train", "job", "episodes", "steps",
   "achievement_episodes", "split", "episode_log"}``: ``steps`` is every world step the
   job's worlds took, ``split`` divides them by kind — ``train`` (PPO's own steps),
@@ -84,22 +86,31 @@ def success_rates(
 
 
 def rollout_lines(kind: str, result: Any, job: str) -> list[dict[str, Any]]:
-    """One line per episode of a :class:`~messages.rollout.RolloutResult`; ``job`` is
-    the journal's key of its request (the lines' ids)."""
+    """One line per world episode of a :class:`~messages.rollout.RolloutResult`; ``job``
+    is the journal's key of its request (the lines' ids). An episode from a restored
+    start books only its own steps and what happened after the start (the episode that
+    made the start booked the setup), and one that took no step has no line
+    (:attr:`~messages.rollout.EpisodeReport.played`), as training resets do
+    (:meth:`envs.rl_env.SubtaskEnv.take_world_episodes`)."""
     lines = []
     for e in result.episodes:
+        if not e.played:  # a restored start that took no step: no world episode
+            continue
+        # An episode from a start (``setup_steps``) that made it: the world episode is
+        # the setup and the episode together, booked once here; a restored start took
+        # no setup step and unlocked nothing before the episode's own.
         counts: dict[str, int] = {}
-        for name in e.achievements:
+        for name in [*e.setup_achievements, *e.achievements]:
             counts[name] = counts.get(name, 0) + 1
         lines.append(
             {
                 "id": f"{kind}:{job}:{int(e.seed)}",
                 "kind": kind,
                 "seed": int(e.seed),
-                "steps": int(e.steps),
+                "steps": int(e.steps) + int(e.setup_steps),
                 "achievements": sorted(counts),
                 "counts": dict(sorted(counts.items())),
-                "reward": round(float(e.reward), 6),
+                "reward": round(float(e.reward) + float(e.setup_reward), 6),
             }
         )
     return lines

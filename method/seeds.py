@@ -80,13 +80,21 @@ def more_code_seeds(seeds: Sequence[int], have: int, count: int) -> list[int]:
     if not seeds:
         return []
     start = seeds[0]
-    offset = start - CODE_BASE
-    if (
-        0 <= offset < len(RUN_SEEDS) * CODE_STRIDE
-        and offset % CODE_STRIDE + have + count > CODE_STRIDE
-    ):
+    if code_seeds_within(seeds, have, count) < count:
         raise ValueError(f"code seeds from {start}: {have} + {count} leave the run's code range")
     return list(range(start + have, start + have + count))
+
+
+def code_seeds_within(seeds: Sequence[int], have: int, count: int) -> int:
+    """``count``, less what would pass the end of the run's code range after the first
+    ``have`` of ``seeds`` (a run's first code seeds): how many :func:`more_code_seeds`
+    can give. Seeds outside every run's code range are not bounded."""
+    if not seeds:
+        return 0
+    offset = seeds[0] - CODE_BASE
+    if not 0 <= offset < len(RUN_SEEDS) * CODE_STRIDE:
+        return count
+    return max(0, min(count, CODE_STRIDE - offset % CODE_STRIDE - have))
 
 
 def final_seeds(seed: int, episodes: int) -> list[int]:

@@ -155,6 +155,14 @@ class TaskSettings:
     version, on as many further choosing worlds again, doubling, until the bound decides
     or this many worlds are reached; those steps count in the budget like any other. At
     or below ``code_episodes``: never extended."""
+    eval_from_starts: bool = True
+    """Evaluate the versions of a sub-action that has stages before it from *starts*: the
+    world saved when the composed episode reaches the sub-action, made once per world
+    and kept for every version (``RolloutRequest.start_at``), so two versions play the
+    very same starts; further choosing worlds are drawn until ``code_episodes`` of them
+    reach it (at most 8× as many), so a deep stage is judged on as many worlds as the
+    first. Off: every version plays whole composed episodes on the ``code_episodes``
+    worlds, and a deep stage is compared on the few that reach it."""
     eval_episodes: int = field(default=20, metadata=check(min=1, max=seeds.FINAL_STRIDE))
     """Episodes the final policy is evaluated on (worlds never used before)."""
     train_steps: int = field(default=20_000, metadata=check(min=1))

@@ -3,6 +3,7 @@ hand-made outcomes, and the rules the fast and slow agents follow with it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -320,11 +321,55 @@ def test_the_incumbents_further_worlds_are_played_once(tmp_path) -> None:
     assert fast.played == [("v3", FOUR), ("v3", list(range(500_004, 500_008)))]
 
 
+def test_a_comparison_from_starts_stops_drawing_when_pairs_stop_coming(tmp_path) -> None:
+    from actors.fast import START_DRAW_FACTOR, _InnerLoop
+
+    fast = EvaluatingFast(tmp_path, decide=16)
+    evaluate = fast.agent._evaluate
+
+    async def from_starts(work: WorkOn, stage: Stage) -> RolloutResult:
+        # Only the first four worlds' setups reach the stage: no pair comes after.
+        got = await evaluate(work, stage)
+        episodes = [
+            e if e.seed in FOUR else dataclasses.replace(e, success=False, stages=[])
+            for e in got.episodes
+        ]
+        return RolloutResult.of_episodes(NAME, episodes, actor_id="t")
+
+    fast.agent._evaluate = from_starts
+    best = _Best()
+    best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
+    before = Stage(Subtask(name="collect_wood"), code="x")
+    work = WorkOn(SubAction(NAME, Subtask(name=NAME)), before=[before], seeds=FOUR)
+    assert fast.agent._from_starts(work)
+
+    async def go() -> dict[int, int]:
+        result = await fast.agent._evaluate(work, stage("v2"))
+        return await fast.agent._settle(work, best, result, stage("v2"), _InnerLoop())
+
+    more = trio.run(go)
+    # Undecided on the four pairs, it draws further worlds, but never past 8x
+    # decide_episodes in all (not the whole code range).
+    assert more and len(FOUR) + len(more) <= START_DRAW_FACTOR * 16
+    assert max(more) < FOUR[0] + START_DRAW_FACTOR * 16
+
+
 def test_more_code_seeds_stay_in_the_run_code_range() -> None:
-    from method.seeds import CODE_BASE, CODE_STRIDE, code_seeds, more_code_seeds
+    from method.seeds import (
+        CODE_BASE,
+        CODE_STRIDE,
+        code_seeds,
+        code_seeds_within,
+        more_code_seeds,
+    )
 
     first = code_seeds(3, 4)
     assert more_code_seeds(first, 4, 4) == list(range(first[0] + 4, first[0] + 8))
     with pytest.raises(ValueError, match="code range"):
         more_code_seeds(first, CODE_STRIDE - 2, 4)
     assert first[0] == CODE_BASE + 3 * CODE_STRIDE
+    # How many further code seeds there is room for, as more_code_seeds checks it.
+    assert code_seeds_within(first, 4, 10) == 10
+    assert code_seeds_within(first, CODE_STRIDE - 2, 4) == 2
+    assert code_seeds_within(first, CODE_STRIDE, 4) == 0
+    assert code_seeds_within([7], 0, 4) == 4  # not a run's code seeds: not bounded
