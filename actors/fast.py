@@ -255,6 +255,8 @@ class _Best:
     """The success rate of the whole composed episode it was measured in, over the
     ``code_episodes`` choosing worlds (from starts too: an episode from a start goes on
     exactly as the composed episode that made it, so its end is that episode's end)."""
+    seeds: list[int] = dataclasses.field(default_factory=list)
+    """The evaluation worlds of :attr:`outcomes`, in order."""
     outcomes: list[int] = dataclasses.field(default_factory=list)
     """Its outcome per evaluation world (1, 0, or -1 not reached); from starts, the
     worlds drawn until ``code_episodes`` reached the stage (:attr:`_InnerLoop.worlds`)."""
@@ -304,6 +306,7 @@ class _Best:
         task = result.success_rate if task_rate is None else task_rate
         self.rate, self.stage, self.task_rate = rate, stage, task
         self.outcomes, self.faulted, self.more = outcomes, broken, dict(more)
+        self.seeds = list(seeds)
         return True
 
     def compare(self, outcomes: list[int], more: dict[int, int]) -> Comparison:
@@ -424,6 +427,7 @@ class FastAgent(Actor):
             task_rate=chosen.task_rate,
             exhausted=loop.exhausted,
             seed_outcomes=list(chosen.outcomes),
+            seeds=list(chosen.seeds),
             reached=reached(chosen.outcomes) if chosen.stage is not None else -1,
         )
         log.info(

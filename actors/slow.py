@@ -26,7 +26,7 @@ from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
-from method.paired import compare
+from method.paired import compare, paired_outcomes
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
 from method.video import video_episodes
@@ -565,9 +565,8 @@ class SlowAgent(Actor):
             return outs[0]
         kept = usable[0]
         for challenger in usable[1:]:
-            if len(challenger.seed_outcomes) != len(kept.seed_outcomes):
-                continue  # not measured on the same worlds: no paired comparison
-            if compare(kept.seed_outcomes, challenger.seed_outcomes).challenger_wins:
+            paired = paired_outcomes(kept, challenger)
+            if paired is not None and compare(*paired).challenger_wins:
                 kept = challenger
         return kept
 

@@ -188,6 +188,10 @@ class SubActionOutcome:
     choosing worlds drawn until enough reached the sub-action): 1 success, 0 failure, −1
     the episode never reached the sub-action (:mod:`method.compare`); what versions are
     compared on, world for world."""
+    seeds: list[int] = field(default_factory=list)
+    """The world seed of each entry of :attr:`seed_outcomes` (empty in outcomes written
+    before it was recorded): versions from different inner loops are compared on the
+    worlds both were evaluated on, matched by seed."""
     reached: int = -1
     """Evaluation episodes that reached the sub-action (−1: not measured). 0 means it was
     never reached: nothing is known of it, and its predecessors are at fault."""

@@ -96,6 +96,23 @@ def compare(incumbent: Sequence[int], challenger: Sequence[int]) -> Comparison:
     return Comparison(n, wins, losses, (wins - losses) / n, lower)
 
 
+def paired_outcomes(a: Any, b: Any) -> tuple[list[int], list[int]] | None:
+    """Two versions' outcomes (:class:`~messages.plan.SubActionOutcome`) on the worlds
+    both were evaluated on, world for world, ready for :func:`compare` (matched by seed:
+    inner loops from starts draw worlds of their own), or None when they share none.
+    Outcomes with no seeds recorded pair by position, and only when they have the same
+    length (what the run did before seeds were recorded)."""
+    if not (a.seeds and b.seeds):
+        if len(a.seed_outcomes) != len(b.seed_outcomes) or not a.seed_outcomes:
+            return None
+        return list(a.seed_outcomes), list(b.seed_outcomes)
+    theirs = dict(zip(b.seeds, b.seed_outcomes, strict=False))
+    common = [(o, theirs[s]) for s, o in zip(a.seeds, a.seed_outcomes, strict=False) if s in theirs]
+    if not common:
+        return None
+    return [x for x, _ in common], [y for _, y in common]
+
+
 def stage_outcomes(result: Any, stage: str, seeds: Sequence[int]) -> list[int]:
     """Per world of ``seeds`` (in that order), how the episode of a
     :class:`~messages.rollout.RolloutResult` went for ``stage``: 1 success, 0 failure,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from messages.plan import Critique, RunTask, SubActionOutcome, TaskReport
+from method.paired import compare, paired_outcomes
 from method.settings import MethodSettings
 
 KIND_NAMES = {
@@ -39,6 +40,35 @@ def _rate(value: float) -> str:
 def _best(outs: list[SubActionOutcome], mode: str) -> float:
     rates = [o.success_rate for o in outs if o.mode == mode]
     return max(rates) if rates else -1.0
+
+
+def _best_outcome(outs: list[SubActionOutcome], mode: str) -> SubActionOutcome | None:
+    """The version of ``mode`` with the best success rate (the first of equals)."""
+    of_mode = [o for o in outs if o.mode == mode]
+    return max(of_mode, key=lambda o: o.success_rate) if of_mode else None
+
+
+def _paired_cell(coded: SubActionOutcome, learned: SubActionOutcome) -> tuple[str, str]:
+    """Learned minus coded on the worlds both were evaluated on (:mod:`method.paired`):
+    the difference with its 95 % interval and the pairs, and which is measurably better."""
+    paired = paired_outcomes(coded, learned)
+    if paired is None:
+        return "not on the same worlds", "–"
+    up = compare(*paired)  # the learned version as the challenger
+    down = compare(paired[1], paired[0])  # the coded one as the challenger
+    cell = (
+        f"{up.difference:+.2f} [{up.lower:+.2f}, {-down.lower:+.2f}] on {up.worlds} pairs"
+        if up.worlds
+        else "no world reached by both"
+    )
+    better = (
+        "learned (measurably)"
+        if up.challenger_wins
+        else "coded (measurably)"
+        if down.challenger_wins
+        else "not measurably different"
+    )
+    return cell, better
 
 
 OFFLINE_FIRST_LINES = {
@@ -145,19 +175,27 @@ def write_report(
             f"{best:.2f} | {_rate(_best(outs, 'code'))} | {_rate(_best(outs, 'rl'))} |"
         )
     compared = [
-        (name, _best(outs, "code"), _best(outs, "rl"))
+        (name, coded, learned)
         for name, outs in by_name.items()
-        if _best(outs, "code") >= 0 and _best(outs, "rl") >= 0
+        if (coded := _best_outcome(outs, "code")) and (learned := _best_outcome(outs, "rl"))
     ]
     lines += ["", "## Coded against learned", ""]
     if compared:
         lines += [
-            "| Sub-action | Coded | Learned (PPO with coded actions) | Better |",
-            "|---|---|---|---|",
+            "The best version of each kind; the difference is paired, world for world, on "
+            "the worlds both were evaluated on and both reached (95 % interval: "
+            "`method/paired.py`).",
+            "",
+            "| Sub-action | Coded | Learned (PPO with coded actions) "
+            "| Learned − coded [95 %] | Better |",
+            "|---|---|---|---|---|",
         ]
         for name, coded, learned in compared:
-            better = "learned" if learned > coded else "coded" if coded > learned else "tie"
-            lines.append(f"| {name} | {coded:.2f} | {learned:.2f} | {better} |")
+            cell, better = _paired_cell(coded, learned)
+            lines.append(
+                f"| {name} | {coded.success_rate:.2f} | {learned.success_rate:.2f} | {cell} "
+                f"| {better} |"
+            )
     else:
         lines.append("No sub-action was both coded and learned in this run.")
     lines += ["", "## Plan history", ""]

@@ -167,6 +167,28 @@ def test_a_learned_version_does_not_win_a_tie():
     assert SlowAgent._chosen([coded, learned, better]) is better
 
 
+def test_versions_of_different_inner_loops_are_paired_by_world_seed():
+    """Inner loops from starts draw worlds of their own: outcomes of equal length need
+    not be of the same worlds, and outcomes of unequal length can share many."""
+    coded = outcome("code", [0] * 20)
+    coded.seeds.extend(range(100, 120))
+    # The same count of outcomes, on other worlds: nothing to pair, the first stays.
+    elsewhere = outcome("rl", [1] * 20, code="", policy="p.zip")
+    elsewhere.seeds.extend(range(200, 220))
+    assert SlowAgent._chosen([coded, elsewhere]) is coded
+    # More worlds drawn, 12 of them the coded version's: paired on those, it wins.
+    overlapping = outcome("rl", [1] * 24, code="", policy="p.zip")
+    overlapping.seeds.extend([*range(108, 120), *range(300, 312)])
+    assert SlowAgent._chosen([coded, overlapping]) is overlapping
+    # Outcomes from before seeds were recorded still pair by position.
+    assert (
+        SlowAgent._chosen(
+            [outcome("code", [0] * 20), outcome("rl", [1] * 20, code="", policy="p.zip")]
+        ).mode
+        == "rl"
+    )
+
+
 def test_an_empty_stage_is_never_chosen():
     empty = outcome("rl", [1] * 20, code="")  # training failed: nothing to compose
     coded = outcome("code", [0] * 20)
@@ -373,3 +395,26 @@ def test_more_code_seeds_stay_in_the_run_code_range() -> None:
     assert code_seeds_within(first, CODE_STRIDE - 2, 4) == 2
     assert code_seeds_within(first, CODE_STRIDE, 4) == 0
     assert code_seeds_within([7], 0, 4) == 4  # not a run's code seeds: not bounded
+
+
+def test_the_reports_coded_against_learned_cell_is_paired_by_seed():
+    """report.md's table: learned minus coded on the worlds both played, its 95 % interval
+    worked by hand (10 disagreements, all the learned version's, on 20 pairs: Wilson's
+    lower bound on 10/10 is 0.7225, so the difference's is 0.5 × (2 × 0.7225 − 1) = 0.22)."""
+    from method.report import _paired_cell
+
+    coded = outcome("code", [0] * 20)
+    coded.seeds.extend(range(100, 120))
+    learned = outcome("rl", [X] * 4 + [1] * 10 + [0] * 10, code="", policy="p.zip")
+    learned.seeds.extend([*range(500, 504), *range(100, 120)])
+    assert _paired_cell(coded, learned) == (
+        "+0.50 [+0.22, +0.50] on 20 pairs",
+        "learned (measurably)",
+    )
+    assert _paired_cell(learned, coded)[1] == "coded (measurably)"
+    elsewhere = outcome("rl", [1] * 20, code="", policy="p.zip")
+    elsewhere.seeds.extend(range(900, 920))
+    assert _paired_cell(coded, elsewhere) == ("not on the same worlds", "–")
+    tie = outcome("rl", [1] + [0] * 19, code="", policy="p.zip")
+    tie.seeds.extend(range(100, 120))
+    assert _paired_cell(coded, tie)[1] == "not measurably different"
