@@ -21,6 +21,7 @@ from envs.artifacts import ArtifactRefused, store_artifact
 from envs.setup_code import compose_setup, in_training
 from llm.contracts import subtask_achievement
 from messages import Envelope
+from messages.causes import SETUP_FAILED
 from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
@@ -761,7 +762,10 @@ class FastAgent(Actor):
         ``code_episodes`` worlds reach the stage or :data:`START_DRAW_FACTOR` times as
         many were drawn; ``result`` with those episodes added (each evaluation booked,
         counted and journalled). Later versions play the same worlds from the starts
-        made here (``worlds_drawn``)."""
+        made here (``worlds_drawn``). Only a world whose setup died (``setup_failed``)
+        asks for another: one the stage did not get to for any other reason (the
+        environment could not run it, a runner crashed) would fail as well elsewhere, so
+        drawing stops there."""
         from method.seeds import code_seeds_within, more_code_seeds
 
         name = work.subaction.name
@@ -770,7 +774,11 @@ class FastAgent(Actor):
         episodes = list(result.episodes)
         got = reached(stage_outcomes(result, name, seeds))
         limit = code_seeds_within(seeds, 0, START_DRAW_FACTOR * want)
-        while got < want and len(episodes) < limit:
+
+        def setups_only(batch: list[EpisodeReport]) -> bool:
+            return all(e.reached(name) or e.cause == SETUP_FAILED for e in batch)
+
+        while got < want and len(episodes) < limit and setups_only(episodes):
             share = max(got, 1) / len(episodes)
             count = min(-(-(want - got) // share), limit - len(episodes))
             new = more_code_seeds(seeds, len(episodes), int(count))

@@ -376,6 +376,46 @@ def test_a_comparison_from_starts_stops_drawing_when_pairs_stop_coming(tmp_path)
     assert max(more) < FOUR[0] + START_DRAW_FACTOR * 16
 
 
+def _draw_from_starts(tmp_path, cause: str) -> list[tuple[str, list[int]]]:
+    """What ``_draw`` asks to be played when only two of the first four worlds reach the stage
+    and every other one ends, not reached, with ``cause``."""
+    from actors.fast import _InnerLoop
+
+    fast = EvaluatingFast(tmp_path, decide=16)
+    evaluate = fast.agent._evaluate
+
+    async def from_starts(work: WorkOn, stage: Stage) -> RolloutResult:
+        got = await evaluate(work, stage)
+        episodes = [
+            e if e.seed in FOUR[:2] else dataclasses.replace(e, success=False, stages=[],
+                                                             cause=cause)
+            for e in got.episodes
+        ]  # fmt: skip
+        return RolloutResult.of_episodes(NAME, episodes, actor_id="t")
+
+    fast.agent._evaluate = from_starts
+    before = Stage(Subtask(name="collect_wood"), code="x")
+    work = WorkOn(SubAction(NAME, Subtask(name=NAME)), before=[before], seeds=FOUR)
+
+    async def go() -> None:
+        result = await fast.agent._evaluate(work, stage("v1"))
+        await fast.agent._draw(work, stage("v1"), result, _InnerLoop())
+
+    trio.run(go)
+    return fast.played
+
+
+def test_worlds_are_drawn_for_setups_that_died_and_not_for_a_failing_environment(tmp_path):
+    from actors.fast import START_DRAW_FACTOR
+
+    # Setups that died: further worlds are drawn (none of them reaches: up to the cap).
+    played = _draw_from_starts(tmp_path, "setup_failed")
+    assert len(played) > 1
+    assert sum(len(seeds) for _, seeds in played) == START_DRAW_FACTOR * len(FOUR)
+    # The environment could not run the stage's episodes: more worlds would fail alike.
+    assert len(_draw_from_starts(tmp_path / "b", "rollout_failed")) == 1
+
+
 def test_more_code_seeds_stay_in_the_run_code_range() -> None:
     from method.seeds import (
         CODE_BASE,
