@@ -23,7 +23,8 @@ def held_out(
     """Play one episode of ``config``'s env per world seed, choosing actions with
     ``act(obs)``: (success rate, world steps, per-episode records). A world whose setup
     fails (the player died on the way to the sub-action's start) is left out of the
-    rate and recorded as ``skipped``.
+    rate and recorded as ``skipped``. Each record has the ``setup_steps`` its world's
+    reset took (failed attempts included; 0 for a start restored or known to fail).
 
     The world steps returned are the policy's (after setup). ``tally``, when given, gets
     every world step the env took: ``world_steps`` (setup included, failed setups too),
@@ -38,11 +39,14 @@ def held_out(
     records = []
     try:
         for seed in seeds:
+            before = env.setup_steps_total
             try:
                 obs, _ = env.reset(seed=seed)
             except SetupError as exc:
-                records.append({"seed": seed, "skipped": str(exc)[:300]})
+                records.append({"seed": seed, "skipped": str(exc)[:300],
+                                "setup_steps": env.setup_steps_total - before})  # fmt: skip
                 continue
+            setup = env.setup_steps_total - before
             played += 1
             taken, used, unlocked = 0, [], []
             while True:
@@ -57,7 +61,8 @@ def held_out(
             steps += taken
             records.append(
                 {"seed": seed, "success": won, "steps": taken, "actions": used,
-                 "achievements": unlocked, "died": bool(info.get("died"))}
+                 "achievements": unlocked, "died": bool(info.get("died")),
+                 "setup_steps": setup}
             )  # fmt: skip
     finally:
         if tally is not None:

@@ -522,14 +522,18 @@ class Rollouts:
             config, lambda obs: model.predict(obs, deterministic=False)[0], req.seeds
         )
         for r in records:
+            # Every world step counts: the setup's too (booked with its episode).
+            steps += r["setup_steps"]
             if "skipped" in r:  # the setup died before the policy's turn
-                report = EpisodeReport(r["seed"], False, 0, 0.0, [], SETUP_FAILED, r["skipped"])
+                report = EpisodeReport(r["seed"], False, 0, 0.0, [], SETUP_FAILED, r["skipped"],
+                                       setup_steps=r["setup_steps"])  # fmt: skip
             else:
                 cause = SUCCESS if r["success"] else EPISODE_DONE if r["died"] else STEP_BUDGET
                 used = collections.Counter(r["actions"])
                 detail = ", ".join(f"{name}×{n}" for name, n in used.most_common())
                 report = EpisodeReport(r["seed"], r["success"], r["steps"], float(r["success"]),
-                                       list(r["achievements"]), cause, detail)  # fmt: skip
+                                       list(r["achievements"]), cause, detail,
+                                       setup_steps=r["setup_steps"])  # fmt: skip
             emit(RunnerEpisode(report))
         return RunnerDone(steps)
 

@@ -233,6 +233,9 @@ def test_held_out_evaluations_of_two_versions_set_each_world_up_once() -> None:
     rate1, steps1, rec1 = held_out(config(), lambda obs: 0, [3, 11], first, start_states=cache)
     rate2, steps2, rec2 = held_out(config(), lambda obs: 0, [3, 11], second, start_states=cache)
     assert first["setup_steps"] > 0 and second["setup_steps"] == 0
+    # Each record says what its world's setup took: made once, then restored for nothing.
+    assert sum(r.pop("setup_steps") for r in rec1) == first["setup_steps"]
+    assert [r.pop("setup_steps") for r in rec2] == [0, 0]
     assert (rate1, steps1, rec1) == (rate2, steps2, rec2)
     assert sum(length for length, _, _ in second["episodes"]) == second["world_steps"] == steps2
 
@@ -286,3 +289,38 @@ def test_a_setup_stopped_by_the_wall_clock_is_not_remembered_as_a_bad_world() ->
         env.reset(seed=3)
     assert caught.value.failure.cause == "timeout"
     assert cache.get(cache_key(env, 3)) is None
+
+
+def test_a_trained_policys_rollout_books_its_worlds_setup_steps(tmp_path) -> None:
+    """A rollout of a trained policy (``RolloutRequest.policy_path``) sets each world up
+    with the config's setup code before the policy plays: those steps are the run's too,
+    failed setups included, reported with their episodes and in the batch's total."""
+    from actors.learner import make_ppo
+    from envs.artifacts import sha256_of
+    from envs.rl_env import make_vec_env
+    from envs.runner import Rollouts
+    from messages.rollout import RolloutRequest
+    from messages.train import PPOSettings
+
+    vec = make_vec_env(collect_wood_with_coded(), 1, 0, world_pool=range(2))
+    try:
+        model = make_ppo(PPOSettings(n_steps=64, batch_size=32, n_epochs=1), vec, seed=0,
+                         device="cpu")  # fmt: skip
+        model.learn(64)
+        policy = tmp_path / "policy.zip"
+        model.save(policy)
+    finally:
+        vec.close()
+    rollouts = Rollouts(tmp_path)
+    for setup, seeds in ((SETUP, [3, 11]), (WET_SETUP, [2008])):
+        cfg = config(setup)
+        req = RolloutRequest(cfg.subtask, policy_path=str(policy), policy_sha256=sha256_of(policy),
+                             config=cfg, seeds=seeds, wall_s=60)  # fmt: skip
+        tally: dict = {}
+        held_out(cfg, lambda obs: 0, seeds, tally)  # what the worlds' setups take
+        episodes: list = []
+        done = rollouts.run(req, episodes.append)
+        reports = [e.report for e in episodes]
+        assert sum(r.setup_steps for r in reports) == tally["setup_steps"] > 0
+        assert done.steps == sum(r.steps + r.setup_steps for r in reports)
+    assert reports[0].cause == "setup_failed" and reports[0].setup_steps > 0
