@@ -169,10 +169,11 @@ def write_report(
     for need in report.needs:
         kind = "learned (PPO)" if need.stage.policy_path else "coded"
         outs = by_name.get(need.stage.subtask.name, [])
-        best = max((o.success_rate for o in outs), default=0.0)
+        # A need is measured only when it was a sub-action of its own: "–", not 0, else.
+        best = max((o.success_rate for o in outs), default=-1.0)
         lines.append(
             f"| need: {need.stage.subtask.name} ({need.stat} < {need.below:g}) | {kind} | "
-            f"{best:.2f} | {_rate(_best(outs, 'code'))} | {_rate(_best(outs, 'rl'))} |"
+            f"{_rate(best)} | {_rate(_best(outs, 'code'))} | {_rate(_best(outs, 'rl'))} |"
         )
     compared = [
         (name, coded, learned)

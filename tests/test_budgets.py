@@ -23,13 +23,13 @@ def test_the_quick_benchmark_is_not_cut_by_the_wall_clock() -> None:
     assert QUICK_TASK["wall_s"] >= SAFETY_S
 
 
-def _report(tmp_path, stop_reason: str) -> str:
+def _report(tmp_path, stop_reason: str, needs: list | None = None) -> str:
     from messages.plan import RunTask, TaskReport
     from method.report import write_report
 
     settings = load(str(ROOT / "rlgpt" / "configs" / "diamond.toml"))
     task = RunTask("t", "diamond", 0.3, 1, 10_000, eval_seeds=[2_000_000, 2_000_001], code_seeds=[])
-    report = TaskReport([], [], 0.5, 2, [], stop_reason)
+    report = TaskReport([], [], 0.5, 2, [], stop_reason, needs=needs or [])
     summary = {
         "backend": "offline", "model_calls": 0, "model_calls_replayed": 0, "tokens_in": 0,
         "tokens_out": 0, "wall_s": 12.0, "wall_limit_reached": stop_reason == "wall_time",
@@ -66,3 +66,11 @@ def test_learning_sub_actions_share_what_is_left_of_the_budget() -> None:
     spent.code += 10_000
     late = Shares(1000, spent, {"d"})
     assert late.take("d") == 1
+
+
+def test_a_need_never_measured_as_a_sub_action_shows_no_rate(tmp_path) -> None:
+    from messages.task import Need, Stage, Subtask
+
+    drink = Need("drink", 5, Stage(Subtask("drink_water"), code="x"))
+    text = _report(tmp_path, "iterations", needs=[drink])
+    assert "| need: drink_water (drink < 5) | coded | – | – | – |" in text
