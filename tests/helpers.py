@@ -94,3 +94,22 @@ def alive(pid: int) -> bool:
         return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def wood_policy(path: Path) -> Path:
+    """A real PPO policy over ``collect_wood_with_coded``'s spaces after 64 decisions of
+    training (seconds), saved at ``path``: what a learned stage's rollout loads."""
+    from actors.learner import make_ppo
+    from envs.configs import collect_wood_with_coded
+    from envs.rl_env import make_vec_env
+    from messages.train import PPOSettings
+
+    vec = make_vec_env(collect_wood_with_coded(), 1, 0, world_pool=range(2))
+    try:
+        model = make_ppo(PPOSettings(n_steps=64, batch_size=32, n_epochs=1), vec, seed=0,
+                         device="cpu")  # fmt: skip
+        model.learn(64)
+        model.save(path)
+    finally:
+        vec.close()
+    return path

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import trio
-from helpers import make_settings, run_head_with
+from helpers import make_settings, run_head_with, wood_policy
 
 from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 from envs.runner import Runner, RunnerFailed
@@ -336,22 +336,11 @@ def test_a_second_request_with_the_same_code_does_not_compile_again(tmp_path: Pa
 def test_an_environment_actor_runs_learned_policies_on_one_torch_thread(tmp_path: Path) -> None:
     """The thread limit is set at the actor process's start; the actor measures
     torch.get_num_threads() once a learned policy brought torch in."""
-    from actors.learner import make_ppo
     from envs.artifacts import sha256_of
     from envs.configs import collect_wood_with_coded
-    from envs.rl_env import make_vec_env
-    from messages.train import PPOSettings
 
     config = collect_wood_with_coded()
-    vec = make_vec_env(config, 1, 0, world_pool=range(2))
-    try:
-        settings = PPOSettings(n_steps=64, batch_size=32, n_epochs=1)
-        model = make_ppo(settings, vec, seed=0, device="cpu")
-        model.learn(64)
-        policy = tmp_path / "wood.zip"
-        model.save(policy)
-    finally:
-        vec.close()
+    policy = wood_policy(tmp_path / "wood.zip")
     seen: dict = {}
 
     async def driver(head: Head) -> dict:
@@ -456,21 +445,9 @@ def test_a_learned_policy_loads_in_a_runner_whose_cap_leaves_less_room_than_torc
     same failure with the CPU build: a cap with less room than torch's libraries take."""
     import subprocess
 
-    from actors.learner import make_ppo
     from envs.artifacts import sha256_of
-    from envs.configs import collect_wood_with_coded
-    from envs.rl_env import make_vec_env
-    from messages.train import PPOSettings
 
-    vec = make_vec_env(collect_wood_with_coded(), 1, 0, world_pool=range(2))
-    try:
-        model = make_ppo(PPOSettings(n_steps=64, batch_size=32, n_epochs=1), vec, seed=0,
-                         device="cpu")  # fmt: skip
-        model.learn(64)
-        policy = tmp_path / "wood.zip"
-        model.save(policy)
-    finally:
-        vec.close()
+    policy = wood_policy(tmp_path / "wood.zip")
     done = subprocess.run(
         [sys.executable, "-c", _CAPPED_RUNNER, str(tmp_path), str(policy), sha256_of(policy)],
         capture_output=True,

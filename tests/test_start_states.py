@@ -295,22 +295,13 @@ def test_a_trained_policys_rollout_books_its_worlds_setup_steps(tmp_path) -> Non
     """A rollout of a trained policy (``RolloutRequest.policy_path``) sets each world up
     with the config's setup code before the policy plays: those steps are the run's too,
     failed setups included, reported with their episodes and in the batch's total."""
-    from actors.learner import make_ppo
+    from helpers import wood_policy
+
     from envs.artifacts import sha256_of
-    from envs.rl_env import make_vec_env
     from envs.runner import Rollouts
     from messages.rollout import RolloutRequest
-    from messages.train import PPOSettings
 
-    vec = make_vec_env(collect_wood_with_coded(), 1, 0, world_pool=range(2))
-    try:
-        model = make_ppo(PPOSettings(n_steps=64, batch_size=32, n_epochs=1), vec, seed=0,
-                         device="cpu")  # fmt: skip
-        model.learn(64)
-        policy = tmp_path / "policy.zip"
-        model.save(policy)
-    finally:
-        vec.close()
+    policy = wood_policy(tmp_path / "policy.zip")
     rollouts = Rollouts(tmp_path)
     for setup, seeds in ((SETUP, [3, 11]), (WET_SETUP, [2008])):
         cfg = config(setup)
