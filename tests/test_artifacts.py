@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import ROOT, make_settings, read_events, run_head_with, wait_until
+from helpers import ROOT, make_settings, read_events, run_head_with, wait_until, wood_policy
 
 from envs.configs import collect_wood_with_coded
 from messages import Envelope
@@ -38,20 +38,9 @@ TINY_PPO = PPOSettings(n_steps=64, batch_size=64, n_epochs=2, learning_rate=1e-3
 
 
 def _policy(path: Path) -> tuple[object, str]:
-    """A small SB3 policy for the wood config (trained 64 decisions) and its sha256."""
-    from actors.learner import make_ppo
-    from envs.rl_env import make_vec_env
-
-    config = collect_wood_with_coded()
-    vec = make_vec_env(config, 1, 0, world_pool=range(2))
-    try:
-        model = make_ppo(PPOSettings(n_steps=64, batch_size=32, n_epochs=1), vec, seed=0,
-                         device="cpu")  # fmt: skip
-        model.learn(64)
-        model.save(path)
-    finally:
-        vec.close()
-    return config, hashlib.sha256(path.read_bytes()).hexdigest()
+    """A small SB3 policy for the wood config (:func:`helpers.wood_policy`) and its sha256."""
+    wood_policy(path)
+    return collect_wood_with_coded(), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _attach(role: str, head: Head, keys: Path, name: str, *extra: str, env=None):
