@@ -257,6 +257,7 @@ def test_a_tensorboard_pack_unpacks_into_its_jobs_folder(tmp_path: Path) -> None
     assert (dest / "PPO_1" / "events.out.tfevents.1").read_bytes() == b"e1"
 
 
+@pytest.mark.slow  # 13-29 s each: keeps the default suite under 10 min; CI runs `-m slow` too
 def test_a_job_whose_learner_dies_after_a_checkpoint_resumes_on_another_learner_elsewhere(
     tmp_path: Path,
 ) -> None:

@@ -157,6 +157,7 @@ def test_a_learner_attached_over_curve_gets_queued_work_and_its_artifact_arrives
     assert sha256_of(stored) == result.sha256
 
 
+@pytest.mark.slow  # 13-29 s each: keeps the default suite under 10 min; CI runs `-m slow` too
 def test_a_learner_killed_mid_job_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, {"learner": ActorSettings(count=1)}, heartbeat_timeout=5)
     every = 256

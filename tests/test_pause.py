@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import trio
 from helpers import ROOT, make_settings, read_events, run_head_with, wait_until, wait_until_blocking
 from test_method import SMALL
@@ -82,6 +83,7 @@ def test_a_head_paused_past_the_heartbeat_timeout_declares_no_one_dead_and_runs_
     assert len(named("actor_registered")) == 5  # head, artifacts, holder, two probes: each once
 
 
+@pytest.mark.slow  # 13-29 s each: keeps the default suite under 10 min; CI runs `-m slow` too
 def test_a_paused_run_makes_one_plan_trains_each_job_once_and_keeps_its_budget(
     tmp_path: Path,
 ) -> None:
