@@ -15,6 +15,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["RLGPT_TEST_HOOKS"] = "1"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A PPO trained without a logger of its own makes an (empty) ``SB3-<time>`` folder in
+    the system's temp dir unless ``SB3_LOGDIR`` names one: the tests' go under pytest's."""
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3"))
+
+
 @pytest.fixture
 def python() -> str:
     return sys.executable
