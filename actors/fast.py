@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.artifacts import ArtifactRefused, store_artifact
+from envs.reward_check import check_reward
 from envs.setup_code import compose_setup, in_training
 from llm.contracts import subtask_achievement
 from messages import Envelope
@@ -530,6 +531,16 @@ class FastAgent(Actor):
             config = rl_config(
                 sub, reply, offered, world_actions, work.setup or work.before, work.needs
             )
+            # The shaped reward tried on scripted transitions before a step is trained on
+            # it: one that pays for standing still or never for this step's progress is
+            # dropped (the success reward stays), and the next version is told why.
+            checked = check_reward(config.reward_code, step)
+            if not checked.ok:
+                log.warning(
+                    "reward_check_failed", subaction=sub.name, version=version,
+                    detail=checked.detail,
+                )  # fmt: skip
+                config = dataclasses.replace(config, reward_code="")
             options = [a.name for a in config.coded_actions]
             loop.versions += 1
             log.info(
@@ -539,6 +550,7 @@ class FastAgent(Actor):
                 options=options,
                 primitives=len(config.primitives),
                 shaped_reward=bool(config.reward_code),
+                reward_check=checked.detail[:200],
                 note=reply.get("note", "")[:200],
                 revision_of=critique.cause if critique else "",
             )
@@ -567,6 +579,8 @@ class FastAgent(Actor):
             if critique.verdict != "revise":
                 break
             previous = {"config": reply, "held_out_success": train.eval_success_rate}
+            if not checked.ok:
+                previous["reward_check"] = f"your reward_code was not used: {checked.detail}"
 
     async def _train(
         self, work: WorkOn, config: RLConfig, version: int, cap: int = 0

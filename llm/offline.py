@@ -245,11 +245,12 @@ class OfflineBackend:
         reward_code = ""
         note = "coded options for the step, moving and 'do' as primitives, sparse reward"
         if previous:
-            # Second version: a dense signal for progress towards the goal.
-            items = sorted(sub.get("goal") or {})
-            reward_code = _progress_reward(items)
+            # Second version: a dense signal for progress towards this step's goal.
+            reward_code = _progress_reward(_step(sub))
             cause = (req.get("critique") or {}).get("cause", "")
             note = f"add a shaped reward for progress ({cause or 'under target'})"
+            if not reward_code:
+                note = "no progress short of success shows for this step: sparse reward kept"
         return {
             "options": options,
             "primitives": primitives,
@@ -360,15 +361,31 @@ def _revise_one(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, s
     return revised, reason
 
 
-def _progress_reward(items: list[str]) -> str:
-    watched = items or ["wood", "stone", "coal", "iron", "diamond", "drink", "food"]
+def _progress_reward(step: Any) -> str:
+    """A reward written for ``step``: 0.1 per item of its goal or its ingredients gained
+    (up to the count the step needs), or per point of the vital it restores (drink,
+    food, energy); "" where no progress short of success shows in what the reward sees
+    (defeating a creature). Each passes :func:`envs.reward_check.check_reward`."""
+    from envs.reward_check import VITAL_OF
+
+    vital = VITAL_OF.get(step.achievement)
+    if vital:
+        return (
+            "def reward(before, after):\n"
+            f"    gained = after['status'].get({vital!r}, 0) - before['status'].get({vital!r}, 0)\n"
+            "    return 0.1 * max(0, gained)\n"
+        )
+    # Up to what the step needs of each: gathering more than the recipe uses pays nothing.
+    caps = {**{k: max(1, v) for k, v in step.uses.items()}, **step.goal}
+    if not caps:
+        return ""
     return (
         "def reward(before, after):\n"
-        f"    watched = {watched!r}\n"
+        f"    caps = {dict(sorted(caps.items()))!r}\n"
         "    gained = 0\n"
-        "    for name in watched:\n"
-        "        b = before['inventory'].get(name, 0)\n"
-        "        a = after['inventory'].get(name, 0)\n"
+        "    for name, cap in caps.items():\n"
+        "        b = min(before['inventory'].get(name, 0), cap)\n"
+        "        a = min(after['inventory'].get(name, 0), cap)\n"
         "        if a > b:\n"
         "            gained += a - b\n"
         "    return 0.1 * gained\n"
