@@ -116,7 +116,8 @@ def main() -> None:
     parser.add_argument("--gamma", type=float, default=PPOSettings().gamma, help="PPO's γ")
     parser.add_argument(
         "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
-        help="comma-separated: menu or menu+own, /plain for plain PPO",
+        help="comma-separated: menu, +own (the stage's code as an option), +map (the "
+        "remembered map in the observation), /plain for plain PPO; e.g. menu+own+map",
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="1,024 decisions, 10 worlds")
     parser.add_argument("--json", type=Path, help="write the rows here")
@@ -138,7 +139,13 @@ def main() -> None:
                       "worlds": len(coded)}), flush=True)  # fmt: skip
     for variant in args.variants.split(","):
         menu, _, plain = variant.partition("/")
-        config = with_own if menu == "menu+own" else base
+        extras = set(menu.split("+")[1:])
+        unknown = extras - {"own", "map"}
+        if menu.split("+")[0] != "menu" or unknown:
+            raise SystemExit(f"--variants: {variant!r} is not menu[+own][+map][/plain]")
+        config = with_own if "own" in extras else base
+        if "map" in extras:  # the remembered map around the player besides the view
+            config = dataclasses.replace(config, observation=[*config.observation, "map"])
         req = TrainRequest(
             name=f"bench-{args.sub}-{menu.replace('+', '-')}-{'plain' if plain else 'smdp'}",
             config=config, total_steps=args.steps, n_envs=args.envs, seed=args.seed,

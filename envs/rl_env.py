@@ -26,8 +26,13 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   ``status``     health, food, drink, energy / 9.
   ``facing``     one-hot of left, right, up, down (what 'do' hits).
   ``daylight``   0 (night) … 1 (day).
+  ``map``        one-hot of the map the player remembers in a 15×15 square around it
+                 (:data:`MAP_RADIUS`): 13 tile channels and one for "not seen this
+                 episode"; 225 × 14 = 3150 floats. The skills' memory of what the
+                 player saw (setup's walks included), as a coded stage navigates by.
 
-  Everything comes from :class:`~envs.world.Observation` — never the map.
+  Everything comes from :class:`~envs.world.Observation` and what the player saw —
+  never the hidden world.
 - **actions** — ``Discrete(len(primitives) + len(coded_actions))``: first the primitive
   actions (all of the world's when ``config.primitives`` is empty), then the coded
   actions. A coded action runs as an *option*: its ``run(skills)`` generator, in the
@@ -116,6 +121,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
+from envs.gridmap import UNKNOWN as UNKNOWN_TILE
 from envs.setup_code import NEED_COOLDOWN_STEPS
 from envs.skills import Skills
 from envs.start_states import (
@@ -155,6 +161,12 @@ if TYPE_CHECKING:
 
 OBSERVATION_PARTS: tuple[str, ...] = get_args(ObservationPart)
 """The parts ``RLConfig.observation`` may name."""
+
+MAP_RADIUS = 7
+"""The ``map`` part: the remembered map (the skills' :class:`envs.gridmap.GridMap`) in a
+square of side ``2·MAP_RADIUS + 1`` centred on the player, one channel per tile kind and
+one for tiles not seen this episode; only what the player has seen, never the hidden
+world. 15×15 reaches a view and a half: what a coded stage walks towards."""
 
 FACINGS: tuple[tuple[int, int], ...] = ((-1, 0), (1, 0), (0, -1), (0, 1))
 """Order of the ``facing`` one-hot: left, right, up, down."""
@@ -350,6 +362,7 @@ class SubtaskEnv(gym.Env):
 
         self._parts = self._check_parts()
         self._tile_eye = np.eye(len(layout.tile_names), dtype=np.float32)
+        self._map_eye = np.eye(len(layout.tile_names) + 1, dtype=np.float32)
         self._creature_channel = {
             kind: len(layout.tile_names) + i for i, kind in enumerate(layout.creature_kinds)
         }
@@ -541,7 +554,7 @@ class SubtaskEnv(gym.Env):
         self._reward_failures = 0
         self._success = False
         self._terminated = self._truncated = self._died = False
-        if skills is None and (self._options or self._needs):
+        if skills is None and (self._options or self._needs or "map" in self._parts):
             skills = Skills(obs, self._world_actions, seed=self._world_seed)
         self._need_cool = [0] * len(self._needs)
         self._skills = skills
@@ -658,6 +671,7 @@ class SubtaskEnv(gym.Env):
             "status": len(layout.status_names),
             "facing": len(FACINGS),
             "daylight": 1,
+            "map": (2 * MAP_RADIUS + 1) ** 2 * (len(layout.tile_names) + 1),
         }[part]
 
     # ------------------------------------------------------------------ episode
@@ -712,7 +726,12 @@ class SubtaskEnv(gym.Env):
         self._booked_from = {}
         self._check_layout(self._obs)
         self._counts = {}
-        needs_skills = self._setup is not None or bool(self._options) or bool(self._needs)
+        needs_skills = (
+            self._setup is not None
+            or bool(self._options)
+            or bool(self._needs)
+            or "map" in self._parts
+        )
         self._skills = (
             Skills(self._obs, self._world_actions, seed=world_seed) if needs_skills else None
         )
@@ -1001,7 +1020,29 @@ class SubtaskEnv(gym.Env):
             if obs.facing in FACINGS:
                 onehot[FACINGS.index(obs.facing)] = 1.0
             return onehot
+        if part == "map":
+            kinds = len(layout.tile_names)
+            ids = self._map_crop().astype(np.int64)
+            ids[(ids < 0) | (ids >= kinds)] = kinds  # not seen this episode
+            return self._map_eye[ids.reshape(-1)].reshape(-1)
         return np.array([min(max(obs.daylight, 0.0), 1.0)], np.float32)  # daylight
+
+    def _map_crop(self) -> np.ndarray:
+        """Tile ids of the remembered map around the player (``gridmap.UNKNOWN`` where
+        nothing was seen, or when the map is not kept as arrays)."""
+        side = 2 * MAP_RADIUS + 1
+        out = np.full((side, side), UNKNOWN_TILE, np.int16)
+        grid = self._skills._nav.grid if self._skills is not None else None
+        if grid is None:
+            return out
+        x, y = self._obs.position
+        top, left = y + grid.oy - MAP_RADIUS, x + grid.ox - MAP_RADIUS
+        height, width = grid.tiles.shape
+        r0, c0 = max(top, 0), max(left, 0)
+        r1, c1 = min(top + side, height), min(left + side, width)
+        if r0 < r1 and c0 < c1:
+            out[r0 - top : r1 - top, c0 - left : c1 - left] = grid.tiles[r0:r1, c0:c1]
+        return out
 
 
 def _scaled(values: Sequence[float]) -> np.ndarray:

@@ -90,7 +90,7 @@ SCHEMAS: dict[tuple[str, str], str] = {
 {
   "options": [str],            // coded high-level actions offered beside the primitives
   "primitives": [str],         // primitive actions offered ([] = all of them)
-  "observation": [str],        // optional: subset of view, inventory, status, facing, daylight
+  "observation": [str],        // optional: subset of view, inventory, status, facing, daylight, map
                                //   (default ["view", "inventory", "status"])
   "reward_code": str,          // optional: "" or Python defining reward(before, after) -> float
   "max_steps": int,            // training episode step cap, 1..10000

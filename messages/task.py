@@ -16,9 +16,11 @@ DAYLIGHT: Final = "daylight"
 NeedStat = Literal[Vital, "daylight"]
 """What a survival need may watch: a vital, or the daylight (sheltering at dusk)."""
 
-ObservationPart = Literal["view", "inventory", "status", "facing", "daylight"]
+ObservationPart = Literal["view", "inventory", "status", "facing", "daylight", "map"]
 """A part of the observation a learned policy may see: the local view, the inventory,
-the vitals, the tile it faces, the daylight."""
+the vitals, the tile it faces, the daylight, and the map the player remembers around
+itself (a fixed square of what it has seen this episode, unseen tiles marked; never the
+hidden world: ``envs.rl_env.MAP_RADIUS``)."""
 DEFAULT_OBSERVATION: Final[tuple[ObservationPart, ...]] = ("view", "inventory", "status")
 """What a learned policy sees unless its RL config says otherwise: what a player sees on
 screen (the view with the inventory and vitals bar below it)."""

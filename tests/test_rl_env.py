@@ -608,3 +608,67 @@ def test_a_resumable_option_starts_afresh_after_a_need_ran():
                                   max_steps=1)], coded=[opt]))  # fmt: skip
     env.reset(seed=3)
     assert env.step(1)[4]["primitive_steps"] == 2 and "own" not in env._suspended
+
+
+def _map_ids(obs_map: np.ndarray, layout) -> np.ndarray:
+    """The ``map`` part back to tile ids (-1: not seen)."""
+    from envs.rl_env import MAP_RADIUS
+
+    side, kinds = 2 * MAP_RADIUS + 1, len(layout.tile_names)
+    onehot = obs_map.reshape(side, side, kinds + 1)
+    assert (onehot.sum(-1) == 1).all()  # exactly one channel per tile
+    ids = onehot.argmax(-1)
+    ids[ids == kinds] = -1
+    return ids
+
+
+def test_the_map_part_is_what_the_player_has_seen_around_it_and_nothing_else():
+    from envs.rl_env import MAP_RADIUS
+
+    env = SubtaskEnv(config_with(observation=["view", "map"], coded_actions=[]))
+    layout = env.layout
+    obs, _ = env.reset(seed=2001)
+    record = env.observation
+    ids = _map_ids(obs["map"], layout)
+    rows, cols = record.view.shape
+    cx, cy = record.center
+    top, left = MAP_RADIUS - cy, MAP_RADIUS - cx
+    # At the start the map is the view, centred on the player, and nothing beyond it.
+    np.testing.assert_array_equal(ids[top : top + rows, left : left + cols], record.view)
+    assert (ids >= 0).sum() == rows * cols
+    # Walking: every tile ever in view is remembered where it was, as the player saw it
+    # last (absolute position = player position + offset from the crop's centre).
+    seen: dict[tuple[int, int], int] = {}
+    for step in range(40):
+        record = env.observation
+        px, py = record.position
+        for r in range(rows):
+            for c in range(cols):
+                seen[(px + c - cx, py + r - cy)] = int(record.view[r, c])
+        ids = _map_ids(obs["map"], layout)
+        for r in range(2 * MAP_RADIUS + 1):
+            for c in range(2 * MAP_RADIUS + 1):
+                where = (px + c - MAP_RADIUS, py + r - MAP_RADIUS)
+                assert ids[r, c] == seen.get(where, -1), (step, where)
+        obs, _, terminated, truncated, _ = env.step(1 + step // 10 % 4)  # the four moves
+        assert not (terminated or truncated)
+    assert len(seen) > rows * cols  # it did walk: more than one view was seen
+
+
+def test_a_learned_stage_that_sees_the_map_gets_the_episodes_map_when_attached():
+    from envs.crafter_world import CrafterWorld
+    from envs.skills import Skills
+
+    config = config_with(observation=["map"], coded_actions=[])
+    world = CrafterWorld()
+    obs = world.reset(seed=2002)
+    skills = Skills(obs, world.action_names, seed=2002)
+    for action in ["move_left"] * 6 + ["move_up"] * 4:  # the episode so far, remembered
+        obs, _, _, info = world.step(action)
+        skills._observe(obs, info)
+    env = SubtaskEnv(config, world_factory=lambda: world)
+    attached = env.attach(world, obs, skills)
+    fresh = SubtaskEnv(config, world_factory=lambda: world).attach(world, obs)
+    # The stage sees what the episode's skills remember, more than a fresh map holds.
+    seen = (_map_ids(attached["map"], env.layout) >= 0).sum()
+    assert seen > (_map_ids(fresh["map"], env.layout) >= 0).sum() == 63
