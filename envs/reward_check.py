@@ -26,12 +26,20 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sandbox import SandboxError, compile_code, load
 
-if TYPE_CHECKING:
-    from knowledge.recipes import Step
+
+class Step(Protocol):
+    """What the check reads of a recipe step (``knowledge.recipes.Step`` has it)."""
+
+    name: str
+    goal: dict[str, int]
+    uses: dict[str, int]
+    requires: dict[str, int]
+    achievement: str
+
 
 IDLE = "idle"
 
