@@ -184,7 +184,11 @@ def test_revise_review_and_rl_replies_are_checked() -> None:
     rl = {"options": ["walk_to_tree"], "primitives": [], "max_steps": 50}
     assert validate("fast", "rl", rl)["observation"] == ["view", "inventory", "status"]
     with pytest.raises(ContractError, match=r"observation\[1\]: expected one of"):
-        validate("fast", "rl", {**rl, "observation": ["view", "map"]})
+        validate("fast", "rl", {**rl, "observation": ["view", "world_map"]})
+    assert validate("fast", "rl", {**rl, "observation": ["view", "map"]})["observation"] == [
+        "view",
+        "map",
+    ]  # the remembered map around the player: a part a policy may see
     with pytest.raises(ContractError, match=r"top-level function reward\(before, after\)"):
         validate("fast", "rl", {**rl, "reward_code": "def bonus(a, b):\n    return 0\n"})
     with pytest.raises(ContractError, match="the reply must be a JSON object"):
