@@ -32,7 +32,7 @@ from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
 from method.paired import Comparison, compare, faulted, reached, stage_outcomes
 from method.settings import MethodSettings
-from method.split import rollout_split
+from method.split import Affinity, rollout_split
 from method.tboard import log_dir
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
@@ -375,6 +375,9 @@ class FastAgent(Actor):
         """The run's settings (task budgets, seed, training jobs)."""
         self.environments = max(1, environments)
         """Environment actors to spread an evaluation over."""
+        self.affinity = Affinity()
+        """Which environment actor holds each world's start (evaluations from starts go
+        there preferably: :mod:`method.split`)."""
         self.memory: dict[str, _LastVersion] = {}
         """Sub-action → its last coded version and critique (a redo goes on from it)."""
         self.best_code: dict[str, tuple[float, str]] = {}
@@ -635,7 +638,7 @@ class FastAgent(Actor):
             return recorded
         result, problem = None, ""
         try:
-            result = await rollout_split(self, req, self.environments)
+            result = await rollout_split(self, req, self.environments, self.affinity)
         except* RemoteFailure as group:
             problem = str(group.exceptions[0])[-1000:]
         if result is None:
