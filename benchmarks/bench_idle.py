@@ -8,8 +8,10 @@
 The run's busy processes at each moment, from its events: an environment actor is busy
 from ``rollout_started`` to ``rollout_finished`` (or its next ``rollout_started``, when a
 runner failure ended a rollout without one), a learner from ``training_started`` to
-``training_finished``. A core is idle while fewer of them are busy than the run has cores
-(``actor_counts``); each idle core-second is attributed to what the run was doing then:
+``training_finished`` (a job whose envs step in its worker processes, ``workers`` in
+``training_started``, as one busy process per worker). A core is idle while fewer of
+them are busy than the run has cores (``actor_counts``); each idle core-second is
+attributed to what the run was doing then:
 
 * ``startup``: before the task started (actors and runners starting);
 * ``after the final evaluation``: video, bundle and shutdown;
@@ -77,7 +79,7 @@ class _State:
         if self.final == "done":
             return "after the final evaluation"
         envs = [a for a in self.busy if a.startswith("environment")]
-        learners = [a for a in self.busy if a.startswith("learner")]
+        learners = [a for a in self.busy if a.startswith("learner") and "+" not in a]
         if self.final == "running" and envs:
             return "final evaluation: parts unequal"
         if learners and envs:
@@ -148,8 +150,12 @@ def _apply(state: _State, e: dict) -> None:
         state.busy.pop(actor, None)
     elif name == "training_started":
         state.busy[actor] = "training"
+        # A job whose envs step in the learner's worker processes keeps one busy each.
+        for i in range(1, int(e.get("workers") or 0)):
+            state.busy[f"{actor}+{i}"] = "training"
     elif name == "training_finished":
-        state.busy.pop(actor, None)
+        for key in [k for k in state.busy if k == actor or k.startswith(actor + "+")]:
+            state.busy.pop(key)
     elif name == "actor_stopped" and actor in state.busy:
         state.busy.pop(actor, None)
 
