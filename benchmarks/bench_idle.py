@@ -17,6 +17,7 @@ attributed to what the run was doing then:
 * ``after the final evaluation``: video, bundle and shutdown;
 * ``final evaluation: parts unequal``: the final evaluation's environment actors, one
   done and waiting for the other's part;
+* ``final evaluation: merging``: none busy between its parts' answers and its end;
 * ``<round>: parts unequal``: one environment actor still running its part of a
   sub-action's evaluation and nothing else busy, by round: ``first evaluation`` of a
   version, ``draw round`` (further worlds from starts, :meth:`FastAgent._draw`),
@@ -80,8 +81,8 @@ class _State:
             return "after the final evaluation"
         envs = [a for a in self.busy if a.startswith("environment")]
         learners = [a for a in self.busy if a.startswith("learner") and "+" not in a]
-        if self.final == "running" and envs:
-            return "final evaluation: parts unequal"
+        if self.final == "running":
+            return "final evaluation: parts unequal" if envs else "final evaluation: merging"
         if learners and envs:
             return "learner alone beside evaluation"
         if learners:
