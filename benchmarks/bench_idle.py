@@ -171,7 +171,8 @@ def idle_by_cause(stretches: list[dict]) -> dict[str, float]:
     for s in stretches:
         if s["idle_core_s"] > 0:
             out[s["cause"]] += s["idle_core_s"]
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+    # Causes under 0.05 core-s in all are rounding (events a few microseconds apart).
+    return dict(sorted(((k, v) for k, v in out.items() if v >= 0.05), key=lambda kv: -kv[1]))
 
 
 def merged(stretches: list[dict], min_idle_s: float = 0.5) -> list[dict]:
