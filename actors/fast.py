@@ -33,7 +33,7 @@ from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
 from method.paired import Comparison, compare, faulted, reached, stage_outcomes
 from method.settings import MethodSettings
-from method.split import rollout_split
+from method.split import Affinity, rollout_split
 from method.tboard import log_dir
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
@@ -199,12 +199,17 @@ def train_request(
     )
 
 
-AUTO_WORKERS_MIN_ENVS = 4
+AUTO_WORKERS_MIN_ENVS = 2
 """``env_workers = "auto"`` turns workers on from this many envs per job (on a machine
-with at least as many usable cores). With 2 envs on 2 cores they measured no faster:
-the default diamond run took 452 s with them and 457 s without, each job as long, and
-random decisions on collect_wood ran at 0.76-0.77x (a pipe round trip per decision
-costs about what a cheap option's world steps cost); see BENCHMARKS.md."""
+with at least as many usable cores). At 2 envs on 2 cores the default diamond run's
+training jobs take 20-34 world steps a decision (coded options, needs served), and
+there a worker's pipe round trip is small beside them: a collect_iron job from its
+saved starts used 9.2 CPU-s in workers against 8.8 in one process (1,024 decisions,
++5 %). What workers buy is the core a learner alone leaves idle: the run's last job
+(collect_diamond's last version, ~125 s) trained alone on one core while the other
+idled, 12 % of the run's core-seconds (``benchmarks/bench_idle.py``); its envs in two
+workers step on both. (At fb4160b, with cheap decisions of a few steps, 2 envs in
+workers measured no faster: 452 s against 457 s; BENCHMARKS.md.)"""
 
 
 def env_workers(choice: str, n_envs: int) -> bool:
@@ -376,6 +381,9 @@ class FastAgent(Actor):
         """The run's settings (task budgets, seed, training jobs)."""
         self.environments = max(1, environments)
         """Environment actors to spread an evaluation over."""
+        self.affinity = Affinity()
+        """Which environment actor holds each world's start (evaluations from starts go
+        there preferably: :mod:`method.split`)."""
         self.memory: dict[str, _LastVersion] = {}
         """Sub-action → its last coded version and critique (a redo goes on from it)."""
         self.best_code: dict[str, tuple[float, str]] = {}
@@ -649,7 +657,7 @@ class FastAgent(Actor):
             return recorded
         result, problem = None, ""
         try:
-            result = await rollout_split(self, req, self.environments)
+            result = await rollout_split(self, req, self.environments, self.affinity)
         except* RemoteFailure as group:
             problem = str(group.exceptions[0])[-1000:]
         if result is None:

@@ -157,7 +157,10 @@ class LearnerActor(Actor):
         done = self._workers[req.name] = threading.Event()
         stop = self._stops[req.name] = threading.Event()
         self._jobs.add(req.name)
-        log.info("training_started", job=req.name, steps=req.total_steps, device=device)
+        log.info(
+            "training_started", job=req.name, steps=req.total_steps, device=device,
+            envs=req.n_envs, workers=req.n_envs if req.subproc else 0,
+        )  # fmt: skip
         try:
             result = await self.run_blocking(
                 self._train_then, done, req, device, stop, env.frm, head

@@ -659,7 +659,12 @@ def main(argv: list[str] | None = None) -> int:
     names = list(rollouts.world.achievement_names)
     write_frame(out, RunnerReady(os.getpid(), names, limits["address_space_bytes"]))
     serve(0, out, rollouts)
-    return 0
+    # The actor closed the pipe: nothing is left to answer, and the runner writes no file
+    # of its own. Exit now, without the interpreter's teardown: with torch loaded and the
+    # start cache full it outlasted the actor's wait (Runner.close), which then killed it
+    # (2 s at the end of every diamond run, with one core or both idle).
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ---------------------------------------------------------------------- the actor's side

@@ -13,12 +13,23 @@ from messages.codec import (
     encode,
     encode_envelope,
 )
-from messages.envelope import ASK, BROKER, REPLY, ROLE_PREFIX, TELL, Envelope
+from messages.envelope import (
+    ASK,
+    BROKER,
+    PREFER,
+    REPLY,
+    ROLE_PREFIX,
+    TELL,
+    Envelope,
+    preference,
+    preferring,
+)
 
 __all__ = [
     "ASK",
     "BROKER",
     "DEFAULT_MAX_FRAME",
+    "PREFER",
     "REGISTRY",
     "REPLY",
     "ROLE_PREFIX",
@@ -30,4 +41,6 @@ __all__ = [
     "encode",
     "encode_envelope",
     "message",
+    "preference",
+    "preferring",
 ]

@@ -20,6 +20,25 @@ BROKER = "broker"
 """Address of the broker itself (registration, heartbeats, status)."""
 ROLE_PREFIX = "@"
 """``@learner`` addresses any idle actor of the role ``learner``."""
+PREFER = "/"
+"""``@environment/environment-0`` addresses a job to any actor of the role
+``environment``, preferring ``environment-0``: it goes there when that actor has room
+(it holds what the job needs: a runner's saved starts), else to another actor of the
+role with room, so none idles while the job waits (:func:`preferring`)."""
+
+
+def preferring(role_address: str, actor_id: str) -> str:
+    """``@role`` with a preferred actor: see :data:`PREFER`."""
+    return f"{role_address}{PREFER}{actor_id}" if actor_id else role_address
+
+
+def preference(to: str) -> tuple[str, str]:
+    """An ask's address as (where it queues, the actor it prefers or ''): a role address
+    may name a preferred actor (:data:`PREFER`); any other address is itself."""
+    if to.startswith(ROLE_PREFIX) and PREFER in to:
+        queue, _, actor_id = to.partition(PREFER)
+        return queue, actor_id
+    return to, ""
 
 
 @dataclass(slots=True)

@@ -1,5 +1,14 @@
 """One rollout request over several environment actors at once.
 
+From starts (``RolloutRequest.start_at``) a world's start is made by the runner that
+first plays it and restored there after: another actor would make it again (its setup
+played and booked once more). An :class:`Affinity` remembers which actor played each
+world after each setup, and the request's parts go to those actors as preferred ones
+(:data:`messages.envelope.PREFER`): a part still goes to an idle actor when its own is
+busy, and no actor gets more than its share of the worlds (``ceil(seeds / parts)``), so
+the actors stay as evenly fed as before. Which worlds are played, and what they report,
+does not change: a restored start is the state the made one was.
+
 A version that crashed or stalled the process running it (cause ``crashed`` or
 ``stalled``, see :mod:`envs.runner`) is known bad: as soon as one part comes back with
 such an episode, the parts still queued or running are cancelled (their asks end, the
@@ -12,10 +21,12 @@ from outside while running it, every try) counts the same way, as ``crashed``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import trio
 
 from envs.runner import fault_episode
+from messages import encode, preferring
 from messages.causes import CRASHED, FAULT_CAUSES
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from runtime.actor import Actor, RemoteFailure
@@ -24,18 +35,91 @@ JOB_FAILED = "job_failed"
 """The broker's failure reason for a job whose actors died on every try."""
 
 
-async def rollout_split(client: Actor, req: RolloutRequest, parts: int) -> RolloutResult:
+ROLE = "@environment"
+
+
+def start_setup_key(req: RolloutRequest) -> str:
+    """What decides the starts of ``req``'s worlds (see
+    :func:`envs.composite.composed_start_key`): the stages before ``start_at``, the
+    needs, the episode's test and cap, the tests of the stages from it on, the wall
+    budget. Versions of one stage after the same setup share it."""
+    after = [s.subtask for s in req.stages[req.start_at :]]
+    parts = [encode(s) for s in req.stages[: req.start_at]] + [encode(n) for n in req.needs]
+    parts += [encode(req.subtask), b"after"] + [encode(t) for t in after]
+    parts.append(repr(req.wall_s).encode())
+    return hashlib.sha256(b"\n".join(parts)).hexdigest()
+
+
+@dataclasses.dataclass
+class Affinity:
+    """Which environment actor played each world from a start, per setup: where its
+    start is saved (see the module docstring)."""
+
+    actors: list[str] = dataclasses.field(default_factory=list)
+    """Environment actors that answered a part, in the order first seen."""
+    holders: dict[str, dict[int, str]] = dataclasses.field(default_factory=dict)
+    """:func:`start_setup_key` → world seed → the actor that last played it."""
+
+    def parts(self, req: RolloutRequest, parts: int) -> list[tuple[str, list[int]]]:
+        """``req``'s seeds as at most ``parts`` parts, each with its address. Without
+        starts or before any actor is known: ``seeds[i::parts]`` to any idle actor.
+        Otherwise each known actor's part holds the worlds it played (up to
+        ``ceil(seeds / parts)``), the other worlds go one at a time to the part with
+        the fewest (known actors first), and a part goes to its actor as preferred."""
+        seeds = list(req.seeds)
+        if not req.start_at or not self.actors:
+            return [(ROLE, seeds[i::parts]) for i in range(parts) if seeds[i::parts]]
+        held = self.holders.get(start_setup_key(req), {})
+        cap = -(-len(seeds) // parts)
+        named: dict[str, list[int]] = {a: [] for a in self.actors[:parts]}
+        loose: list[int] = []
+        for seed in seeds:
+            part = named.get(held.get(seed, ""))
+            if part is not None and len(part) < cap:
+                part.append(seed)
+            else:
+                loose.append(seed)
+        chunks = [*named.values(), *([] for _ in range(parts - len(named)))]
+        for seed in loose:
+            min(chunks, key=len).append(seed)
+        addresses = [preferring(ROLE, a) for a in named] + [ROLE] * (parts - len(named))
+        order = {seed: i for i, seed in enumerate(seeds)}
+        return [
+            (to, sorted(c, key=order.__getitem__))
+            for to, c in zip(addresses, chunks, strict=True)
+            if c
+        ]
+
+    def played(self, req: RolloutRequest, result: RolloutResult) -> None:
+        """One part's ``result`` came back from one actor: its worlds' starts are there."""
+        actor = result.actor_id
+        if not actor or "," in actor:
+            return
+        if actor not in self.actors:
+            self.actors.append(actor)
+        if req.start_at:
+            held = self.holders.setdefault(start_setup_key(req), {})
+            held.update(dict.fromkeys((e.seed for e in result.episodes), actor))
+
+
+async def rollout_split(
+    client: Actor, req: RolloutRequest, parts: int, affinity: Affinity | None = None
+) -> RolloutResult:
     """Run ``req`` as ``parts`` jobs on environment actors in parallel; merge the results
-    in seed order. Parts go to whichever environment actors are idle. A part that comes
-    back ``crashed`` or ``stalled`` stops the others (see the module docstring)."""
-    chunks = [req.seeds[i::parts] for i in range(parts) if req.seeds[i::parts]]
+    in seed order. Parts go to whichever environment actors are idle; with ``affinity``,
+    a world played from a start before goes preferably to the actor that holds its start
+    (:meth:`Affinity.parts`). A part that comes back ``crashed`` or ``stalled`` stops
+    the others (see the module docstring)."""
+    affinity = affinity if affinity is not None else Affinity()
+    chunks = affinity.parts(req, parts)
     results: list[RolloutResult] = []
     fault: list[EpisodeReport] = []  # the first episode that crashed or stalled a runner
 
-    async def one(seeds: list[int], nursery: trio.Nursery) -> None:
+    async def one(to: str, seeds: list[int], nursery: trio.Nursery) -> None:
         part = dataclasses.replace(req, seeds=seeds, frames=False)
         try:
-            result = await client.ask("@environment", part)
+            result = await client.ask(to, part)
+            affinity.played(part, result)
         except RemoteFailure as exc:
             if exc.failure.reason != JOB_FAILED:
                 raise
@@ -50,8 +134,8 @@ async def rollout_split(client: Actor, req: RolloutRequest, parts: int) -> Rollo
             nursery.cancel_scope.cancel()
 
     async with trio.open_nursery() as nursery:
-        for seeds in chunks:
-            nursery.start_soon(one, seeds, nursery)
+        for to, seeds in chunks:
+            nursery.start_soon(one, to, seeds, nursery)
     episodes = [e for r in results for e in r.episodes]
     if fault:
         episodes += _not_run(req, {e.seed for e in episodes}, fault[0])

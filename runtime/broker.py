@@ -6,7 +6,10 @@ when none has any (including before any such actor exists), and is taken back an
 handed to another actor when its actor dies or stops heartbeating. A job that has been
 handed out ``max_job_tries`` times without an answer fails with a ``control.failure``
 reply to its requester. Only the first reply to a job is forwarded, so a requester
-never sees a job answered twice.
+never sees a job answered twice. A job addressed ``@role/actor-id``
+(:data:`messages.envelope.PREFER`) waits in the role's queue like any other but goes to
+that actor whenever it has room: a freed actor takes the queued jobs that prefer it
+first, and one that prefers a busy actor goes to an idle one rather than wait.
 
 **Deadlines.** An ask may carry ``deadline_s`` in its envelope (:class:`Actor.ask
 <runtime.actor.Actor.ask>` sets one derived from the request, :mod:`runtime.deadlines`):
@@ -79,6 +82,7 @@ from messages import (
     decode_envelope,
     encode,
     encode_envelope,
+    preference,
 )
 from messages.control import (
     ActorInfo,
@@ -211,6 +215,9 @@ class Job:
     expired_on: set[str] = field(default_factory=set)
     """Actors that held it past its deadline: while its role has others, it goes to
     those."""
+    prefer: str = ""
+    """The actor of its role it goes to when that one has room (``@role/actor-id``,
+    :data:`messages.envelope.PREFER`); '' for none."""
 
 
 class Broker:
@@ -708,9 +715,10 @@ class Broker:
             requester = self.peers[env.frm]
             back = Envelope(REPLY, "", env.frm, BROKER, env.id)
             return self._send(requester.identity, back, Failure("duplicate_job", env.id))
-        job = self.jobs[key] = Job(key, env.to, encode_envelope(env), body)
+        queue, prefer = preference(env.to)
+        job = self.jobs[key] = Job(key, queue, encode_envelope(env), body, prefer=prefer)
         job.deadline_s = env.deadline_s
-        target = self._target(env.to)
+        target = self._preferred(job) or self._target(queue)
         if target is not None and target.free > 0 and not self.queues.get(job.queue):
             self._hand(target, job)
         else:
@@ -722,6 +730,13 @@ class Broker:
             peers = self.roles.get(to[1:])
             return max(peers, key=_spare) if peers else None
         return self.peers.get(to)
+
+    def _preferred(self, job: Job) -> Peer | None:
+        """The actor ``job`` prefers, when it is of the job's role and has room."""
+        peer = self.peers.get(job.prefer) if job.prefer else None
+        if peer is None or peer.free <= 0 or ROLE_PREFIX + peer.role != job.queue:
+            return None
+        return peer
 
     def _hand(self, peer: Peer, job: Job) -> None:
         job.attempts += 1
@@ -739,7 +754,17 @@ class Broker:
                 self._dispatch_around(peer, queue, name != peer.actor_id)
                 continue
             while queue and peer.free > 0:
-                self._hand(peer, queue.popleft())
+                self._hand(peer, self._take(peer, queue))
+
+    @staticmethod
+    def _take(peer: Peer, queue: deque[Job]) -> Job:
+        """The next job of ``queue`` for ``peer``: the first that prefers it, else the
+        first (a job preferring a busy actor goes to an idle one rather than wait)."""
+        for i, job in enumerate(queue):
+            if job.prefer == peer.actor_id:
+                del queue[i]
+                return job
+        return queue.popleft()
 
     def _dispatch_around(self, peer: Peer, queue: deque[Job], by_role: bool) -> None:
         """:meth:`_dispatch` once some deadline has passed: ``peer`` gets no job it still

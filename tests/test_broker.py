@@ -320,6 +320,33 @@ def test_a_job_every_actor_lets_expire_fails_with_deadline_after_its_tries() -> 
     assert all(p.free == 1 for p in broker.peers.values() if p.role == "probe")
 
 
+def test_a_job_preferring_an_actor_goes_to_it_when_it_has_room_else_to_an_idle_one() -> None:
+    broker, sent = _recording_broker()
+    broker._on_frames(_frames(b"A1", ASK, BROKER, Register(role="probe", name="w1")))
+    broker._on_frames(_frames(b"A2", ASK, BROKER, Register(role="probe", name="w2")))
+    broker._on_frames(_frames(b"B", ASK, BROKER, Register(role="head", name="h")))
+
+    def holder(job_id: str) -> str | None:
+        job = broker.jobs[("h", job_id)]
+        return job.assigned.actor_id if job.assigned else None
+
+    broker._on_frames(_frames(b"B", ASK, "@probe/w2", Probe(seq=1), msg_id="j1"))
+    assert holder("j1") == "w2"  # both idle: the preferred one (w1 has as much room)
+    broker._on_frames(_frames(b"B", ASK, "@probe/w2", Probe(seq=2), msg_id="j2"))
+    assert holder("j2") == "w1"  # w2 busy: an idle actor rather than a wait
+    broker._on_frames(_frames(b"B", ASK, "@probe/w2", Probe(seq=3), msg_id="j3"))
+    broker._on_frames(_frames(b"B", ASK, "@probe/w1", Probe(seq=4), msg_id="j4"))
+    assert holder("j3") is None and holder("j4") is None  # both busy: queued, in the role
+    assert [j.key[1] for j in broker.queues["@probe"]] == ["j3", "j4"]
+    # w1 frees: it takes the job that prefers it, though another waited longer.
+    broker._on_frames(_frames(b"A1", REPLY, "h", ProbeReply(2, b"", "w1"), re="j2"))
+    assert holder("j4") == "w1" and holder("j3") is None
+    broker._on_frames(_frames(b"A2", REPLY, "h", ProbeReply(1, b"", "w2"), re="j1"))
+    assert holder("j3") == "w2"
+    assert broker.jobs[("h", "j3")].queue == "@probe"
+    _consistent(broker)
+
+
 def test_envelope_deadlines_travel_and_old_envelopes_still_decode() -> None:
     import msgpack
 

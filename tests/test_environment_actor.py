@@ -408,6 +408,33 @@ def test_a_runner_that_cannot_be_started_fails_its_batch_with_the_reason(
     assert all("could not be started" in f and "no-python-here" in f for f in failures)
 
 
+def test_a_runner_exits_as_its_pipe_closes_without_the_interpreters_teardown(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A teardown of 5 s (an atexit hook from a sitecustomize the runner imports), as torch
+    # and a full start cache made it: the runner must skip it, so that the actor's close
+    # neither waits for it nor ends by killing the runner.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, time\natexit.register(time.sleep, 5)\n"
+    )
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), path) if p))
+    seen: dict = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            runner = Runner(tmp_path, nursery)
+            await runner.start()
+            started = trio.current_time()
+            await runner.close()
+            seen["close_s"] = trio.current_time() - started
+            seen["code"] = runner.proc.returncode
+
+    trio.run(main)
+    assert seen["code"] == 0  # it exited: not killed at the end of close's wait
+    assert seen["close_s"] < 1.5
+
+
 # What a runner under its address-space cap does, run in a fresh interpreter (no torch in
 # yet): the cap leaves 256 MiB above what the warmed runner maps, less than torch's own
 # libraries take (~480 MiB of address space for the CPU build here, gigabytes for a CUDA

@@ -46,6 +46,11 @@ play_to_budget = true
 heartbeat_interval = 0.5
 heartbeat_timeout = 10.0
 
+# In the learner's own process, as before auto turned workers on from 2 envs: starting
+# them costs this small run seconds, and tests/test_env_workers.py covers them.
+[training]
+env_workers = "off"
+
 [actors.environment]
 count = 2
 
