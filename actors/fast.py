@@ -21,7 +21,7 @@ from envs.artifacts import ArtifactRefused, store_artifact
 from envs.reward_check import check_reward
 from envs.setup_code import compose_setup, in_training
 from llm.contracts import subtask_achievement
-from messages import Envelope
+from messages import Envelope, preferring
 from messages.causes import SETUP_FAILED
 from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
@@ -192,6 +192,9 @@ def train_request(
         n_envs=task.train_envs,
         subproc=env_workers(training.env_workers, task.train_envs),
         seed=settings.run.seed + version,
+        # Every version draws from the run's one pool of training worlds: the starts an
+        # earlier version made are restored where they are held (the same learner).
+        pool_seed=settings.run.seed,
         ppo=training.ppo,
         eval_episodes=task.code_episodes,
         train_worlds=training.train_worlds,
@@ -381,6 +384,9 @@ class FastAgent(Actor):
         """The run's settings (task budgets, seed, training jobs)."""
         self.environments = max(1, environments)
         """Environment actors to spread an evaluation over."""
+        self.trained_on: dict[str, str] = {}
+        """Sub-action → the learner that trained its last version (it holds the starts
+        of the run's training pool for that sub-action's setup)."""
         self.affinity = Affinity()
         """Which environment actor holds each world's start (evaluations from starts go
         there preferably: :mod:`method.split`)."""
@@ -602,8 +608,13 @@ class FastAgent(Actor):
         recorded = journal.job(req, check=usable)
         if recorded is not None:
             return recorded
-        log.info("training_requested", job=req.name, subaction=work.subaction.name)
-        result: TrainResult = await self.ask("@learner", req)
+        # The learner that trained this sub-action last holds the starts of its pool
+        # (setup made once, restored after): it gets the job when it has room.
+        to = preferring("@learner", self.trained_on.get(work.subaction.name, ""))
+        log.info("training_requested", job=req.name, subaction=work.subaction.name, to=to)
+        result: TrainResult = await self.ask(to, req)
+        if result.actor_id:
+            self.trained_on[work.subaction.name] = result.actor_id
         if result.failure:
             # No policy, but the steps its worlds took are the run's: booked all the same.
             ledger.append(self.run_dir, [ledger.training_line(result, job_key(req))])

@@ -423,6 +423,7 @@ class LearnerActor(Actor):
             # made stay cached for this sub-action's later versions.
             workers=self.env_workers() if req.subproc else None,
             world_pool=training_worlds(req),
+            pool_only=True,  # PPO seeds each env's first reset: a pool world, shared
             setup_retries=seeds.SETUP_RETRIES,
             setup_retry_stride=seeds.RETRY_STRIDE,
             # Setup once, train many: each world's start is made (and counted) once in
@@ -620,7 +621,7 @@ SETUP_RETRIES = seeds.SETUP_RETRIES
 
 def training_worlds(req: TrainRequest) -> range:
     """The world seeds a job trains on."""
-    pool = seeds.training_pool(req.seed, req.train_worlds)
+    pool = seeds.training_pool(req.seed if req.pool_seed < 0 else req.pool_seed, req.train_worlds)
     if pool and req.eval_seed < pool.stop and req.eval_seed + req.eval_episodes > pool.start:
         raise ValueError(f"held-out seeds from {req.eval_seed} overlap the training worlds {pool}")
     return pool

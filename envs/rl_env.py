@@ -285,6 +285,10 @@ class SubtaskEnv(gym.Env):
         world_pool: world seeds that seedless resets draw from (empty: a fresh world every
             episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
             pays world generation (~0.1 s) once per world instead of once per episode.
+        pool_only: with a ``world_pool``, a seeded reset seeds the draw from the pool
+            instead of playing the world of that seed: every episode is one of the pool's
+            worlds (a learner's training envs, which PPO seeds with its own seed + i:
+            the versions of a sub-action, seeded apart, then share every start).
         start_states: the start-state cache (:mod:`envs.start_states`): True for the
             process's shared one, or an instance; None (default) runs setup at every
             reset. With one, a world's setup runs (and is counted) once, and later resets
@@ -312,6 +316,7 @@ class SubtaskEnv(gym.Env):
         world_pool: Sequence[int] = (),
         start_states: StartStates | bool | None = None,
         render_mode: str | None = None,
+        pool_only: bool = False,
     ) -> None:
         if world_factory is None:
             if config.world != "crafter":
@@ -339,6 +344,7 @@ class SubtaskEnv(gym.Env):
         self._retry_stride = RETRY_SEED_STRIDE if setup_retry_stride is None else setup_retry_stride
         self._pending_seed = seed
         self._world_pool = tuple(int(w) for w in world_pool)
+        self._pool_only = pool_only and bool(self._world_pool)
         self._world = world_factory()
         self._world_actions = tuple(self._world.action_names)
 
@@ -431,7 +437,10 @@ class SubtaskEnv(gym.Env):
         if seed is None and self._pending_seed is not None:
             seed, self._pending_seed = self._pending_seed, None
         super().reset(seed=seed)
-        base = int(seed) % MAX_SEED if seed is not None else self._draw_seed()
+        if seed is not None and not self._pool_only:
+            base = int(seed) % MAX_SEED
+        else:
+            base = self._draw_seed()
         self._setup_failures = 0
         for attempt in range(self._setup_retries + 1):
             world_seed = (base + attempt * self._retry_stride) % MAX_SEED

@@ -68,7 +68,13 @@ class TrainRequest:
     """Step the envs in the learner's env worker processes, one env each
     (:mod:`envs.env_workers`; ``[training] env_workers``), not all in its own process."""
     seed: int = 0
-    """Seed for the policy's initialisation and the training worlds."""
+    """Seed for the policy's initialisation (and the training worlds unless
+    ``pool_seed`` names them)."""
+    pool_seed: int = -1
+    """The run seed whose training worlds the job resets into
+    (:func:`method.seeds.training_pool`); -1: ``seed``. The versions of one sub-action
+    share their run's pool, so a learner that holds the starts an earlier version made
+    restores them instead of running setup again (:mod:`envs.start_states`)."""
     device: str = ""
     """cpu, cuda or cuda:N; empty: the learner's own device."""
     ppo: PPOSettings = field(default_factory=PPOSettings)
