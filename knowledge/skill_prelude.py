@@ -89,6 +89,11 @@ DUSK_DRINK = 7
 DUSK_FOOD = 6
 # Steps a survival trip (to water, a cow, a shelter) may take before giving up.
 TRIP = 150
+# Walled in with a hostile this close outside (Manhattan tiles), the player stays in:
+# zombies wait next to a nook all night and hit whoever steps out at dawn. At most LURK
+# steps, and never while drink or food is critical.
+LURK_NEAR = 3
+LURK = 60
 # What vitals() remembers between calls: the light at the last check (falling light
 # below DUSK is dusk).
 MEMO = {}
@@ -114,6 +119,26 @@ def setup(skills):
 def dark(skills):
     """Night: zombies swarm the grassland, a trip out is worth it only when critical."""
     return skills.daylight() < NIGHT_BELOW
+
+
+def lurking(skills):
+    """A hostile within LURK_NEAR tiles of the player."""
+    for kind, dx, dy in skills.hostiles():
+        if abs(dx) + abs(dy) <= LURK_NEAR:
+            return True
+    return False
+
+
+def wait_out(skills):
+    """Walled in with hostiles waiting outside: stay in until they are gone (or LURK
+    steps), unless drink or food is critical. True if it waited."""
+    waited = 0
+    while waited < LURK and skills.enclosed() and lurking(skills):
+        if count(skills, "drink") < CRITICAL or count(skills, "food") < CRITICAL:
+            break
+        yield "noop"
+        waited += 1
+    return waited > 0
 
 
 def hurt(skills, vital):
@@ -528,6 +553,7 @@ def run(skills):
     """Run the step's main(); with SURVIVE, pause it every CHECK steps to keep vitals
     up (the paused skill re-plans when it resumes)."""
     setup(skills)
+    yield from wait_out(skills)
     last = skills.steps()
     for action in act(skills, main(skills)):
         if VALIDATE and action not in ACTIONS:

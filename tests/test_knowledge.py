@@ -368,3 +368,65 @@ def test_survival_trips_give_way_at_night_and_when_hurt():
     assert first_action(_survival_obs(0.1, drink=3.0)) == "move_right"  # water in view
     # …and it gives way to the retreat when health is low (and drink can wait).
     assert first_action(_survival_obs(1.0, drink=3.0, health=3.0)) is None
+
+
+# ---------------------------------------------------------------------- deaths (real worlds)
+
+
+def _edited_world(seed: int, walls: dict, creatures: dict, inventory: dict):
+    """A real Crafter world (reset by ``seed``) edited around the player: ``walls`` and
+    ``creatures`` map offsets to a material / a creature class name, ``inventory`` sets
+    items and vitals. The 9×9 square around the player is cleared to grass first."""
+    import crafter.objects
+
+    world = CrafterWorld()
+    world.reset(seed)
+    env = world._env
+    player = env._player
+    px, py = int(player.pos[0]), int(player.pos[1])
+    for dx in range(-4, 5):
+        for dy in range(-4, 5):
+            pos = (px + dx, py + dy)
+            obj = env._world[pos][1]
+            if obj is not None and obj is not player:
+                env._world.remove(obj)
+            if (dx, dy) != (0, 0):
+                env._world[pos] = walls.get((dx, dy), "grass")
+    for (dx, dy), name in creatures.items():
+        cls = getattr(crafter.objects, name)
+        args = (player,) if name in ("Zombie", "Skeleton") else ()
+        env._world.add(cls(env._world, (px + dx, py + dy), *args))
+    player.inventory.update(inventory)
+    return world
+
+
+def _drive(world, source: str, steps: int) -> list[str]:
+    """Run policy ``source`` on ``world`` as it stands for ``steps`` steps; the actions."""
+    obs = world._observe()
+    skills = Skills(obs, world.action_names)
+    actions = []
+    for action in compile_policy(source)(skills):
+        obs, _, done, info = world.step(action)
+        skills._observe(obs, info)
+        actions.append(action)
+        if done or len(actions) >= steps:
+            break
+    return actions
+
+
+STONE_RING = {(1, 0): "stone", (-1, 0): "stone", (0, 1): "stone", (0, -1): "stone"}
+
+
+def test_a_walled_in_player_waits_for_the_zombie_outside_to_go():
+    # At dawn zombies wait next to the nook; stepping out for water with drink at 3 (not
+    # critical) walked into them (the commonest death of the diamond policy).
+    stages = {s.name: s for s in survival.survival_stages()}
+    held = {"wood_pickaxe": 1, "stone": 1, "drink": 3}
+    world = _edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, held)
+    assert _drive(world, stages["drink_water"].source, 6) == ["noop"] * 6
+    # With no hostile outside, the same stage digs out for water at once.
+    world = _edited_world(7001, STONE_RING, {}, held)
+    assert "noop" not in _drive(world, stages["drink_water"].source, 6)
+    # A critical drink goes out whatever waits there.
+    world = _edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, dict(held, drink=1))
+    assert "noop" not in _drive(world, stages["drink_water"].source, 3)
