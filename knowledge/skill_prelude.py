@@ -89,6 +89,9 @@ DUSK_DRINK = 7
 DUSK_FOOD = 6
 # Steps a survival trip (to water, a cow, a shelter) may take before giving up.
 TRIP = 150
+# A trip for drink or food goes in legs of this many steps, and checks between them
+# whether it still should (night fell, health ran low).
+LEG = 30
 # Walled in with a hostile this close outside (Manhattan tiles), the player stays in:
 # zombies wait next to a nook all night and hit whoever steps out at dawn. At most LURK
 # steps, and never while drink or food is critical.
@@ -152,41 +155,41 @@ def hurt(skills, vital):
     return count(skills, other) < CRITICAL and count(skills, other) < count(skills, vital)
 
 
-def drink(skills, until):
-    """Drink water until the drink vital reaches ``until`` (at night only when it is
-    critical: the shelter comes first)."""
-    if dark(skills) and count(skills, "drink") >= CRITICAL and not skills.sees("water"):
-        return False
+def wait_for_day(skills, vital, source):
+    """Night, the vital not critical and no ``source`` in view: the trip waits for the
+    shelter (zombies swarm the grassland)."""
+    return dark(skills) and count(skills, vital) >= CRITICAL and not skills.sees(source)
+
+
+def trip(skills, vital, until, kind, habitat):
+    """Collect ``kind`` until ``vital`` reaches ``until``, in legs of LEG steps: after
+    each, a trip that is no longer urgent gives way — to the shelter when night has
+    fallen meanwhile, to the retreat when health ran low."""
     spent = 0
-    while count(skills, "drink") < until and spent < TRIP:
-        if hurt(skills, "drink"):
+    while count(skills, vital) < until and spent < TRIP:
+        if hurt(skills, vital) or wait_for_day(skills, vital, kind):
             return False
         start = skills.steps()
-        ok = yield from skills.collect("water", 1, TRIP)
-        if not ok:
-            yield from skills.explore(EXPLORE + 10, "water")
+        ok = yield from skills.collect(kind, 1, LEG)
+        if not ok and skills.steps() - start < LEG:  # none known or reachable: search
+            yield from skills.explore(LEG, habitat)
         if skills.steps() == start:
             yield "noop"
         spent += skills.steps() - start
-    return count(skills, "drink") >= until
+    return count(skills, vital) >= until
+
+
+def drink(skills, until):
+    """Drink water until the drink vital reaches ``until`` (at night only when it is
+    critical: the shelter comes first)."""
+    ok = yield from trip(skills, "drink", until, "water", "water")
+    return ok
 
 
 def eat(skills, until):
     """Eat cows until food reaches ``until`` (at night only when it is critical)."""
-    if dark(skills) and count(skills, "food") >= CRITICAL and not skills.sees("cow"):
-        return False
-    spent = 0
-    while count(skills, "food") < until and spent < TRIP:
-        if hurt(skills, "food"):
-            return False
-        start = skills.steps()
-        ok = yield from skills.collect("cow", 1, TRIP)
-        if not ok:
-            yield from skills.explore(EXPLORE + 10, "grass")
-        if skills.steps() == start:
-            yield "noop"
-        spent += skills.steps() - start
-    return count(skills, "food") >= until
+    ok = yield from trip(skills, "food", until, "cow", "grass")
+    return ok
 
 
 def hide(skills):

@@ -373,19 +373,25 @@ def test_survival_trips_give_way_at_night_and_when_hurt():
 # ---------------------------------------------------------------------- deaths (real worlds)
 
 
-def _edited_world(seed: int, walls: dict, creatures: dict, inventory: dict):
+def _edited_world(
+    seed: int, walls: dict, creatures: dict, inventory: dict, radius: int = 4, step: int = 0
+):
     """A real Crafter world (reset by ``seed``) edited around the player: ``walls`` and
     ``creatures`` map offsets to a material / a creature class name, ``inventory`` sets
-    items and vitals. The 9×9 square around the player is cleared to grass first."""
+    items and vitals. The square of ``radius`` around the player (64: the whole map) is
+    cleared to grass first; the clock is set to ``step`` (Crafter's daylight follows it)."""
     import crafter.objects
 
     world = CrafterWorld()
     world.reset(seed)
     env = world._env
+    env._step = step
+    env._update_time()
     player = env._player
     px, py = int(player.pos[0]), int(player.pos[1])
-    for dx in range(-4, 5):
-        for dy in range(-4, 5):
+    width, height = env._world.area
+    for dx in range(max(-radius, -px), min(radius, width - 1 - px) + 1):
+        for dy in range(max(-radius, -py), min(radius, height - 1 - py) + 1):
             pos = (px + dx, py + dy)
             obj = env._world[pos][1]
             if obj is not None and obj is not player:
@@ -430,3 +436,19 @@ def test_a_walled_in_player_waits_for_the_zombie_outside_to_go():
     # A critical drink goes out whatever waits there.
     world = _edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, dict(held, drink=1))
     assert "noop" not in _drive(world, stages["drink_water"].source, 3)
+
+
+def test_a_trip_for_water_gives_way_when_night_falls_on_the_way():
+    # A trip that set out at dusk (light 0.59, drink 4: not critical) went on for up to
+    # 150 steps into the night on the grassland, where zombies swarm; it now checks
+    # between legs of LEG steps and gives way to the shelter once it is dark.
+    stages = {s.name: s for s in survival.survival_stages()}
+    held = {"drink": 4}
+    world = _edited_world(7002, {}, {}, held, radius=64, step=140)
+    assert world._observe().daylight > skill_prelude.NIGHT_BELOW
+    actions = _drive(world, stages["drink_water"].source, 100)
+    assert len(actions) <= skill_prelude.LEG + 5
+    assert world._observe().daylight < skill_prelude.NIGHT_BELOW
+    # By day the same trip goes on searching.
+    world = _edited_world(7002, {}, {}, held, radius=64, step=0)
+    assert len(_drive(world, stages["drink_water"].source, 100)) == 100
