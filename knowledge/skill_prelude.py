@@ -238,12 +238,27 @@ def night(skills):
     return ok
 
 
+def sip(skills):
+    """Drink from water next to the player without stepping out (a nook by a lake:
+    water is a wall no zombie crosses). True if it drank."""
+    if count(skills, "drink") >= DRINK_UNTIL:
+        return False
+    ok = yield from skills.face("water")
+    if not ok:
+        return False
+    yield "do"
+    return True
+
+
 def hold(skills, served, patience):
     """Stay walled in until ``served()`` (or ``patience`` steps, or drink/food run low):
     sleep while tired, re-wall if the nook opens, fight what comes next to the player,
     step away from hostiles when no wall can be had."""
     start = skills.steps()
     while not served() and skills.steps() - start < patience:
+        sipped = yield from sip(skills)
+        if sipped:
+            continue
         if count(skills, "drink") < 2 or count(skills, "food") < 2:
             return False
         before = skills.steps()

@@ -452,3 +452,17 @@ def test_a_trip_for_water_gives_way_when_night_falls_on_the_way():
     # By day the same trip goes on searching.
     world = _edited_world(7002, {}, {}, held, radius=64, step=0)
     assert len(_drive(world, stages["drink_water"].source, 100)) == 100
+
+
+def test_a_player_walled_in_by_water_drinks_without_stepping_out():
+    # Water is a wall no zombie crosses; a nook by a lake let the player drink from
+    # inside, instead of leaving it (at night) once drink ran low.
+    stages = {s.name: s for s in survival.survival_stages()}
+    walls = {**STONE_RING, (1, 0): "water"}
+    held = {"wood_pickaxe": 1, "stone": 1, "health": 5, "drink": 3, "energy": 9}
+    world = _edited_world(7003, walls, {}, held)
+    start = world._observe().position
+    _drive(world, stages["retreat"].source, 12)
+    obs = world._observe()
+    assert obs.position == start
+    assert obs.status["drink"] >= 8
