@@ -72,7 +72,10 @@ HEALTH_UNTIL = 8
 # chunks at 2-3 per chunk and hit sleepers for 7, so the night is spent walled in,
 # sleeping; drink/food are topped up first so that they last until dawn (~120 steps).
 NIGHT_BELOW = 0.45
-DAWN = 0.6
+# The night's shelter ends when the light is back at DAWN: Crafter keeps up to
+# int(3.5 − 3·light) zombies per grassland chunk, so above ~0.83 it spawns none and
+# removes those left; leaving at 0.6 walked into the night's zombies.
+DAWN = 0.85
 # At night only a vital below this takes the player out for water or a cow.
 CRITICAL = 2
 # Health at or below which a trip for drink or food that is not critical gives way to

@@ -374,16 +374,25 @@ def test_survival_trips_give_way_at_night_and_when_hurt():
 
 
 def _edited_world(
-    seed: int, walls: dict, creatures: dict, inventory: dict, radius: int = 4, step: int = 0
+    seed: int,
+    walls: dict,
+    creatures: dict,
+    inventory: dict,
+    radius: int = 4,
+    step: int = 0,
+    ground: str = "grass",
+    world: CrafterWorld | None = None,
 ):
     """A real Crafter world (reset by ``seed``) edited around the player: ``walls`` and
     ``creatures`` map offsets to a material / a creature class name, ``inventory`` sets
     items and vitals. The square of ``radius`` around the player (64: the whole map) is
-    cleared to grass first; the clock is set to ``step`` (Crafter's daylight follows it)."""
+    cleared to ``ground`` first; the clock is set to ``step`` (Crafter's daylight follows it).
+    ``world``: edit this one (already reset), else a new one."""
     import crafter.objects
 
-    world = CrafterWorld()
-    world.reset(seed)
+    if world is None:
+        world = CrafterWorld()
+        world.reset(seed)
     env = world._env
     env._step = step
     env._update_time()
@@ -397,7 +406,7 @@ def _edited_world(
             if obj is not None and obj is not player:
                 env._world.remove(obj)
             if (dx, dy) != (0, 0):
-                env._world[pos] = walls.get((dx, dy), "grass")
+                env._world[pos] = walls.get((dx, dy), ground)
     for (dx, dy), name in creatures.items():
         cls = getattr(crafter.objects, name)
         args = (player,) if name in ("Zombie", "Skeleton") else ()
@@ -466,3 +475,30 @@ def test_a_player_walled_in_by_water_drinks_without_stepping_out():
     obs = world._observe()
     assert obs.position == start
     assert obs.status["drink"] >= 8
+
+
+def test_the_night_in_the_shelter_lasts_until_zombies_stop_spawning():
+    # Leaving the nook at light 0.6 met the night's zombies (Crafter spawns them on the
+    # grassland up to light ~0.83 and removes them only above it): the composed policy's
+    # shelter need now keeps the player walled in until DAWN. (On sand no zombie spawns
+    # here, so nothing else keeps it in.)
+    from envs.composite import run_composed
+    from knowledge.survival import survival_needs
+    from messages.task import Subtask
+
+    class Dusk(CrafterWorld):
+        def reset(self, seed=None):
+            super().reset(seed)
+            _edited_world(seed, STONE_RING, {}, {"wood_pickaxe": 1}, radius=64, step=270,
+                          ground="sand", world=self)  # fmt: skip
+            return self._observe()
+
+    light = []
+    stages = library.coded_stages(recipes.chain("stone_pickaxe"))[3:4]  # collect stone
+    goal = Subtask("stone", "collect stone", goal={"stone": 9}, max_steps=60)
+    ep = run_composed(Dusk(), stages, survival_needs(), goal, 7004, wall_s=60,
+                      on_step=lambda obs, *rest: light.append(obs.daylight))  # fmt: skip
+    night = ep.stages[0]
+    assert night.name == "shelter" and night.success, ep.stages[:2]
+    # Crafter's balance keeps int(3.5 - 3 * light) zombies per grass chunk: none above 0.83.
+    assert light[0] < 0.5 and light[night.steps - 1] > 0.83
