@@ -434,7 +434,7 @@ STONE_RING = {(1, 0): "stone", (-1, 0): "stone", (0, 1): "stone", (0, -1): "ston
 
 def test_a_walled_in_player_waits_for_the_zombie_outside_to_go():
     # At dawn zombies wait next to the nook; stepping out for water with drink at 3 (not
-    # critical) walked into them (the commonest death of the diamond policy).
+    # critical) walked into them (a common death of the diamond policy).
     stages = {s.name: s for s in survival.survival_stages()}
     held = {"wood_pickaxe": 1, "stone": 1, "drink": 3}
     world = _edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, held)
