@@ -72,7 +72,10 @@ HEALTH_UNTIL = 8
 # chunks at 2-3 per chunk and hit sleepers for 7, so the night is spent walled in,
 # sleeping; drink/food are topped up first so that they last until dawn (~120 steps).
 NIGHT_BELOW = 0.45
-DAWN = 0.6
+# The night's shelter ends when the light is back at DAWN: Crafter keeps up to
+# int(3.5 − 3·light) zombies per grassland chunk, so above ~0.83 it spawns none and
+# removes those left; leaving at 0.6 walked into the night's zombies.
+DAWN = 0.85
 # At night only a vital below this takes the player out for water or a cow.
 CRITICAL = 2
 # Health at or below which a trip for drink or food that is not critical gives way to
@@ -89,6 +92,14 @@ DUSK_DRINK = 7
 DUSK_FOOD = 6
 # Steps a survival trip (to water, a cow, a shelter) may take before giving up.
 TRIP = 150
+# A trip for drink or food goes in legs of this many steps, and checks between them
+# whether it still should (night fell, health ran low).
+LEG = 30
+# Walled in with a hostile this close outside (Manhattan tiles), the player stays in:
+# zombies wait next to a nook all night and hit whoever steps out at dawn. At most LURK
+# steps, and never while drink or food is critical.
+LURK_NEAR = 3
+LURK = 60
 # What vitals() remembers between calls: the light at the last check (falling light
 # below DUSK is dusk).
 MEMO = {}
@@ -116,6 +127,26 @@ def dark(skills):
     return skills.daylight() < NIGHT_BELOW
 
 
+def lurking(skills):
+    """A hostile within LURK_NEAR tiles of the player."""
+    for kind, dx, dy in skills.hostiles():
+        if abs(dx) + abs(dy) <= LURK_NEAR:
+            return True
+    return False
+
+
+def wait_out(skills):
+    """Walled in with hostiles waiting outside: stay in until they are gone (or LURK
+    steps), unless drink or food is critical. True if it waited."""
+    waited = 0
+    while waited < LURK and skills.enclosed() and lurking(skills):
+        if count(skills, "drink") < CRITICAL or count(skills, "food") < CRITICAL:
+            break
+        yield "noop"
+        waited += 1
+    return waited > 0
+
+
 def hurt(skills, vital):
     """Health too low for a trip that can wait (the retreat comes first), or another
     vital more urgent than this one (needs do not interrupt each other: give way)."""
@@ -127,41 +158,41 @@ def hurt(skills, vital):
     return count(skills, other) < CRITICAL and count(skills, other) < count(skills, vital)
 
 
-def drink(skills, until):
-    """Drink water until the drink vital reaches ``until`` (at night only when it is
-    critical: the shelter comes first)."""
-    if dark(skills) and count(skills, "drink") >= CRITICAL and not skills.sees("water"):
-        return False
+def wait_for_day(skills, vital, source):
+    """Night, the vital not critical and no ``source`` in view: the trip waits for the
+    shelter (zombies swarm the grassland)."""
+    return dark(skills) and count(skills, vital) >= CRITICAL and not skills.sees(source)
+
+
+def trip(skills, vital, until, kind, habitat):
+    """Collect ``kind`` until ``vital`` reaches ``until``, in legs of LEG steps: after
+    each, a trip that is no longer urgent gives way — to the shelter when night has
+    fallen meanwhile, to the retreat when health ran low."""
     spent = 0
-    while count(skills, "drink") < until and spent < TRIP:
-        if hurt(skills, "drink"):
+    while count(skills, vital) < until and spent < TRIP:
+        if hurt(skills, vital) or wait_for_day(skills, vital, kind):
             return False
         start = skills.steps()
-        ok = yield from skills.collect("water", 1, TRIP)
-        if not ok:
-            yield from skills.explore(EXPLORE + 10, "water")
+        ok = yield from skills.collect(kind, 1, LEG)
+        if not ok and skills.steps() - start < LEG:  # none known or reachable: search
+            yield from skills.explore(LEG, habitat)
         if skills.steps() == start:
             yield "noop"
         spent += skills.steps() - start
-    return count(skills, "drink") >= until
+    return count(skills, vital) >= until
+
+
+def drink(skills, until):
+    """Drink water until the drink vital reaches ``until`` (at night only when it is
+    critical: the shelter comes first)."""
+    ok = yield from trip(skills, "drink", until, "water", "water")
+    return ok
 
 
 def eat(skills, until):
     """Eat cows until food reaches ``until`` (at night only when it is critical)."""
-    if dark(skills) and count(skills, "food") >= CRITICAL and not skills.sees("cow"):
-        return False
-    spent = 0
-    while count(skills, "food") < until and spent < TRIP:
-        if hurt(skills, "food"):
-            return False
-        start = skills.steps()
-        ok = yield from skills.collect("cow", 1, TRIP)
-        if not ok:
-            yield from skills.explore(EXPLORE + 10, "grass")
-        if skills.steps() == start:
-            yield "noop"
-        spent += skills.steps() - start
-    return count(skills, "food") >= until
+    ok = yield from trip(skills, "food", until, "cow", "grass")
+    return ok
 
 
 def hide(skills):
@@ -210,12 +241,27 @@ def night(skills):
     return ok
 
 
+def sip(skills):
+    """Drink from water next to the player without stepping out (a nook by a lake:
+    water is a wall no zombie crosses). True if it drank."""
+    if count(skills, "drink") >= DRINK_UNTIL:
+        return False
+    ok = yield from skills.face("water")
+    if not ok:
+        return False
+    yield "do"
+    return True
+
+
 def hold(skills, served, patience):
     """Stay walled in until ``served()`` (or ``patience`` steps, or drink/food run low):
     sleep while tired, re-wall if the nook opens, fight what comes next to the player,
     step away from hostiles when no wall can be had."""
     start = skills.steps()
     while not served() and skills.steps() - start < patience:
+        sipped = yield from sip(skills)
+        if sipped:
+            continue
         if count(skills, "drink") < 2 or count(skills, "food") < 2:
             return False
         before = skills.steps()
@@ -528,6 +574,7 @@ def run(skills):
     """Run the step's main(); with SURVIVE, pause it every CHECK steps to keep vitals
     up (the paused skill re-plans when it resumes)."""
     setup(skills)
+    yield from wait_out(skills)
     last = skills.steps()
     for action in act(skills, main(skills)):
         if VALIDATE and action not in ACTIONS:
