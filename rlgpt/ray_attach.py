@@ -29,12 +29,14 @@ wrong run, wrong keys, bad arguments) is not started again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,6 +48,11 @@ PLACE_TIMEOUT_S = 600.0
 """How long Ray may take to find room for every copy when ``--wait`` does not say (a
 cluster short of GPUs never does): then the launcher stops, naming what it asked for."""
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+SERVE_POLL_S = 1.0
+"""How long one wait for a copy to end may block before the launcher looks again (and
+a pending Ctrl-C is raised)."""
+STOP_TIMEOUT_S = 30.0
+"""How long the launcher waits for Ray to kill the copies and let it go, on the way out."""
 
 
 class LaunchError(Exception):
@@ -71,6 +78,7 @@ def launch(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports to Ray's servers
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     hosts: list = []
+    interrupted = False
     try:
         started = time.monotonic()
         try:
@@ -99,17 +107,24 @@ def launch(args: argparse.Namespace) -> int:
         code_root = str(Path(__file__).resolve().parent.parent)
         return _serve(ray, hosts, argv, keys_text, code_root, args)
     except KeyboardInterrupt:
+        interrupted = True
         print("attach: stopping every copy", file=sys.stderr, flush=True)
         return 130
     except LaunchError as exc:
         print(f"attach error: {exc}", file=sys.stderr)
         return 2 if not hosts else 1
     finally:
-        for host in hosts:
-            ray.kill(host, no_restart=True)
-        if ray.is_initialized():
-            ray.shutdown()
         signal.signal(signal.SIGTERM, previous)
+        if not _stop_ray(ray, hosts):
+            # Ray did not let go in time: the copies' actors die with this driver (they
+            # are not detached) and each attach process with its actor (PDEATHSIG).
+            print(
+                f"attach: Ray did not shut down within {STOP_TIMEOUT_S:g} s; leaving it",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.stdout.flush()
+            os._exit(130 if interrupted else 1)
 
 
 def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
@@ -234,7 +249,9 @@ def _serve(ray, hosts: list, argv: list[str], keys: str, code_root: str, args) -
     restarts = [0] * len(hosts)
     worst = 0
     while running:
-        ready, _ = ray.wait(list(running), num_returns=1)
+        # A short timeout: the loop comes back to Python every second, so a Ctrl-C (or
+        # SIGTERM) is raised here at once, whatever Ray's wait does with signals.
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=SERVE_POLL_S)
         for ref in ready:
             i = running.pop(ref)
             name = f"{args.role} {i + 1}/{args.count}"
@@ -275,6 +292,24 @@ def _serve(ray, hosts: list, argv: list[str], keys: str, code_root: str, args) -
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _stop_ray(ray, hosts: list) -> bool:
+    """Kill the copies' actors and leave the cluster, in a thread given
+    :data:`STOP_TIMEOUT_S`: a Ctrl-C must end the launcher even when Ray is slow to answer.
+    True when it finished in time."""
+
+    def stop() -> None:
+        for host in hosts:
+            with contextlib.suppress(Exception):
+                ray.kill(host, no_restart=True)
+        if ray.is_initialized():
+            ray.shutdown()
+
+    worker = threading.Thread(target=stop, name="ray-stop", daemon=True)
+    worker.start()
+    worker.join(STOP_TIMEOUT_S)
+    return not worker.is_alive()
 
 
 class AttachHost:

@@ -247,7 +247,11 @@ def test_ctrl_c_on_the_ray_launcher_stops_every_copy_and_its_process(
             what="both attach processes",
         )
         launcher.send_signal(signal.SIGINT)
-        assert launcher.wait(timeout=60) == 130, log.read_text()
+        try:
+            status = launcher.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # say what the launcher was doing
+            pytest.fail("the launcher did not end 60 s after Ctrl-C:\n" + log.read_text())
+        assert status == 130, log.read_text()
         assert "stopping every copy" in log.read_text()
         wait_until_blocking(
             lambda: not any(alive(p) for p in hosts + attaches),
@@ -327,3 +331,35 @@ def test_each_copy_runs_the_attach_with_every_flag_it_was_given(tmp_path: Path) 
     assert argv[argv.index("--run-id") + 1] == "r1"
     assert "--keys-stdin" in argv and str(keys) not in " ".join(argv)  # keys go by stdin
     assert json.loads(keys_text)["server_public"]
+
+
+def test_the_launcher_stops_waiting_for_a_ray_that_does_not_let_go(monkeypatch) -> None:
+    """A named fake of Ray whose shutdown hangs (a hang cannot be had from a real cluster
+    on demand): the launcher's way out gives up after its limit instead of hanging."""
+    import threading
+    import time
+
+    from rlgpt import ray_attach
+
+    release = threading.Event()
+
+    class HangingRay:
+        killed: list = []
+
+        def kill(self, host, no_restart):
+            self.killed.append(host)
+
+        def is_initialized(self):
+            return True
+
+        def shutdown(self):
+            release.wait(10)
+
+    monkeypatch.setattr(ray_attach, "STOP_TIMEOUT_S", 0.2)
+    fake = HangingRay()
+    started = time.monotonic()
+    assert ray_attach._stop_ray(fake, ["a", "b"]) is False
+    assert time.monotonic() - started < 2 and fake.killed == ["a", "b"]
+    release.set()
+    fake.shutdown = lambda: None
+    assert ray_attach._stop_ray(fake, ["c"]) is True
