@@ -77,6 +77,10 @@ def launch(args: argparse.Namespace) -> int:
         return 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports to Ray's servers
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C stops every copy, also when this process was started with SIGINT ignored
+    # (a background job of a non-interactive shell inherits that, and Python then
+    # leaves SIGINT ignored: the launcher could not be stopped by it).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     hosts: list = []
     interrupted = False
     try:
@@ -115,6 +119,7 @@ def launch(args: argparse.Namespace) -> int:
         return 2 if not hosts else 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         if not _stop_ray(ray, hosts):
             # Ray did not let go in time: the copies' actors die with this driver (they
             # are not detached) and each attach process with its actor (PDEATHSIG).

@@ -231,6 +231,9 @@ def test_ctrl_c_on_the_ray_launcher_stops_every_copy_and_its_process(
          "--run-id", "nobody-runs-this", "--wait", "300"],
         env={**os.environ, **RAY_ENV}, cwd=ROOT, stdout=log.open("w"),
         stderr=subprocess.STDOUT, start_new_session=True,
+        # Started with SIGINT ignored, as a background job of a non-interactive shell
+        # is (how CI may start it): Ctrl-C must stop it all the same.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )  # fmt: skip
     try:
         wait_until_blocking(
