@@ -28,6 +28,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from crafter import constants
+
+from envs.crafter_world import VITALS
 from sandbox import SandboxError, compile_code, load
 
 
@@ -51,11 +54,8 @@ VITAL_OF: dict[str, str] = {
 }
 """The vital a step restores: its progress shows in ``status``, not the inventory."""
 
-ITEMS = (
-    "sapling", "wood", "stone", "coal", "iron", "diamond", "wood_pickaxe", "stone_pickaxe",
-    "iron_pickaxe", "wood_sword", "stone_sword", "iron_sword",
-)  # fmt: skip
-"""Crafter's inventory items (the world's own names)."""
+ITEMS: tuple[str, ...] = tuple(k for k in constants.items if k not in VITALS)
+"""Crafter's inventory items (its own data; the vitals are status)."""
 
 BASE_VITAL = 5.0
 """Every vital's level before a transition: room to rise and to fall."""
@@ -75,7 +75,7 @@ class RewardCheck:
 def _base() -> dict[str, Any]:
     return {
         "inventory": dict.fromkeys(ITEMS, 0),
-        "status": dict.fromkeys(("health", "food", "drink", "energy"), BASE_VITAL),
+        "status": dict.fromkeys(VITALS, BASE_VITAL),
         "achievements": {},
         "steps": 10,
     }
