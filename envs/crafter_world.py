@@ -272,6 +272,7 @@ class CrafterWorld:
         # Crafter's maps are indexed [x, y]; the view is [row=y, col=x].
         view[cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0] = world._mat_map[cx0:cx1, cy0:cy1].T
         creatures = []
+        ripe = []
         window = world._obj_map[cx0:cx1, cy0:cy1]
         for ix, iy in zip(*np.nonzero(window), strict=True):
             obj = world._objects[window[ix, iy]]
@@ -279,6 +280,8 @@ class CrafterWorld:
                 continue
             dx, dy = int(cx0 + ix - px), int(cy0 + iy - py)
             creatures.append((type(obj).__name__.lower(), dx, dy))
+            if getattr(obj, "ripe", False):
+                ripe.append((dx, dy))
         creatures.sort(key=lambda c: (abs(c[1]) + abs(c[2]), c[2], c[1]))
         inv = player.inventory
         return Observation(
@@ -291,4 +294,5 @@ class CrafterWorld:
             position=(px - self._start[0], py - self._start[1]),
             names=self._names,
             sleeping=bool(player.sleeping),
+            ripe=tuple(sorted(ripe, key=lambda d: (abs(d[0]) + abs(d[1]), d[1], d[0]))),
         )

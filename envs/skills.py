@@ -203,6 +203,10 @@ class Skills:
         found.sort(key=lambda d: (abs(d[0]) + abs(d[1]), d[1], d[0]))
         return tuple(found)
 
+    def ripe(self) -> tuple[tuple[int, int], ...]:
+        """Offsets of the ripe plants in view (``do`` facing one eats it), nearest first."""
+        return tuple(self._obs.ripe)
+
     def inventory(self) -> dict[str, int]:
         """Item name → count (a copy)."""
         return dict(self._obs.inventory)

@@ -45,6 +45,9 @@ class Observation:
     """Tile id → tile name for :attr:`view`."""
     sleeping: bool = False
     """Whether the player is asleep (it then ignores actions until it wakes up)."""
+    ripe: tuple[tuple[int, int], ...] = ()
+    """(dx, dy) of every ripe plant in the view: Crafter draws a ripe plant apart from a
+    growing one, and only a ripe one can be eaten."""
 
     @property
     def center(self) -> tuple[int, int]:

@@ -60,10 +60,12 @@ _OTHER_ACHIEVEMENTS: dict[str, dict[str, Any]] = {
     },
     "eat_plant": {
         "item": "plant",
-        "depends": ("place_plant",),
+        "depends": ("place_plant", "collect_stone"),
         "max_steps": 1500,
-        "description": "Eat a ripe plant: guard a planted sapling until it ripens (it "
-        "takes a few hundred steps; creatures next to it eat it), then hit it.",
+        "description": "Eat a ripe plant: plant a sapling and wall its sides in with "
+        "stone (a cow or zombie next to it eats it), stay near while it ripens (a few "
+        "hundred steps; it grows only while the player is close), then open a side and "
+        "hit it.",
     },
     "wake_up": {
         "item": "sleep",

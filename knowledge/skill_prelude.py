@@ -100,6 +100,9 @@ LEG = 30
 # steps, and never while drink or food is critical.
 LURK_NEAR = 3
 LURK = 60
+# Tiles a cow or zombie can step onto (Crafter's walkable ones): a plant with one of
+# these beside it can be eaten.
+OPEN = ("grass", "sand", "path")
 # What vitals() remembers between calls: the light at the last check (falling light
 # below DUSK is dusk).
 MEMO = {}
@@ -526,34 +529,134 @@ def wait_and_sleep(skills):
     return ok
 
 
+def tile_at(skills, offset):
+    """The tile at ``offset`` from the player in the current view ("" beyond it)."""
+    view = skills.view()
+    row = len(view) // 2 + offset[1]
+    col = len(view[0]) // 2 + offset[0]
+    if 0 <= row < len(view) and 0 <= col < len(view[0]):
+        return view[row][col]
+    return ""
+
+
+def toward(skills, spot):
+    """The offset of the tile at ``spot`` (a position, see skills.position) from the player."""
+    here = skills.position()
+    return (spot[0] - here[0], spot[1] - here[1])
+
+
+def go_face(skills, spot):
+    """Walk until facing the tile at position ``spot``; True when facing it."""
+    offset = toward(skills, spot)
+    ok = yield from skills.walk_to(offset[0], offset[1], CHUNK)
+    return ok
+
+
+def sides_of(spot):
+    return [(spot[0] + d[0], spot[1] + d[1]) for d in ((1, 0), (-1, 0), (0, 1), (0, -1))]
+
+
+def wall_in(skills, spot):
+    """Put stone on every side of the plant at ``spot`` that a creature could step on
+    (grass, sand, path), the side the player stands on last; False when stone or the
+    way to a side runs out."""
+    for rounds in range(3):
+        here = skills.position()
+        sides = sides_of(spot)
+        sides.sort(key=lambda side: side == here)
+        open_sides = [side for side in sides if tile_at(skills, toward(skills, side)) in OPEN]
+        if not open_sides:
+            return True
+        for side in open_sides:
+            if count(skills, "stone") < 1:
+                ok = yield from obtain(skills, "stone", len(open_sides))
+                if not ok:
+                    return False
+            ok = yield from go_face(skills, side)
+            if not ok:
+                continue
+            yield from skills.defend(10)
+            if skills.facing_tile() in OPEN:
+                yield "place_stone"
+    return not any(tile_at(skills, toward(skills, side)) in OPEN for side in sides_of(spot))
+
+
+def near_plant(skills, spot):
+    """Walk up to the nearest side of the plant at ``spot`` (facing it, never digging
+    into a wall of its)."""
+    sides = sides_of(spot)
+    sides.sort(key=lambda side: dist(toward(skills, side)))
+    ok = yield from go_face(skills, sides[0])
+    return ok
+
+
+def known_plant(skills):
+    """Offset of the nearest plant in view or seen within FAR steps, else None."""
+    for kind, dx, dy in skills.creatures():
+        if kind == "plant":
+            return (dx, dy)
+    seen = skills.sighted("plant", 5000)
+    if seen and dist(seen[0]) <= FAR:
+        return seen[0]
+    return None
+
+
 def grow_and_eat(skills):
-    """Plant a sapling, guard it until it ripens (hitting it now and then), eat it."""
-    spot = None
+    """Eat a ripe plant. Plant a sapling (or take one seen nearby), wall its sides in
+    with stone (a cow or zombie next to it eats it), wait beside it while it ripens (it
+    grows only while the player is near), then open a side and eat it; without stone,
+    guard it from beside it. Starts over from what it sees: a need may interrupt it."""
     tries = 0
     while skills.achievements().get("eat_plant", 0) == 0 and tries <= ATTEMPTS:
         tries += 1
-        if spot is None:
+        here = skills.position()
+        ripe = skills.ripe()
+        if ripe:
+            spot = (here[0] + ripe[0][0], here[1] + ripe[0][1])
+            if not any(tile_at(skills, toward(skills, side)) in OPEN for side in sides_of(spot)):
+                # Walled in: open the nearest side (collect its stone), then step in.
+                sides = sides_of(spot)
+                sides.sort(key=lambda side: dist(toward(skills, side)))
+                ok = yield from go_face(skills, sides[0])
+                if ok and skills.facing_tile() == "stone":
+                    yield "do"
+            ok = yield from go_face(skills, spot)
+            if ok and skills.facing_tile() == "plant":
+                yield "do"
+            continue
+        found = known_plant(skills)
+        if found is None:
+            if SECURE and count(skills, "wood_pickaxe") > 0 and count(skills, "stone") < 4:
+                yield from obtain(skills, "stone", 4)
             ok = yield from obtain(skills, "sapling", 1)
-            if not ok:
-                continue
-            ok = yield from skills.place("plant", min(PATIENCE, 100))
-            if not ok:
-                continue
-            here = skills.position()
-            ahead = skills.facing()
-            spot = (here[0] + ahead[0], here[1] + ahead[1])
-        waited = 0
-        while skills.achievements().get("eat_plant", 0) == 0 and waited < 800:
-            here = skills.position()
-            ok = yield from skills.walk_to(spot[0] - here[0], spot[1] - here[1], CHUNK)
-            if not ok or skills.facing_tile() != "plant":
-                spot = None
-                break
-            yield from skills.defend(10)
-            yield "do"
-            for wait in range(9):
-                yield "noop"
-            waited += 10
+            if ok:
+                yield from skills.place("plant", min(PATIENCE, 100))
+            continue
+        spot = (here[0] + found[0], here[1] + found[1])
+        if dist(found) > 2:
+            yield from near_plant(skills, spot)
+        walled = False
+        if SECURE and count(skills, "wood_pickaxe") > 0:
+            walled = yield from wall_in(skills, spot)
+        if walled:
+            # Wait beside the wall, the plant in view, until it shows ripe.
+            waited = 0
+            while not skills.ripe() and waited < 60:
+                if dist(toward(skills, spot)) > 2:
+                    yield from near_plant(skills, spot)
+                yield from skills.defend(5)
+                for wait in range(5):
+                    yield "noop"
+                waited += 6
+            continue
+        # No wall: stand beside it, fight off what comes, try it now and then.
+        ok = yield from go_face(skills, spot)
+        if not ok or skills.facing_tile() != "plant":
+            continue
+        yield from skills.defend(10)
+        yield "do"
+        for wait in range(9):
+            yield "noop"
     return skills.achievements().get("eat_plant", 0) > 0
 
 
