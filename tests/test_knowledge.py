@@ -105,6 +105,19 @@ def test_every_achievement_has_a_step_and_the_curriculum_orders_them():
     assert {"name", "goal", "achievement", "depends", "max_steps"} <= set(described[0])
 
 
+def test_the_curriculum_arms_first_and_leaves_the_slow_and_dangerous_to_the_end():
+    names = [s.name for s in recipes.curriculum()]
+    # A pickaxe and stone before the first night (its shelter is walled in with stone)
+    # and swords before the fights: all before anything that does not need them.
+    first = set(names[: names.index("make_stone_sword") + 1])
+    assert first == {
+        "collect_wood", "place_table", "make_wood_pickaxe", "make_wood_sword",
+        "collect_stone", "make_stone_sword",
+    }  # fmt: skip
+    assert names.index("make_wood_sword") < names.index("defeat_zombie")
+    assert set(names[-2:]) == {"defeat_skeleton", "eat_plant"}
+
+
 # ---------------------------------------------------------------------- library
 
 
