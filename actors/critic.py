@@ -19,6 +19,7 @@ from messages.causes import EPISODE_DONE, INTERRUPTED, STEP_BUDGET, SUCCESS, TIM
 from messages.plan import Critique, Review
 from messages.rollout import EpisodeReport, Glimpse
 from method.agents import Agents
+from method.paired import below_target
 from runtime.actor import Actor, handles
 from runtime.events import log
 
@@ -82,6 +83,8 @@ def statistics(review: Review) -> dict[str, Any]:
         "target": sub.target,
         "success_rate": round(rate, 4),
         "reached": got,
+        # Under the target by more than the noise of so few worlds (method.paired).
+        "measurably_below": below_target(rate, got, sub.target),
         # Whole composed episodes over every evaluation world (from a start, the episode
         # that made it and those restoring it end as it did).
         "task_success_rate": round(result.success_rate, 4),

@@ -31,7 +31,7 @@ from messages.train import TrainProgress, TrainRequest, TrainResult
 from method import ledger
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
-from method.paired import Comparison, compare, faulted, reached, stage_outcomes
+from method.paired import Comparison, below_target, compare, faulted, reached, stage_outcomes
 from method.settings import MethodSettings
 from method.split import Affinity, rollout_split
 from method.tboard import log_dir
@@ -432,7 +432,8 @@ class FastAgent(Actor):
             name=sub.name,
             mode=chosen.mode,  # type: ignore[arg-type]
             success_rate=max(chosen.rate, 0.0),
-            accepted=chosen.rate >= sub.target,
+            accepted=chosen.stage is not None
+            and not below_target(chosen.rate, reached(chosen.outcomes), sub.target),
             stage=stage,
             versions=loop.versions,
             code_steps=loop.code_steps,

@@ -269,6 +269,12 @@ class OfflineBackend:
         base = cause_kind(cause)
         if rate >= target:
             return {"verdict": "accept", "advice": f"{rate:.2f} ≥ target {target:.2f}"}
+        if not req.get("measurably_below", True):
+            return {
+                "verdict": "accept",
+                "advice": f"{rate:.2f} on {req.get('reached', 0)} worlds: not measurably under "
+                f"target {target:.2f}",
+            }
         advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
         if base == NOT_REACHED:
             # Nothing of this sub-action was measured: no revision or switch is due.

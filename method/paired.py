@@ -144,3 +144,18 @@ def faulted(result: Any, stage: str) -> bool:
 def reached(outcomes: Sequence[int]) -> int:
     """Worlds whose episode reached the stage."""
     return sum(1 for o in outcomes if o >= 0)
+
+
+def below_target(rate: float, reached: int, target: float) -> bool:
+    """Whether a version's success is *measurably* under ``target``: the upper end of
+    the 95 % Wilson interval of ``rate`` over the ``reached`` worlds is below it. With
+    no world reached nothing was measured: under its target, as its rate (0) says.
+
+    A stage that truly succeeds 95 % of the time misses a 0.9 target on 4 worlds about
+    one time in five (a single failure gives 0.75); what its 4 worlds say is only that
+    it is not measurably under it (3 of 4: Wilson 0.30–0.95). Moving such a stage to RL
+    or revising it again is a coin flip, so neither is done on so little."""
+    if reached <= 0:
+        return rate < target
+    successes = round(rate * reached)
+    return wilson_interval(successes, reached)[1] < target

@@ -232,6 +232,29 @@ def test_offline_critic_verdict_follows_rate_cause_and_revisions(
         assert cause in reply.data["advice"]
 
 
+@pytest.mark.parametrize(("won", "verdict"), [(3, "accept"), (2, "switch")])
+def test_offline_critic_accepts_a_stage_not_measurably_under_its_target(
+    won: int, verdict: str
+) -> None:
+    # 3 of 4 is 0.75 < 0.9, but 4 worlds cannot tell it from a stage at 0.95: no switch
+    # to RL on that; 2 of 4 is measurably under (Wilson upper end 0.85).
+    sub = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
+    episodes = [
+        _episode(
+            s,
+            s < won,
+            [StageRun("collect_iron", s < won, 50, "success" if s < won else "step_budget")],
+            "success" if s < won else "step_budget",
+        )
+        for s in range(4)
+    ]
+    result = RolloutResult(sub.subtask, episodes, won / 4, 200, "env-0")
+    stats = statistics(Review(sub, 1, "code", result, revisions_left=0))
+    assert stats["measurably_below"] is (won == 2)
+    reply = trio.run(OfflineBackend().call, "critic", "review", stats)
+    assert reply.data["verdict"] == verdict
+
+
 def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
     request = {
         "task": "t",

@@ -16,6 +16,7 @@ from messages.rollout import EpisodeReport, RolloutResult, StageRun
 from messages.task import Stage, Subtask
 from method.paired import (
     NOT_REACHED,
+    below_target,
     compare,
     faulted,
     stage_outcomes,
@@ -37,6 +38,19 @@ def test_wilson_lower_bound_by_hand():
         / (1 + 3.8415 / 8),
         abs=1e-4,
     )
+
+
+def test_a_target_is_missed_only_when_measurably():
+    # 3 of 4: Wilson 95 % upper end 1 − lower(1 of 4) = 0.9544 ≥ 0.9: not measurably under.
+    assert 1 - wilson_lower(1, 4) == pytest.approx(0.9544, abs=1e-4)
+    assert not below_target(0.75, 4, 0.9)
+    assert below_target(0.5, 4, 0.9)  # 2 of 4: upper 0.85
+    assert not below_target(0.8, 20, 0.9)  # 16 of 20: upper 0.919
+    assert below_target(0.7, 20, 0.9)  # 14 of 20: upper 0.855
+    assert below_target(0.6, 22, 0.9)
+    assert not below_target(0.95, 20, 0.9)
+    assert below_target(0.0, 0, 0.9)  # nothing measured: its rate, 0, is under
+    assert not below_target(0.0, 0, 0.0)
 
 
 def test_a_tie_keeps_the_incumbent():
