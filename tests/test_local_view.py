@@ -23,6 +23,7 @@ OBSERVATION_FIELDS = {
     "position",
     "names",
     "sleeping",
+    "ripe",
 }
 
 
@@ -54,6 +55,8 @@ def test_an_observation_holds_the_local_view_and_nothing_of_the_map() -> None:
         # Creatures are those in the view, nothing beyond it.
         for _, dx, dy in obs.creatures:
             assert abs(dx) <= VIEW_COLS // 2 and abs(dy) <= VIEW_ROWS // 2
+        # Ripe plants are plants in the view (Crafter draws them apart).
+        assert set(obs.ripe) <= {(dx, dy) for kind, dx, dy in obs.creatures if kind == "plant"}
         # Position is relative to where the episode started, not world coordinates.
         assert isinstance(obs.position, tuple) and len(obs.position) == 2
     assert seen[0].position == (0, 0)
