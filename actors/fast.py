@@ -319,6 +319,14 @@ class _Best:
         self.seeds = list(seeds)
         return True
 
+    def meets(self, target: float) -> bool:
+        """Whether the kept version answers ``target``: it was measured and is not
+        measurably under it (:func:`method.paired.below_target`, over the worlds that
+        reached it)."""
+        return self.stage is not None and not below_target(
+            self.rate, reached(self.outcomes), target
+        )
+
     def compare(self, outcomes: list[int], more: dict[int, int]) -> Comparison:
         """A challenger's outcomes (on the evaluation worlds, and ``more`` further ones
         by seed) against this version's on the same worlds."""
@@ -432,8 +440,7 @@ class FastAgent(Actor):
             name=sub.name,
             mode=chosen.mode,  # type: ignore[arg-type]
             success_rate=max(chosen.rate, 0.0),
-            accepted=chosen.stage is not None
-            and not below_target(chosen.rate, reached(chosen.outcomes), sub.target),
+            accepted=chosen.meets(sub.target),
             stage=stage,
             versions=loop.versions,
             code_steps=loop.code_steps,

@@ -122,6 +122,20 @@ def test_the_first_version_is_kept_even_with_no_success():
     assert best.stage is not None and best.stage.code == "v1" and best.rate == 0.0
 
 
+def test_the_kept_version_meets_its_target_unless_measurably_under_it():
+    best = _Best()
+    assert not best.meets(0.9)  # nothing measured
+    best.offer(result([1] * 16 + [0] * 4), NAME, stage("v1"), SEEDS)
+    assert best.rate == 0.8 and best.meets(0.9)  # 16 of 20: Wilson upper end 0.919
+    worse = _Best()
+    worse.offer(result([1] * 14 + [0] * 6), NAME, stage("v1"), SEEDS)
+    assert not worse.meets(0.9)  # 14 of 20: upper end 0.855
+    # Only the worlds that reached the stage count: 8 of 10 (upper end 0.943), not 8 of 20.
+    unreached = _Best()
+    unreached.offer(result([1] * 8 + [0] * 2 + [X] * 10), NAME, stage("v1"), SEEDS)
+    assert unreached.rate == 0.8 and unreached.meets(0.9)
+
+
 def test_a_later_version_replaces_only_when_measurably_better():
     best = _Best()
     best.offer(result([1] * 10 + [0] * 10), NAME, stage("v1"), SEEDS)
