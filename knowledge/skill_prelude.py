@@ -578,6 +578,11 @@ def wall_in(skills, spot):
             yield from skills.defend(10)
             if skills.facing_tile() in OPEN:
                 yield "place_stone"
+    return walled_in(skills, spot)
+
+
+def walled_in(skills, spot):
+    """Whether no side of the plant at ``spot`` is open to a creature (as far as seen)."""
     return not any(tile_at(skills, toward(skills, side)) in OPEN for side in sides_of(spot))
 
 
@@ -613,11 +618,9 @@ def grow_and_eat(skills):
         ripe = skills.ripe()
         if ripe:
             spot = (here[0] + ripe[0][0], here[1] + ripe[0][1])
-            if not any(tile_at(skills, toward(skills, side)) in OPEN for side in sides_of(spot)):
+            if walled_in(skills, spot):
                 # Walled in: open the nearest side (collect its stone), then step in.
-                sides = sides_of(spot)
-                sides.sort(key=lambda side: dist(toward(skills, side)))
-                ok = yield from go_face(skills, sides[0])
+                ok = yield from near_plant(skills, spot)
                 if ok and skills.facing_tile() == "stone":
                     yield "do"
             ok = yield from go_face(skills, spot)
