@@ -327,10 +327,14 @@ class _Best:
             self.rate, reached(self.outcomes), target
         )
 
+    def grown(self) -> list[int]:
+        """The worlds of :attr:`more` outside its evaluation worlds, in order."""
+        return sorted(set(self.more) - set(self.seeds))
+
     def compare(self, outcomes: list[int], more: dict[int, int]) -> Comparison:
         """A challenger's outcomes (on the evaluation worlds, and ``more`` further ones
         by seed) against this version's on the same worlds."""
-        extra = sorted(more)
+        extra = sorted(s for s in more if s in self.more)  # another comparison's growth: not ours
         return compare(
             self.outcomes + [self.more[s] for s in extra], outcomes + [more[s] for s in extra]
         )
@@ -354,6 +358,9 @@ class _InnerLoop:
     """The best coded version."""
     learned: _Best = dataclasses.field(default_factory=lambda: _Best(mode="rl"))
     """The best learned version."""
+    rival: _Best = dataclasses.field(default_factory=_Best)
+    """``WorkOn.incumbent`` as this loop measured it (:meth:`FastAgent._versus`): on its
+    worlds, and on the further worlds where a version's comparison with it grew."""
     worlds: list[int] = dataclasses.field(default_factory=list)
     """From starts: the choosing worlds every version is evaluated on — the first
     ``code_episodes`` seeds and as many more as the first version's evaluation drew
@@ -375,6 +382,37 @@ class _LastVersion:
     """What the critic said of it."""
     version: int
     """Its version number (a redo numbers on from it)."""
+
+
+def outcome_of(sub: SubAction, loop: _InnerLoop) -> SubActionOutcome:
+    """What an inner loop reports: its best version of the sub-action's mode (of the
+    other mode when it has none), with its outcomes on every world it played (the grown
+    ones after its choosing worlds), and the incumbent's on the worlds it was played on."""
+    chosen = loop.best(sub.mode)
+    if chosen.stage is None:
+        other = loop.best("code" if sub.mode == "rl" else "rl")
+        chosen = other if other.stage is not None else chosen
+    rival = loop.rival
+    return SubActionOutcome(
+        name=sub.name,
+        mode=chosen.mode,  # type: ignore[arg-type]
+        success_rate=max(chosen.rate, 0.0),
+        accepted=chosen.meets(sub.target),
+        stage=chosen.stage or Stage(subtask=sub.subtask, code=""),
+        versions=loop.versions,
+        code_steps=loop.code_steps,
+        train_steps=loop.train_steps,
+        critiques=loop.critiques,
+        coded_rate=loop.coded.rate,
+        learned_rate=loop.learned.rate,
+        task_rate=chosen.task_rate,
+        exhausted=loop.exhausted,
+        seed_outcomes=chosen.outcomes + [chosen.more[s] for s in chosen.grown()],
+        seeds=chosen.seeds + chosen.grown(),
+        reached=reached(chosen.outcomes) if chosen.stage is not None else -1,
+        incumbent_seeds=rival.seeds + rival.grown(),
+        incumbent_outcomes=rival.outcomes + [rival.more[s] for s in rival.grown()],
+    )
 
 
 class FastAgent(Actor):
@@ -431,29 +469,7 @@ class FastAgent(Actor):
         if coded.stage is not None and coded.stage.code:
             if coded.rate > self.best_code.get(sub.name, (-1.0, ""))[0]:
                 self.best_code[sub.name] = (coded.rate, coded.stage.code)
-        chosen = loop.best(sub.mode)
-        if chosen.stage is None:
-            other = loop.best("code" if sub.mode == "rl" else "rl")
-            chosen = other if other.stage is not None else chosen
-        stage = chosen.stage or Stage(subtask=sub.subtask, code="")
-        outcome = SubActionOutcome(
-            name=sub.name,
-            mode=chosen.mode,  # type: ignore[arg-type]
-            success_rate=max(chosen.rate, 0.0),
-            accepted=chosen.meets(sub.target),
-            stage=stage,
-            versions=loop.versions,
-            code_steps=loop.code_steps,
-            train_steps=loop.train_steps,
-            critiques=loop.critiques,
-            coded_rate=loop.coded.rate,
-            learned_rate=loop.learned.rate,
-            task_rate=chosen.task_rate,
-            exhausted=loop.exhausted,
-            seed_outcomes=list(chosen.outcomes),
-            seeds=list(chosen.seeds),
-            reached=reached(chosen.outcomes) if chosen.stage is not None else -1,
-        )
+        outcome = outcome_of(sub, loop)
         log.info(
             "subaction_finished",
             subaction=sub.name,
@@ -724,6 +740,7 @@ class FastAgent(Actor):
         mode = "rl" if stage.policy_path else "code"
         best = loop.best(mode)
         more = await self._settle(work, best, result, stage, loop)
+        more = {**await self._versus(work, result, stage, loop), **more}
         # The whole task's rate on the first code_episodes worlds, as from reset.
         chosen = set(first)
         whole = [e.success for e in result.episodes if e.seed in chosen]
@@ -741,6 +758,36 @@ class FastAgent(Actor):
         critique: Critique = await self.ask("@critic", review)
         loop.critiques.append(critique)
         return critique
+
+    async def _versus(
+        self, work: WorkOn, result: RolloutResult, stage: Stage, loop: _InnerLoop
+    ) -> dict[int, int]:
+        """Measure ``stage`` against ``work.incumbent``, the version of the other mode the
+        run stands on (a learned version against the code it would replace): the
+        incumbent plays this loop's worlds once (:attr:`_InnerLoop.rival`), and the paired
+        comparison grows while ``stage`` leads it undecided (:meth:`_settle`). Without
+        this the two would pair only on the worlds both loops happened to draw (4 to 8
+        from ``[task] code_episodes``), where a learned version that is truly better by
+        0.15 is almost never measurably so. The challenger's outcomes on the grown
+        worlds, by seed; the incumbent's are in ``loop.rival``. Its episodes are booked,
+        counted and journalled like any evaluation."""
+        incumbent = work.incumbent
+        if incumbent is None or bool(incumbent.policy_path) == bool(stage.policy_path):
+            return {}
+        name = work.subaction.name
+        if loop.rival.stage is None:
+            played = await self._evaluate(work, incumbent)
+            loop.code_steps += played.steps
+            loop.rival.mode = "rl" if incumbent.policy_path else "code"
+            loop.rival.offer(played, name, incumbent, list(work.seeds))
+        more = await self._settle(work, loop.rival, result, stage, loop)
+        verdict = loop.rival.compare(stage_outcomes(result, name, work.seeds), more)
+        log.info(
+            "incumbent_compared", subaction=name, incumbent=loop.rival.mode,
+            worlds=verdict.worlds, difference=round(verdict.difference, 4),
+            lower=round(verdict.lower, 4), better=verdict.challenger_wins,
+        )  # fmt: skip
+        return more
 
     async def _settle(
         self, work: WorkOn, best: _Best, result: RolloutResult, stage: Stage, loop: _InnerLoop

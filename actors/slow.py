@@ -26,7 +26,7 @@ from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
-from method.paired import compare, paired_outcomes
+from method.paired import compare, paired_outcomes, played_on
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split
 from method.video import video_episodes
@@ -239,6 +239,12 @@ class SlowAgent(Actor):
                 before = [self._chosen(versions(d)).stage for d in ancestors]
                 setup = [self._coded(versions(d)) for d in ancestors]
                 if sub.name in todo:
+                    # The version the run stands on, when of the other mode: this loop's
+                    # versions are measured against it on enough worlds to decide.
+                    prior = outcomes.get(sub.name, [])
+                    kept = self._chosen(prior) if prior else None
+                    if kept is not None and (not _usable(kept) or kept.mode == sub.mode):
+                        kept = None
                     work = WorkOn(
                         subaction=sub,
                         before=before,
@@ -250,8 +256,11 @@ class SlowAgent(Actor):
                         hint=redo.get(sub.name, ""),
                         setup=[st for st in setup if st is not None],
                         env_steps_cap=shares.take(sub.name),
+                        incumbent=kept.stage if kept is not None else None,
                     )
                     outcome: SubActionOutcome = await self.ask("@fast", work)
+                    if kept is not None:
+                        self._join_incumbent(prior, kept, outcome)
                     outcomes.setdefault(sub.name, []).append(outcome)
                     spent.add(outcome)
             finally:
@@ -569,6 +578,19 @@ class SlowAgent(Actor):
             if paired is not None and compare(*paired).challenger_wins:
                 kept = challenger
         return kept
+
+    @staticmethod
+    def _join_incumbent(
+        outs: list[SubActionOutcome], kept: SubActionOutcome, outcome: SubActionOutcome
+    ) -> None:
+        """Add to ``kept`` (one of ``outs``, the incumbent an inner loop was asked to
+        measure its versions against: ``WorkOn.incumbent``) its outcomes on the worlds
+        that loop played it on (``outcome.incumbent_seeds``), so that :meth:`_chosen`
+        pairs the two on every one. Measured after the same stages as the challenger,
+        they replace what it had for the same worlds."""
+        if outcome.incumbent_seeds:
+            at = next(i for i, o in enumerate(outs) if o is kept)
+            outs[at] = played_on(kept, outcome.incumbent_seeds, outcome.incumbent_outcomes)
 
     @staticmethod
     def _coded(outs: list[SubActionOutcome]) -> Stage | None:

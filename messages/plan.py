@@ -90,6 +90,12 @@ class WorkOn:
     """Coded versions of the stages in ``before`` (the best of each): what a learned
     sub-action's training setup runs, since a learned stage cannot run inside setup
     code. Empty: ``before``'s coded stages."""
+    incumbent: Stage | None = None
+    """The version of this sub-action the run stands on when it is of the other mode
+    (a coded one, when the sub-action moves to RL), None otherwise: the inner loop plays
+    it on its own worlds and grows that paired comparison while its versions lead it
+    undecided (:meth:`actors.fast.FastAgent._settle`), so that a learned version is kept
+    over the code only when measurably better, on enough worlds to tell."""
 
 
 @message("plan.review")
@@ -185,7 +191,8 @@ class SubActionOutcome:
     seed_outcomes: list[int] = field(default_factory=list)
     """The chosen version's outcome on each evaluation world, in the order of
     ``WorkOn.seeds`` (from starts, ``[task] eval_from_starts``, followed by the further
-    choosing worlds drawn until enough reached the sub-action): 1 success, 0 failure, −1
+    choosing worlds drawn until enough reached the sub-action; then the worlds its
+    comparisons grew into, :meth:`actors.fast.FastAgent._settle`): 1 success, 0 failure, −1
     the episode never reached the sub-action (:mod:`method.compare`); what versions are
     compared on, world for world."""
     seeds: list[int] = field(default_factory=list)
@@ -195,6 +202,12 @@ class SubActionOutcome:
     reached: int = -1
     """Evaluation episodes that reached the sub-action (−1: not measured). 0 means it was
     never reached: nothing is known of it, and its predecessors are at fault."""
+    incumbent_seeds: list[int] = field(default_factory=list)
+    """The worlds this inner loop played ``WorkOn.incumbent`` on (its choosing worlds and
+    those its comparisons grew into), in order; empty with no incumbent. The slow agent
+    adds them to the incumbent's outcome, so both versions pair on every one."""
+    incumbent_outcomes: list[int] = field(default_factory=list)
+    """The incumbent's outcome on each of :attr:`incumbent_seeds` (1, 0, −1)."""
 
 
 @message("plan.task")

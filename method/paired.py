@@ -113,6 +113,20 @@ def paired_outcomes(a: Any, b: Any) -> tuple[list[int], list[int]] | None:
     return [x for x, _ in common], [y for _, y in common]
 
 
+def played_on(outcome: Any, seeds: Sequence[int], outcomes: Sequence[int]) -> Any:
+    """``outcome`` (a :class:`~messages.plan.SubActionOutcome`) with its version's
+    outcomes on further worlds added, by seed: where it already had one for a world, the
+    new one replaces it (measured again, after the stages its challenger ran after)."""
+    if len(seeds) != len(outcomes):
+        raise ValueError(f"{len(seeds)} worlds against {len(outcomes)} outcomes")
+    if not outcome.seeds and outcome.seed_outcomes:
+        return outcome  # recorded before seeds were: nothing to match new worlds with
+    by_seed = dict(zip(outcome.seeds, outcome.seed_outcomes, strict=True))
+    by_seed.update(zip(seeds, outcomes, strict=True))
+    order = list(outcome.seeds) + [s for s in dict.fromkeys(seeds) if s not in outcome.seeds]
+    return dataclasses.replace(outcome, seeds=order, seed_outcomes=[by_seed[s] for s in order])
+
+
 def stage_outcomes(result: Any, stage: str, seeds: Sequence[int]) -> list[int]:
     """Per world of ``seeds`` (in that order), how the episode of a
     :class:`~messages.rollout.RolloutResult` went for ``stage``: 1 success, 0 failure,

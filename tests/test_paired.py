@@ -486,3 +486,96 @@ def test_the_reports_coded_against_learned_cell_is_paired_by_seed():
     tie = outcome("rl", [1] + [0] * 19, code="", policy="p.zip")
     tie.seeds.extend(range(100, 120))
     assert _paired_cell(coded, tie)[1] == "not measurably different"
+
+
+# ------------------------------------- a learned version against the code it would replace
+
+
+def learned(code: str) -> Stage:
+    """A learned version that plays as ``PLAYS[code]`` (EvaluatingFast's fake)."""
+    return Stage(subtask=Subtask(name=NAME), code=code, policy_path=f"{code}.zip")
+
+
+def test_played_on_adds_worlds_by_seed_and_a_new_measure_replaces_the_old():
+    from method.paired import played_on
+
+    kept = outcome("code", [1, 0, X])
+    kept.seeds.extend([10, 11, 12])
+    got = played_on(kept, [12, 11, 20, 21], [1, 1, 0, X])
+    assert got.seeds == [10, 11, 12, 20, 21]
+    assert got.seed_outcomes == [1, 1, 1, 0, X]
+    assert kept.seed_outcomes == [1, 0, X]  # a new record: the old one is unchanged
+    with pytest.raises(ValueError, match="2 worlds against 1"):
+        played_on(kept, [1, 2], [1])
+
+
+def test_a_learned_version_is_measured_against_the_code_it_would_replace_until_decided(tmp_path):
+    """The coded incumbent v1 succeeds on every second world; the learned v2 on seven of
+    eight. On the 4 worlds both loops drew (4 of 4 against 2 of 4) the slow agent cannot
+    tell them apart and keeps the code. The RL loop plays the incumbent on its worlds
+    and grows the pair to 16, where the learned version is measurably better: with the
+    incumbent's outcomes joined to its record, the slow agent keeps the learned one."""
+    from actors.fast import _InnerLoop, outcome_of
+    from messages.plan import Critique
+
+    fast = EvaluatingFast(tmp_path, decide=16)
+
+    async def critic(to: str, review: object) -> Critique:  # the critic's answer: a fake
+        return Critique(NAME, review.version, review.mode, 0.0, 0.9, 4, "accept")
+
+    fast.agent.ask = critic
+    sub = SubAction(NAME, Subtask(name=NAME), mode="rl")
+    work = WorkOn(sub, seeds=FOUR, incumbent=stage("v1"))
+    loop = _InnerLoop()
+    trio.run(fast.agent._measure, work, 1, 0, learned("v2"), loop)
+    grown = [list(range(500_004, 500_008)), list(range(500_008, 500_016))]
+    assert fast.played == [
+        ("v2", FOUR),
+        ("v1", FOUR),  # the incumbent on the loop's own worlds, once
+        ("v1", grown[0]),
+        ("v2", grown[0]),
+        ("v1", grown[1]),
+        ("v2", grown[1]),
+    ]
+    got = outcome_of(sub, loop)
+    assert got.mode == "rl" and got.seeds == FOUR + grown[0] + grown[1]
+    assert got.incumbent_seeds == got.seeds
+    assert got.incumbent_outcomes == [int(PLAYS["v1"](s)) for s in got.seeds]
+    assert got.seed_outcomes == [int(PLAYS["v2"](s)) for s in got.seeds]
+
+    coded = outcome("code", [1, 0, 1, 0])  # what the coded loop measured on its worlds
+    coded.seeds.extend(FOUR)
+    outs = [coded]
+    assert SlowAgent._chosen([coded, got]) is coded  # 4 pairs: undecided, the code stays
+    SlowAgent._join_incumbent(outs, coded, got)
+    assert outs[0] is not coded and outs[0].seeds == got.seeds
+    assert SlowAgent._chosen([*outs, got]) is got
+
+
+def test_a_learned_version_no_better_than_the_code_is_not_played_again(tmp_path):
+    from actors.fast import _InnerLoop, outcome_of
+    from messages.plan import Critique
+
+    fast = EvaluatingFast(tmp_path, decide=16)
+
+    async def critic(to: str, review: object) -> Critique:  # the critic's answer: a fake
+        return Critique(NAME, review.version, review.mode, 0.0, 0.9, 4, "accept")
+
+    fast.agent.ask = critic
+    sub = SubAction(NAME, Subtask(name=NAME), mode="rl")
+    work = WorkOn(sub, seeds=FOUR, incumbent=stage("v2"))
+    loop = _InnerLoop()
+    trio.run(fast.agent._measure, work, 1, 0, learned("v1"), loop)
+    assert fast.played == [("v1", FOUR), ("v2", FOUR)]  # behind: nothing to grow
+    assert outcome_of(sub, loop).incumbent_seeds == FOUR
+    # A version of the incumbent's own mode is not played against it.
+    fast.played.clear()
+    trio.run(
+        fast.agent._measure,
+        dataclasses.replace(work, subaction=dataclasses.replace(sub, mode="code")),
+        1,
+        0,
+        stage("v3"),
+        _InnerLoop(),
+    )
+    assert fast.played == [("v3", FOUR)]
