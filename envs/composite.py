@@ -407,12 +407,22 @@ def composed_start_key(
     and cap, and the tests of the stages ``after`` it (the planner's state saved with the
     start says which of them already held; their code plays no part) — as one digest.
     None when the world cannot be saved."""
+    parts = setup_parts(setup, needs, subtask, after)
+    text = "composed\n" + "\n".join(p.hex() for p in parts)
+    return _start_key(world, seed, text, subtask.max_steps, wall_s)
+
+
+def setup_parts(
+    setup: Sequence[Stage], needs: Sequence[Need], subtask: Subtask, after: Sequence[Subtask]
+) -> list[bytes]:
+    """What decides a start apart from its world and wall budget, encoded: the ``setup``
+    stages, the needs, the episode's test and cap, and the tests of the stages ``after``
+    it (:func:`composed_start_key`; :func:`method.split.start_setup_key` too, which
+    groups a request's worlds by the starts they share)."""
     from messages import encode
 
     parts = [encode(s) for s in setup] + [encode(n) for n in needs] + [encode(subtask)]
-    parts += [b"after"] + [encode(t) for t in after]
-    text = "composed\n" + "\n".join(p.hex() for p in parts)
-    return _start_key(world, seed, text, subtask.max_steps, wall_s)
+    return parts + [b"after"] + [encode(t) for t in after]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,8 +25,9 @@ import hashlib
 
 import trio
 
+from envs.composite import setup_parts
 from envs.runner import fault_episode
-from messages import encode, preferring
+from messages import preferring
 from messages.causes import CRASHED, FAULT_CAUSES
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from runtime.actor import Actor, RemoteFailure
@@ -44,8 +45,7 @@ def start_setup_key(req: RolloutRequest) -> str:
     needs, the episode's test and cap, the tests of the stages from it on, the wall
     budget. Versions of one stage after the same setup share it."""
     after = [s.subtask for s in req.stages[req.start_at :]]
-    parts = [encode(s) for s in req.stages[: req.start_at]] + [encode(n) for n in req.needs]
-    parts += [encode(req.subtask), b"after"] + [encode(t) for t in after]
+    parts = setup_parts(req.stages[: req.start_at], req.needs, req.subtask, after)
     parts.append(repr(req.wall_s).encode())
     return hashlib.sha256(b"\n".join(parts)).hexdigest()
 

@@ -509,13 +509,10 @@ def test_played_on_adds_worlds_by_seed_and_a_new_measure_replaces_the_old():
         played_on(kept, [1, 2], [1])
 
 
-def test_a_learned_version_is_measured_against_the_code_it_would_replace_until_decided(tmp_path):
-    """The coded incumbent v1 succeeds on every second world; the learned v2 on seven of
-    eight. On the 4 worlds both loops drew (4 of 4 against 2 of 4) the slow agent cannot
-    tell them apart and keeps the code. The RL loop plays the incumbent on its worlds
-    and grows the pair to 16, where the learned version is measurably better: with the
-    incumbent's outcomes joined to its record, the slow agent keeps the learned one."""
-    from actors.fast import _InnerLoop, outcome_of
+def measured_against(tmp_path, incumbent: str, version: Stage, sub: SubAction) -> tuple:
+    """One version measured by the fast agent's ``_measure`` in a loop whose work names
+    ``stage(incumbent)`` as the incumbent, the critic's answer a fake: (fast, loop)."""
+    from actors.fast import _InnerLoop
     from messages.plan import Critique
 
     fast = EvaluatingFast(tmp_path, decide=16)
@@ -524,10 +521,22 @@ def test_a_learned_version_is_measured_against_the_code_it_would_replace_until_d
         return Critique(NAME, review.version, review.mode, 0.0, 0.9, 4, "accept")
 
     fast.agent.ask = critic
-    sub = SubAction(NAME, Subtask(name=NAME), mode="rl")
-    work = WorkOn(sub, seeds=FOUR, incumbent=stage("v1"))
     loop = _InnerLoop()
-    trio.run(fast.agent._measure, work, 1, 0, learned("v2"), loop)
+    work = WorkOn(sub, seeds=FOUR, incumbent=stage(incumbent))
+    trio.run(fast.agent._measure, work, 1, 0, version, loop)
+    return fast, loop
+
+
+def test_a_learned_version_is_measured_against_the_code_it_would_replace_until_decided(tmp_path):
+    """The coded incumbent v1 succeeds on every second world; the learned v2 on seven of
+    eight. On the 4 worlds both loops drew (4 of 4 against 2 of 4) the slow agent cannot
+    tell them apart and keeps the code. The RL loop plays the incumbent on its worlds
+    and grows the pair to 16, where the learned version is measurably better: with the
+    incumbent's outcomes joined to its record, the slow agent keeps the learned one."""
+    from actors.fast import outcome_of
+
+    sub = SubAction(NAME, Subtask(name=NAME), mode="rl")
+    fast, loop = measured_against(tmp_path, "v1", learned("v2"), sub)
     grown = [list(range(500_004, 500_008)), list(range(500_008, 500_016))]
     assert fast.played == [
         ("v2", FOUR),
@@ -553,29 +562,13 @@ def test_a_learned_version_is_measured_against_the_code_it_would_replace_until_d
 
 
 def test_a_learned_version_no_better_than_the_code_is_not_played_again(tmp_path):
-    from actors.fast import _InnerLoop, outcome_of
-    from messages.plan import Critique
+    from actors.fast import outcome_of
 
-    fast = EvaluatingFast(tmp_path, decide=16)
-
-    async def critic(to: str, review: object) -> Critique:  # the critic's answer: a fake
-        return Critique(NAME, review.version, review.mode, 0.0, 0.9, 4, "accept")
-
-    fast.agent.ask = critic
     sub = SubAction(NAME, Subtask(name=NAME), mode="rl")
-    work = WorkOn(sub, seeds=FOUR, incumbent=stage("v2"))
-    loop = _InnerLoop()
-    trio.run(fast.agent._measure, work, 1, 0, learned("v1"), loop)
+    fast, loop = measured_against(tmp_path, "v2", learned("v1"), sub)
     assert fast.played == [("v1", FOUR), ("v2", FOUR)]  # behind: nothing to grow
     assert outcome_of(sub, loop).incumbent_seeds == FOUR
     # A version of the incumbent's own mode is not played against it.
-    fast.played.clear()
-    trio.run(
-        fast.agent._measure,
-        dataclasses.replace(work, subaction=dataclasses.replace(sub, mode="code")),
-        1,
-        0,
-        stage("v3"),
-        _InnerLoop(),
-    )
+    coded_sub = dataclasses.replace(sub, mode="code")
+    fast, _ = measured_against(tmp_path, "v2", stage("v3"), coded_sub)
     assert fast.played == [("v3", FOUR)]
