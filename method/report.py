@@ -56,8 +56,10 @@ def _paired_cell(coded: SubActionOutcome, learned: SubActionOutcome) -> tuple[st
         return "not on the same worlds", "–"
     up = compare(*paired)  # the learned version as the challenger
     down = compare(paired[1], paired[0])  # the coded one as the challenger
+    both = [(a, b) for a, b in zip(*paired, strict=True) if min(a, b) >= 0]
     cell = (
-        f"{up.difference:+.2f} [{up.lower:+.2f}, {-down.lower:+.2f}] on {up.worlds} pairs"
+        f"{up.difference:+.2f} [{up.lower:+.2f}, {-down.lower:+.2f}] on {up.worlds} pairs "
+        f"(successes: coded {sum(a for a, _ in both)}, learned {sum(b for _, b in both)})"
         if up.worlds
         else "no world reached by both"
     )
@@ -183,9 +185,11 @@ def write_report(
     lines += ["", "## Coded against learned", ""]
     if compared:
         lines += [
-            "The best version of each kind; the difference is paired, world for world, on "
-            "the worlds both were evaluated on and both reached (95 % interval: "
-            "`method/paired.py`).",
+            "The best version of each kind. Coded and Learned: each one's success on the "
+            "worlds its own inner loop chose it on. The difference is paired, world for "
+            "world, on every world both were evaluated on and both reached (those a "
+            "learned version's loop grew its comparison with the code into included; "
+            "95 % interval: `method/paired.py`).",
             "",
             "| Sub-action | Coded | Learned (PPO with coded actions) "
             "| Learned − coded [95 %] | Better |",

@@ -476,7 +476,7 @@ def test_the_reports_coded_against_learned_cell_is_paired_by_seed():
     learned = outcome("rl", [X] * 4 + [1] * 10 + [0] * 10, code="", policy="p.zip")
     learned.seeds.extend([*range(500, 504), *range(100, 120)])
     assert _paired_cell(coded, learned) == (
-        "+0.50 [+0.22, +0.50] on 20 pairs",
+        "+0.50 [+0.22, +0.50] on 20 pairs (successes: coded 0, learned 10)",
         "learned (measurably)",
     )
     assert _paired_cell(learned, coded)[1] == "coded (measurably)"
