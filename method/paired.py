@@ -92,8 +92,10 @@ def compare(incumbent: Sequence[int], challenger: Sequence[int]) -> Comparison:
     if n == 0 or disagreements == 0:
         return Comparison(n, wins, losses, 0.0, -1.0)
     share = wilson_lower(wins, disagreements)
-    lower = disagreements / n * (2 * share - 1)
-    return Comparison(n, wins, losses, (wins - losses) / n, lower)
+    difference = (wins - losses) / n
+    # Never above the estimate (Wilson's bound on 0 wins is 0 only up to rounding).
+    lower = min(disagreements / n * (2 * share - 1), difference)
+    return Comparison(n, wins, losses, difference, lower)
 
 
 def paired_outcomes(a: Any, b: Any) -> tuple[list[int], list[int]] | None:

@@ -572,3 +572,11 @@ def test_a_learned_version_no_better_than_the_code_is_not_played_again(tmp_path)
     coded_sub = dataclasses.replace(sub, mode="code")
     fast, _ = measured_against(tmp_path, "v2", stage("v3"), coded_sub)
     assert fast.played == [("v3", FOUR)]
+
+
+def test_a_bound_is_never_on_the_wrong_side_of_its_estimate():
+    """3 disagreements on 8 pairs, all lost: the lower bound is the difference itself,
+    -0.375, not a rounding error above it (report.md printed -0.38 [-0.37, …])."""
+    lost = compare([1, 1, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0])
+    assert lost.difference == -0.375 and lost.lower == -0.375
+    assert f"{lost.lower:+.2f}" == f"{lost.difference:+.2f}"
