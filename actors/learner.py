@@ -544,6 +544,7 @@ def make_ppo(
         tensorboard_log=tensorboard_log,
         verbose=0,
     )
+    model.collect_mode = settings.collect
     if tensorboard_log is None:
         # Without curves SB3 would still make an empty $TMPDIR/SB3-<time> folder per
         # learn(): a logger with no outputs writes nothing anywhere.
@@ -610,6 +611,10 @@ def ppo_class(settings: PPOSettings) -> Any:
         from envs.smdp import SMDPPPO
 
         return SMDPPPO
+    if settings.collect == "per_env":
+        from envs.per_env import PerEnvPPO
+
+        return PerEnvPPO
     from stable_baselines3 import PPO
 
     return PPO
@@ -800,7 +805,9 @@ class EpisodeCounter(BaseCallback):
         """Returns of the last :data:`PROGRESS_WINDOW` episodes."""
 
     def _on_step(self) -> bool:
-        for index, info in enumerate(self.locals.get("infos", ())):
+        # Collected env by env (envs.per_env), a step's infos are one env's: env_index.
+        first = int(self.locals.get("env_index", 0))
+        for index, info in enumerate(self.locals.get("infos", ()), start=first):
             self.primitive_steps += int(info.get("primitive_steps", 1))
             unlocked = self._unlocked.setdefault(index, set())
             unlocked.update(info.get("achievements", ()))

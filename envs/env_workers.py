@@ -328,6 +328,32 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
             list(infos),
         )
 
+    def step_one(self, index: int, action: Any) -> None:
+        """Ask env ``index`` alone for a step (:mod:`envs.per_env`); its answer comes
+        from :meth:`next_answer`."""
+        self._workers[index].send("step", action)
+
+    def next_answer(self, indices: Sequence[int]) -> tuple[int, Any]:
+        """The first answer to come back from the envs ``indices`` (each asked for one
+        step by :meth:`step_one`): ``(index, (obs, reward, done, info, reset_info))``,
+        the lowest index of those ready. An error is raised once the others asked
+        have answered too (no answer is left in a pipe for the next command)."""
+        from multiprocessing.connection import wait
+
+        conns = {id(self._workers[i].conn): i for i in indices}
+        ready = wait([self._workers[i].conn for i in indices])
+        index = min(conns[id(c)] for c in ready)
+        try:
+            return index, self._workers[index].receive()
+        except WorkerDied:
+            raise
+        except Exception:
+            try:
+                self._gather([self._workers[i] for i in indices if i != index])
+            except Exception:  # noqa: BLE001 - the first error is the one raised
+                pass
+            raise
+
     def reset(self) -> Any:
         for i, w in enumerate(self._workers):
             w.send("reset", (self._seeds[i], self._options[i]))

@@ -42,6 +42,8 @@ import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 
+from envs.per_env import PerEnvCollect
+
 DURATION_KEY = "primitive_steps"
 """The info key with a decision's world steps (:meth:`envs.rl_env.SubtaskEnv.step`)."""
 
@@ -119,7 +121,7 @@ def durations_of(infos: list[dict[str, Any]]) -> np.ndarray:
     return np.array([max(1, int(info.get(DURATION_KEY, 1))) for info in infos], np.float64)
 
 
-class SMDPPPO(PPO):
+class SMDPPPO(PerEnvCollect, PPO):
     """SB3 PPO whose returns and advantages discount each decision by γ^k, k the world
     steps it took (``info["primitive_steps"]``). Built like :class:`PPO`; the rollout
     buffer class is chosen by the observation space unless given."""

@@ -49,6 +49,13 @@ class PPOSettings:
     decision, as plain PPO. Off by default because it did not measure better: on
     collect_iron at 8,192 decisions plain PPO did as well or better on 3 seeds of 3
     (``benchmarks/bench_options.py``, BENCHMARKS.md)."""
+    collect: str = "per_env"
+    """How a rollout is collected: ``per_env`` (the default) — each env goes on to its
+    next decision as soon as its last one is back, its actions sampled from a generator
+    of its own (:mod:`envs.per_env`: envs in worker processes no longer wait for one
+    another's long options); ``lockstep`` — SB3's own, every env one decision at a
+    time. Either way a job trains to the same weights in worker processes and in one
+    process."""
 
 
 @message("train.request")

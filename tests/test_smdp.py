@@ -51,11 +51,27 @@ class _Record(BaseCallback):
         super().__init__()
         self.rewards: list[np.ndarray] = []
         self.infos: list[list[dict]] = []
+        self.envs: list[int] = []
+        """The env of each step's first info (collected env by env: its only one)."""
 
     def _on_step(self) -> bool:
         self.rewards.append(np.array(self.locals["rewards"], copy=True))
         self.infos.append([dict(i) for i in self.locals["infos"]])
+        self.envs.append(int(self.locals.get("env_index", 0)))
         return True
+
+    def grid(self, n_envs: int) -> tuple[list[list[float]], list[list[dict]]]:
+        """Rewards and infos as [decision][env], however they were collected."""
+        if all(len(i) == n_envs for i in self.infos):
+            return [list(r) for r in self.rewards], self.infos
+        columns: list[list[tuple[float, dict]]] = [[] for _ in range(n_envs)]
+        for env, reward, infos in zip(self.envs, self.rewards, self.infos, strict=True):
+            columns[env].append((float(reward[0]), infos[0]))
+        rows = range(min(len(c) for c in columns))
+        return (
+            [[columns[e][t][0] for e in range(n_envs)] for t in rows],
+            [[columns[e][t][1] for e in range(n_envs)] for t in rows],
+        )
 
 
 def _collect(model, callback: BaseCallback | None = None) -> None:
@@ -65,10 +81,11 @@ def _collect(model, callback: BaseCallback | None = None) -> None:
     assert model.collect_rollouts(model.env, cb, model.rollout_buffer, model.n_steps)
 
 
-def _settings(smdp: bool) -> PPOSettings:
+def _settings(smdp: bool, collect: str = "lockstep") -> PPOSettings:
     return PPOSettings(
-        n_steps=48, batch_size=32, n_epochs=1, gamma=GAMMA, gae_lambda=LAMBDA, smdp=smdp
-    )
+        n_steps=48, batch_size=32, n_epochs=1, gamma=GAMMA, gae_lambda=LAMBDA, smdp=smdp,
+        collect=collect,
+    )  # fmt: skip
 
 
 def test_with_one_step_decisions_the_figures_are_sb3s_own_bit_for_bit() -> None:
@@ -156,20 +173,25 @@ def test_varying_durations_match_a_hand_computation(lam: float) -> None:
         assert buffer.returns[0, 0] == pytest.approx(mc, rel=1e-5)
 
 
-def test_real_options_feed_their_durations_and_the_cap_bootstraps_with_gamma_to_the_k() -> None:
+@pytest.mark.parametrize("collect", ["lockstep", "per_env"])
+def test_real_options_feed_their_durations_and_the_cap_bootstraps_with_gamma_to_the_k(
+    collect: str,
+) -> None:
     vec = make_vec_env(_with_waits(), n_envs=2, seed=5, flatten=True, world_pool=range(3))
-    model = make_ppo(_settings(True), vec, seed=1, device="cpu")
+    model = make_ppo(_settings(True, collect), vec, seed=1, device="cpu")
     record = _Record()
     _collect(model, record)
     buffer = model.rollout_buffer
     assert isinstance(buffer, SMDPRolloutBuffer)
-    taken = np.array([[i["primitive_steps"] for i in infos] for infos in record.infos])
+    rewards, steps = record.grid(2)
+    assert len(steps) == model.n_steps  # every decision of the rollout, env by env
+    taken = np.array([[i["primitive_steps"] for i in infos] for infos in steps])
     np.testing.assert_array_equal(buffer.durations, taken)
     assert {1, 3, 5} <= set(taken.flat)
     truncated = 0
-    for t, infos in enumerate(record.infos):
+    for t, infos in enumerate(steps):
         for e, info in enumerate(infos):
-            reward = record.rewards[t][e]
+            reward = rewards[t][e]
             if info.get("TimeLimit.truncated") and "terminal_observation" in info:
                 obs = model.policy.obs_to_tensor(info["terminal_observation"])[0]
                 with th.no_grad():
@@ -183,7 +205,7 @@ def test_real_options_feed_their_durations_and_the_cap_bootstraps_with_gamma_to_
 
 def test_smdp_is_a_setting_off_by_default() -> None:
     assert PPOSettings().smdp is False
-    assert ppo_class(PPOSettings()) is PPO
+    assert ppo_class(PPOSettings(collect="lockstep")) is PPO
     assert ppo_class(PPOSettings(smdp=True)) is SMDPPPO
 
 
