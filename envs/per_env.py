@@ -122,6 +122,10 @@ class PerEnvCollect:
     collect_mode: str = "per_env"
     _generators: list[th.Generator] | None = None
 
+    def _excluded_save_params(self) -> list[str]:
+        # The generators are not saved: a loaded or resumed model seeds them afresh.
+        return [*super()._excluded_save_params(), "_generators"]  # type: ignore[misc]
+
     def _generator(self, index: int) -> th.Generator:
         algo: Any = self
         if self._generators is None or len(self._generators) <= index:

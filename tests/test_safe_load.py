@@ -18,7 +18,7 @@ import pytest
 import torch
 from helpers import make_settings, run_head_with
 
-from actors.learner import make_ppo
+from actors.learner import make_ppo, ppo_class
 from envs.artifacts import PolicyUnusable, load_policy, sha256_of
 from envs.configs import collect_wood_with_coded
 from envs.rl_env import make_env, make_vec_env
@@ -301,7 +301,10 @@ def test_a_resumed_checkpoint_trains_on_exactly_as_ppo_load_resumed_it(tmp_path:
     finally:
         first.close()
     ours = trained_on(restored)
-    theirs = trained_on(lambda env: PPO.load(checkpoint, env=env, device="cpu"))
+    # The class the settings train with (rollouts env by env: envs.per_env), loaded by SB3.
+    cls = ppo_class(settings)
+    assert issubclass(cls, PPO)
+    theirs = trained_on(lambda env: cls.load(checkpoint, env=env, device="cpu"))
     assert ours[:2] == theirs[:2] == (384, 6)
     assert ours[2].keys() == theirs[2].keys()
     assert all(torch.equal(ours[2][k], theirs[2][k]) for k in ours[2])
