@@ -152,11 +152,18 @@ class PerEnvCollect:
         policy = self.policy  # type: ignore[attr-defined]
         with th.no_grad():
             tensor = obs_as_tensor(obs, self.device)  # type: ignore[attr-defined]
-            dist = policy.get_distribution(tensor)
+            # SB3's ActorCriticPolicy.forward, but for the sampling: features once.
+            features = policy.extract_features(tensor)
+            if policy.share_features_extractor:
+                latent_pi, latent_vf = policy.mlp_extractor(features)
+            else:
+                latent_pi = policy.mlp_extractor.forward_actor(features[0])
+                latent_vf = policy.mlp_extractor.forward_critic(features[1])
+            dist = policy._get_action_dist_from_latent(latent_pi)
             probs = dist.distribution.probs
             action = th.multinomial(probs.cpu(), 1, generator=self._generator(index))
             action = action.squeeze(1).to(probs.device)
-            return action, policy.predict_values(tensor), dist.log_prob(action)
+            return action, policy.value_net(latent_vf), dist.log_prob(action)
 
     def _per_env(
         self, env: Any, stepper: Any, callback: Any, rollout_buffer: Any, n_rollout_steps: int
