@@ -63,14 +63,7 @@ def _serve(conn: Any) -> None:
                 env = _build(blob, seed, monitor, kwargs)
                 result: Any = (env.observation_space, env.action_space)
             elif cmd == "step":
-                obs, reward, terminated, truncated, info = env.step(data)
-                done = terminated or truncated
-                info["TimeLimit.truncated"] = truncated and not terminated
-                reset_info: dict = {}
-                if done:
-                    info["terminal_observation"] = obs
-                    obs, reset_info = env.reset()
-                result = (obs, reward, done, info, reset_info)
+                result = step_and_reset(env, data)
             elif cmd == "reset":
                 seed, options = data
                 result = env.reset(seed=seed, **({"options": options} if options else {}))
@@ -104,6 +97,20 @@ def _serve(conn: Any) -> None:
             return  # the learner is gone
         except Exception as exc:  # noqa: BLE001 - an answer that cannot be pickled
             conn.send(("error", _portable(exc)))
+
+
+def step_and_reset(env: Any, action: Any) -> tuple[Any, float, bool, dict, dict]:
+    """One env's step as SB3's vector envs take it: ``(obs, reward, done, info,
+    reset_info)``, the env reset at an episode's end (the last observation in
+    ``info["terminal_observation"]``, a step-cap cut in ``info["TimeLimit.truncated"]``)."""
+    obs, reward, terminated, truncated, info = env.step(action)
+    done = terminated or truncated
+    info["TimeLimit.truncated"] = truncated and not terminated
+    reset_info: dict = {}
+    if done:
+        info["terminal_observation"] = obs
+        obs, reset_info = env.reset()
+    return obs, reward, done, info, reset_info
 
 
 def _portable(exc: BaseException) -> BaseException:

@@ -44,12 +44,18 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from envs.env_workers import WorkerVecEnv, _stack
+from envs.env_workers import WorkerVecEnv, _stack, step_and_reset
 
 COLLECT_MODES = ("per_env", "lockstep")
 """``PPOSettings.collect``: env by env (this module), or SB3's lockstep."""
 DURATION_KEY = "primitive_steps"
-"""The info key with a decision's world steps (as :mod:`envs.smdp` reads it)."""
+"""The info key with a decision's world steps (:meth:`envs.rl_env.SubtaskEnv.step`)."""
+
+
+def durations_of(infos: list[dict[str, Any]]) -> np.ndarray:
+    """Each env's decision duration in world steps (≥ 1; 1 where the info has none: an
+    option that took no step cost an idle one)."""
+    return np.array([max(1, int(info.get(DURATION_KEY, 1))) for info in infos], np.float64)
 
 
 class _InProcess:
@@ -60,13 +66,7 @@ class _InProcess:
         self.answers: deque[tuple[int, Any]] = deque()
 
     def send(self, index: int, action: Any) -> None:
-        env = self.vec.envs[index]
-        obs, reward, terminated, truncated, info = env.step(action)
-        done = terminated or truncated
-        info["TimeLimit.truncated"] = truncated and not terminated
-        if done:
-            info["terminal_observation"] = obs
-            obs, _ = env.reset()
+        obs, reward, done, info, _ = step_and_reset(self.vec.envs[index], action)
         self.answers.append((index, (obs, reward, done, info)))
 
     def next(self) -> tuple[int, Any]:
@@ -203,7 +203,7 @@ class PerEnvCollect:
                 stopped = True  # the steps under way are waited for, then dropped
                 continue
             OnPolicyAlgorithm._update_info_buffer(algo, infos, dones)
-            k = int(info.get(DURATION_KEY, 1)) if smdp else 1
+            k = int(durations_of(infos)[0]) if smdp else 1
             if done and info.get("terminal_observation") is not None:
                 if info.get("TimeLimit.truncated", False):
                     final = algo.policy.obs_to_tensor(info["terminal_observation"])[0]

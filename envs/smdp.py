@@ -42,10 +42,7 @@ import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 
-from envs.per_env import PerEnvCollect
-
-DURATION_KEY = "primitive_steps"
-"""The info key with a decision's world steps (:meth:`envs.rl_env.SubtaskEnv.step`)."""
+from envs.per_env import PerEnvCollect, durations_of
 
 
 class _Durations:
@@ -114,11 +111,6 @@ class SMDPRolloutBuffer(_Durations, RolloutBuffer):
 
 class SMDPDictRolloutBuffer(_Durations, DictRolloutBuffer):
     """SB3's rollout buffer for Dict observations with γ^k per decision."""
-
-
-def durations_of(infos: list[dict[str, Any]]) -> np.ndarray:
-    """Each env's decision duration in world steps (≥ 1; 1 where the info has none)."""
-    return np.array([max(1, int(info.get(DURATION_KEY, 1))) for info in infos], np.float64)
 
 
 class SMDPPPO(PerEnvCollect, PPO):
