@@ -174,6 +174,11 @@ def _nested(cls: type) -> Validator:
 
 def build(cls: type, fields: dict, path: str = "", depth: int = 0) -> Any:
     """Validate a decoded field map against ``cls`` and construct the record."""
+    return cls.__message_build__(fields, path, depth)
+
+
+def _build_checked(cls: type, fields: dict, path: str = "", depth: int = 0) -> Any:
+    """:func:`build` field by field, in the map's order: says what is wrong first."""
     schema: dict[str, Validator] = cls.__message_schema__
     required: frozenset[str] = cls.__message_required__
     unknown = fields.keys() - schema.keys()
@@ -185,6 +190,59 @@ def build(cls: type, fields: dict, path: str = "", depth: int = 0) -> Any:
         raise SchemaError(f"{path}{sorted(missing)[0]}", "a required field", None)
     values = {k: schema[k](v, f"{path}{k}", depth) for k, v in fields.items()}
     return cls(**values)
+
+
+EXACT_TYPES = (int, float, str, bytes, bool)
+"""Field types a value of that very type passes unchanged (no subclass: bool is not an
+int here), checked inline by a compiled builder."""
+
+
+def _compile_build(cls: type, names: tuple[str, ...], hints: dict[str, Any]) -> Callable:
+    """``build`` for ``cls``, specialised to the map every sender writes (all fields):
+    names looked up directly, scalar fields checked inline, and the other validators
+    called in turn. Any doubt (a field missing or unknown, a value of another type, an
+    int for a float, a validator refusing) goes to :func:`_build_checked`, which converts
+    or refuses exactly as it always did. Generated source, as ``dataclasses`` makes
+    ``__init__``: a decode costs about half of the field-by-field loop (measured on
+    ``control.probe_reply``)."""
+    namespace: dict[str, Any] = {
+        "cls": cls,
+        "names": frozenset(names),
+        "checked": _build_checked,
+        "SchemaError": SchemaError,
+        **{t.__name__: t for t in EXACT_TYPES},
+    }
+    loads, exact, checks = [], [], []
+    for i, name in enumerate(names):
+        loads.append(f"    v{i} = fields[{name!r}]")
+        hint = hints[name]
+        if hint in EXACT_TYPES:
+            exact.append(f"type(v{i}) is {hint.__name__}")
+        else:
+            namespace[f"check{i}"] = cls.__message_schema__[name]
+            checks.append(f"        v{i} = check{i}(v{i}, path + {name!r}, depth)")
+    lines = [
+        "def build(fields, path, depth):",
+        "    if fields.keys() != names:",
+        "        return checked(cls, fields, path, depth)",
+        *loads,
+    ]
+    if exact:
+        lines += [
+            f"    if not ({' and '.join(exact)}):",
+            "        return checked(cls, fields, path, depth)",
+        ]
+    if checks:
+        lines += [
+            "    try:",
+            *checks,
+            "    except SchemaError:",
+            "        return checked(cls, fields, path, depth)",
+        ]
+    args = ", ".join(f"{name}=v{i}" for i, name in enumerate(names))
+    lines.append(f"    return cls({args})")
+    exec("\n".join(lines), namespace)  # noqa: S102 - our own names and reprs only
+    return namespace["build"]
 
 
 def to_wire(obj: Any) -> dict:
@@ -236,6 +294,7 @@ def message(kind: str, *, version: int = 1) -> Callable[[type], type]:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         )
         dc.__message_to_wire__ = staticmethod(_compile_to_wire(dc, names, hints))
+        dc.__message_build__ = staticmethod(_compile_build(dc, names, hints))
         REGISTRY[kind] = dc
         return dc
 
