@@ -258,8 +258,12 @@ def _compile_to_wire(cls: type, names: tuple[str, ...], hints: dict[str, Any]) -
 
     nested = {n for n in names if contains_message(hints[n])}
     if not nested:
-        # The common case: plain fields, one dict comprehension and no recursion.
-        return lambda obj: {n: getattr(obj, n) for n in names}
+        # The common case: plain fields, one dict display and no recursion (generated:
+        # about half the cost of a comprehension over getattr).
+        items = ", ".join(f"{n!r}: obj.{n}" for n in names)
+        namespace: dict[str, Any] = {}
+        exec(f"def to_wire(obj):\n    return {{{items}}}", namespace)  # noqa: S102 - field names
+        return namespace["to_wire"]
 
     def convert(value: Any) -> Any:
         if hasattr(value, "__message_kind__"):

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgpack
 
-from messages.base import REGISTRY, SchemaError, build, to_wire
+from messages.base import REGISTRY, SchemaError, build
 from messages.envelope import MODES, PROTOCOL, Envelope
 
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
@@ -68,7 +68,9 @@ _packer = msgpack.Packer(use_bin_type=True, autoreset=True)
 def encode(msg: Any) -> bytes:
     """A record → its body frame."""
     cls = type(msg)
-    return _packer.pack([cls.__message_kind__, cls.__message_version__, to_wire(msg)])
+    return _packer.pack(
+        [cls.__message_kind__, cls.__message_version__, cls.__message_to_wire__(msg)]
+    )
 
 
 def decode(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> Any:

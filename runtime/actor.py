@@ -84,6 +84,8 @@ from runtime.zmqtrio import TrioSocket, send_frames
 M = TypeVar("M")
 Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
 
+RUNTIME_KINDS = frozenset({Shutdown, Cancel, Failure})
+"""Records the runtime acts on before any handler (:meth:`Actor._runtime_message`)."""
 FATAL_FROM_BROKER = frozenset({"key_revoked"})
 """Failures the broker sends unasked that end the actor (it would be refused again)."""
 # How long an actor waits for the broker to answer its registration before trying
@@ -523,25 +525,12 @@ class Actor:
             if env.mode == ASK:
                 self._reply(env, Failure("bad_message", f"{env.kind} envelope, other body"))
             return
-        if isinstance(msg, Shutdown):
-            self.stop(msg.reason or "shutdown")
+        if type(msg) in RUNTIME_KINDS and self._runtime_message(msg, env):
             return
-        if isinstance(msg, Cancel):
-            scope = self._running.get((env.frm, msg.job))
-            if scope is not None:
-                scope.cancel()
-            return
-        if isinstance(msg, Failure) and env.frm == BROKER:
-            if msg.reason == "not_registered":
-                self._nursery.start_soon(self._reregister)
+        if env.mode == ASK:
+            key = (env.frm, env.id)
+            if (key in self._running or key in self._answered) and self._redelivered(env):
                 return
-            if msg.reason in FATAL_FROM_BROKER:
-                log.error("actor_refused", reason=msg.reason, detail=msg.detail)
-                self._refused = ActorRefused(msg.detail or msg.reason)
-                self.stop(msg.reason)
-                return
-        if env.mode == ASK and self._redelivered(env):
-            return
         name = self._handlers.get(type(msg))
         if name is None:
             log.warning("message_unhandled", kind=env.kind, frm=env.frm)
@@ -553,12 +542,37 @@ class Actor:
         except Exception as exc:  # a plain (non-async) handler failed
             self._failed(env, exc)
             return
-        if inspect.isawaitable(result):
-            if env.mode == ASK:
-                self._running[(env.frm, env.id)] = trio.CancelScope()
-            self._nursery.start_soon(self._handle, result, env)
-        elif env.mode == ASK:
+        if result is not None and not hasattr(result, "__message_kind__"):
+            # Not a record (the common answer) nor None: an awaitable to finish in a task?
+            if inspect.isawaitable(result):
+                if env.mode == ASK:
+                    self._running[(env.frm, env.id)] = trio.CancelScope()
+                self._nursery.start_soon(self._handle, result, env)
+                return
+        if env.mode == ASK:
             self._reply(env, result if result is not None else Failure("no_reply"))
+
+    def _runtime_message(self, msg: Any, env: Envelope) -> bool:
+        """Act on a message the runtime handles itself (:data:`RUNTIME_KINDS`); True when
+        it was one of those uses and nothing else is to be done with it."""
+        if isinstance(msg, Shutdown):
+            self.stop(msg.reason or "shutdown")
+            return True
+        if isinstance(msg, Cancel):
+            scope = self._running.get((env.frm, msg.job))
+            if scope is not None:
+                scope.cancel()
+            return True
+        if isinstance(msg, Failure) and env.frm == BROKER:
+            if msg.reason == "not_registered":
+                self._nursery.start_soon(self._reregister)
+                return True
+            if msg.reason in FATAL_FROM_BROKER:
+                log.error("actor_refused", reason=msg.reason, detail=msg.detail)
+                self._refused = ActorRefused(msg.detail or msg.reason)
+                self.stop(msg.reason)
+                return True
+        return False
 
     def _redelivered(self, env: Envelope) -> bool:
         """True when this ask is a job the broker already gave us (it presumed us dead

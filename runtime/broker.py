@@ -196,7 +196,7 @@ class Peer:
         return self.capacity - len(self.inflight) - len(self.stuck)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Job:
     key: tuple[str, str]
     """(requester id, message id): unique even if two requesters pick the same id."""
@@ -718,7 +718,7 @@ class Broker:
         queue, prefer = preference(env.to)
         job = self.jobs[key] = Job(key, queue, encode_envelope(env), body, prefer=prefer)
         job.deadline_s = env.deadline_s
-        target = self._preferred(job) or self._target(queue)
+        target = (prefer and self._preferred(job)) or self._target(queue)
         if target is not None and target.free > 0 and not self.queues.get(job.queue):
             self._hand(target, job)
         else:
@@ -728,7 +728,9 @@ class Broker:
         """The actor ``to`` names, or for ``@role`` the one of that role with most room."""
         if to.startswith(ROLE_PREFIX):
             peers = self.roles.get(to[1:])
-            return max(peers, key=_spare) if peers else None
+            if not peers:
+                return None
+            return peers[0] if len(peers) == 1 else max(peers, key=_spare)
         return self.peers.get(to)
 
     def _preferred(self, job: Job) -> Peer | None:
