@@ -30,7 +30,9 @@ and throughput with a window of requests in flight, then prints ours/raw ratios 
 the goals. It also reads each process's CPU clock (``/proc``) around every phase and
 prints CPU microseconds per round trip per process: on a shared 2-core machine wall-clock
 numbers swing with other load, CPU cost per message much less, and it says which process
-the time goes to. Not a test: it asserts nothing about speed and exits 0 when it ran.
+the time goes to; and each process's voluntary context switches (all its threads, ZeroMQ's
+I/O thread included), as wake-ups per round trip: fewer messages handled per wake-up
+shows there. Not a test: it asserts nothing about speed and exits 0 when it ran.
 """
 
 from __future__ import annotations
@@ -580,7 +582,9 @@ def run_system(name: str, plan: Plan, bind: str, profile_dir: Path | None) -> di
         client = start("client", client_fn, endpoint, plan, client_child_conn)
         pids = {"client": client.pid, "broker": broker.pid, "worker": procs[1].pid}
         started: dict[tuple[int, str], dict] = {}
+        slept: dict[tuple[int, str], dict] = {}
         cpu: dict[int, dict] = {}
+        waits: dict[int, dict] = {}
         while True:
             msg = _recv(client_conn, client, "its next phase", PHASE_TIMEOUT_S)
             if msg[0] == "results":
@@ -588,14 +592,19 @@ def run_system(name: str, plan: Plan, bind: str, profile_dir: Path | None) -> di
                 break
             _, size, phase, count = msg
             clocks = {role: _cpu_s(pid) for role, pid in pids.items()}
+            sleeps = {role: _sleeps(pid) for role, pid in pids.items()}
             if count is None:
                 started[size, phase] = clocks
+                slept[size, phase] = sleeps
             else:
                 cpu.setdefault(size, {})[phase] = _cpu_per_rt(started[size, phase], clocks, count)
+                waits.setdefault(size, {})[phase] = _per_rt(slept[size, phase], sleeps, count)
             client_conn.send("ack")
         client.join(STARTUP_TIMEOUT_S)
         for size, phases in cpu.items():
             results[size]["cpu_us_per_rt"] = phases
+        for size, phases in waits.items():
+            results[size]["sleeps_per_rt"] = phases
         return results
     finally:
         for proc in reversed(procs):
@@ -615,6 +624,29 @@ def _cpu_s(pid: int) -> float | None:
         return None
     fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _sleeps(pid: int) -> int | None:
+    """Times ``pid``'s threads have gone to sleep waiting (voluntary context switches, all
+    threads: its own and ZeroMQ's I/O thread), where /proc tells: each is a wake-up paid."""
+    total = 0
+    try:
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
+            for line in status.read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return total
+
+
+def _per_rt(before: dict, after: dict, count: int) -> dict | None:
+    """Wake-ups per round trip, per process and in all."""
+    if None in before.values() or None in after.values() or not count:
+        return None
+    per = {role: round((after[role] - before[role]) / count, 2) for role in before}
+    per["total"] = round(sum(per.values()), 2)
+    return per
 
 
 def _cpu_per_rt(before: dict, after: dict, count: int) -> dict | None:
@@ -703,6 +735,12 @@ def _cpu_cell(per: dict) -> str:
     )
 
 
+def _sleeps_cell(per: dict) -> str:
+    return (
+        f"{per['client']:5.2f} + {per['broker']:5.2f} + {per['worker']:5.2f} = {per['total']:5.2f}"
+    )
+
+
 def render(info: dict, plan: Plan, transport: str, rows: list[dict]) -> str:
     out = io.StringIO()
     p = out.write
@@ -761,6 +799,17 @@ def render(info: dict, plan: Plan, transport: str, rows: list[dict]) -> str:
                     f"bridge {_cpu_cell(b)} | ours {_cpu_cell(o)} | "
                     f"ours/raw {o['total'] / r['total']:5.1f}\n"
                 )
+    if all(row[name].get("sleeps_per_rt") for row in rows for name in systems):
+        p(
+            "\nwake-ups per round trip (voluntary context switches, all threads): "
+            "client + broker + worker = total\n"
+        )
+        for row in rows:
+            for phase, label in (("latency", "1 in flight"), ("throughput", "window")):
+                cells = " | ".join(
+                    f"{name} {_sleeps_cell(row[name]['sleeps_per_rt'][phase])}" for name in systems
+                )
+                p(f"{_size(row['payload_bytes']):>8} {label:<11} | {cells}\n")
     met = sum(row["p50_goal_met"] + row["throughput_goal_met"] for row in rows)
     p(f"\ngoals met: {met} of {2 * len(rows)} (p50 ours/raw <= {LATENCY_GOAL:g}, ")
     p(f"throughput ours/raw >= {THROUGHPUT_GOAL:g})\n")
