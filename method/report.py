@@ -8,7 +8,7 @@ from typing import Any
 
 from messages.plan import Critique, RunTask, SubActionOutcome, TaskReport
 from method.paired import compare, paired_outcomes
-from method.settings import MethodSettings
+from method.settings import ALL_ACHIEVEMENTS, MethodSettings
 
 KIND_NAMES = {
     "code": "code evaluation",
@@ -90,6 +90,27 @@ def _offline_line(first: str) -> str:
     return f" (knowledge-based offline stand-in, not a language model; {how})"
 
 
+def _final_line(task: RunTask, report: TaskReport, summary: dict[str, Any]) -> str:
+    """The final policy's headline: its success on the unseen worlds; for the curriculum
+    of every achievement (no single test) its Crafter score there first, with what
+    "success" means for it (every stage of the curriculum done in one episode)."""
+    if not task.eval_seeds:
+        return "- Final policy: not evaluated"
+    done = round(report.final_success * report.final_episodes)
+    worlds = f"worlds never used before (seeds {task.eval_seeds[0]}–{task.eval_seeds[-1]})"
+    interval = f"95 % interval {_interval(summary.get('final_success_interval'))}"
+    if task.target_item == ALL_ACHIEVEMENTS:
+        return (
+            f"- Final policy: Crafter score **{summary.get('score_final', 0):.1f}%** on "
+            f"{report.final_episodes} {worlds}; every stage of the curriculum done in "
+            f"{done}/{report.final_episodes} of them ({report.final_success:.0%}; {interval})"
+        )
+    return (
+        f"- Final policy: **{report.final_success:.0%}** success "
+        f"({done}/{report.final_episodes}; {interval}) on {worlds}"
+    )
+
+
 def write_report(
     run_dir: Path,
     settings: MethodSettings,
@@ -110,12 +131,7 @@ def write_report(
             if summary["backend"] == "offline"
             else f" (model {settings.agents.model})"
         ),
-        f"- Final policy: **{report.final_success:.0%}** success "
-        f"({round(report.final_success * report.final_episodes)}/{report.final_episodes}; 95 % "
-        f"interval {_interval(summary.get('final_success_interval'))}) on "
-        f"worlds never used before (seeds {task.eval_seeds[0]}–{task.eval_seeds[-1]})"
-        if task.eval_seeds
-        else "- Final policy: not evaluated",
+        _final_line(task, report, summary),
         f"- Stopped: {report.stop_reason} after {len(report.history)} iterations, "
         f"{len(report.plans)} plan versions",
         f"- Wall time: {summary.get('wall_s', 0):.0f} s"

@@ -23,18 +23,20 @@ def test_the_quick_benchmark_is_not_cut_by_the_wall_clock() -> None:
     assert QUICK_TASK["wall_s"] >= SAFETY_S
 
 
-def _report(tmp_path, stop_reason: str, needs: list | None = None) -> str:
+def _report(
+    tmp_path, stop_reason: str, needs: list | None = None, target: str = "diamond", rate=0.5
+) -> str:
     from messages.plan import RunTask, TaskReport
     from method.report import write_report
 
     settings = load(str(ROOT / "rlgpt" / "configs" / "diamond.toml"))
-    task = RunTask("t", "diamond", 0.3, 1, 10_000, eval_seeds=[2_000_000, 2_000_001], code_seeds=[])
-    report = TaskReport([], [], 0.5, 2, [], stop_reason, needs=needs or [])
+    task = RunTask("t", target, 0.3, 1, 10_000, eval_seeds=[2_000_000, 2_000_001], code_seeds=[])
+    report = TaskReport([], [], rate, 2, [], stop_reason, needs=needs or [])
     summary = {
         "backend": "offline", "model_calls": 0, "model_calls_replayed": 0, "tokens_in": 0,
         "tokens_out": 0, "wall_s": 12.0, "wall_limit_reached": stop_reason == "wall_time",
         "env_steps": 300, "env_steps_by_kind": {"code": 200, "setup": 100},
-        "final_success_interval": [0.0945, 0.9055],
+        "final_success_interval": [0.0945, 0.9055], "score_final": 70.2,
     }  # fmt: skip
     return write_report(tmp_path, settings, task, report, summary, []).read_text()
 
@@ -74,3 +76,24 @@ def test_a_need_never_measured_as_a_sub_action_shows_no_rate(tmp_path) -> None:
     drink = Need("drink", 5, Stage(Subtask("drink_water"), code="x"))
     text = _report(tmp_path, "iterations", needs=[drink])
     assert "| need: drink_water (drink < 5) | coded | – | – | – |" in text
+
+
+def test_the_report_heads_a_curriculum_run_with_its_score_not_a_bare_0_percent(tmp_path) -> None:
+    # "achievements" has no single test: success is every stage of the curriculum done in
+    # one episode, which a policy scoring 70 % almost never does; "0% success" alone
+    # read as a policy that does nothing.
+    final = next(
+        line
+        for line in _report(tmp_path, "iterations", target="achievements", rate=0.0).splitlines()
+        if line.startswith("- Final policy:")
+    )
+    assert "Crafter score **70.2%**" in final
+    assert "every stage of the curriculum done in 0/2" in final and "**0%**" not in final
+    (tmp_path / "report.md").unlink()
+    single = next(
+        line
+        for line in _report(tmp_path, "iterations").splitlines()
+        if line.startswith("- Final policy:")
+    )
+    assert single.startswith("- Final policy: **50%** success (1/2; 95 % interval")
+    assert "Crafter score" not in single
