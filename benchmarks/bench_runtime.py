@@ -597,7 +597,8 @@ def run_system(name: str, plan: Plan, bind: str, profile_dir: Path | None) -> di
                 started[size, phase] = clocks
                 slept[size, phase] = sleeps
             else:
-                cpu.setdefault(size, {})[phase] = _cpu_per_rt(started[size, phase], clocks, count)
+                us = _per_rt(started[size, phase], clocks, count, scale=1e6, digits=1)
+                cpu.setdefault(size, {})[phase] = us
                 waits.setdefault(size, {})[phase] = _per_rt(slept[size, phase], sleeps, count)
             client_conn.send("ack")
         client.join(STARTUP_TIMEOUT_S)
@@ -640,21 +641,15 @@ def _sleeps(pid: int) -> int | None:
     return total
 
 
-def _per_rt(before: dict, after: dict, count: int) -> dict | None:
-    """Wake-ups per round trip, per process and in all."""
+def _per_rt(
+    before: dict, after: dict, count: int, scale: float = 1.0, digits: int = 2
+) -> dict | None:
+    """A counter's growth per round trip (× ``scale``), per process and in all: wake-ups
+    as they are, CPU seconds as microseconds (``scale=1e6``)."""
     if None in before.values() or None in after.values() or not count:
         return None
-    per = {role: round((after[role] - before[role]) / count, 2) for role in before}
-    per["total"] = round(sum(per.values()), 2)
-    return per
-
-
-def _cpu_per_rt(before: dict, after: dict, count: int) -> dict | None:
-    """CPU microseconds per round trip, per process and in all."""
-    if None in before.values() or None in after.values() or not count:
-        return None
-    per = {role: round((after[role] - before[role]) / count * 1e6, 1) for role in before}
-    per["total"] = round(sum(per.values()), 1)
+    per = {role: round((after[role] - before[role]) / count * scale, digits) for role in before}
+    per["total"] = round(sum(per.values()), digits)
     return per
 
 
@@ -729,16 +724,10 @@ def _size(n: int) -> str:
     return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
 
 
-def _cpu_cell(per: dict) -> str:
-    return (
-        f"{per['client']:6.1f} + {per['broker']:6.1f} + {per['worker']:6.1f} = {per['total']:6.1f}"
-    )
-
-
-def _sleeps_cell(per: dict) -> str:
-    return (
-        f"{per['client']:5.2f} + {per['broker']:5.2f} + {per['worker']:5.2f} = {per['total']:5.2f}"
-    )
+def _cpu_cell(per: dict, fmt: str = "6.1f") -> str:
+    """client + broker + worker = total, each as ``fmt``."""
+    parts = [format(per[role], fmt) for role in ("client", "broker", "worker", "total")]
+    return " + ".join(parts[:3]) + " = " + parts[3]
 
 
 def render(info: dict, plan: Plan, transport: str, rows: list[dict]) -> str:
@@ -807,7 +796,8 @@ def render(info: dict, plan: Plan, transport: str, rows: list[dict]) -> str:
         for row in rows:
             for phase, label in (("latency", "1 in flight"), ("throughput", "window")):
                 cells = " | ".join(
-                    f"{name} {_sleeps_cell(row[name]['sleeps_per_rt'][phase])}" for name in systems
+                    f"{name} {_cpu_cell(row[name]['sleeps_per_rt'][phase], '5.2f')}"
+                    for name in systems
                 )
                 p(f"{_size(row['payload_bytes']):>8} {label:<11} | {cells}\n")
     met = sum(row["p50_goal_met"] + row["throughput_goal_met"] for row in rows)
