@@ -489,7 +489,7 @@ class LearnerActor(Actor):
             os.replace(tmp, policy)
             trained = world_tally(vec)
             held = {}
-            success, _ = evaluate(model, req, tally=held)
+            success, _ = evaluate(req, str(policy), tally=held, vec=vec)
             setup = trained["setup_steps"] + held["setup_steps"]
             episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
             unlocked = _unlocked(trained["episodes"] + held["episodes"])
@@ -654,26 +654,34 @@ def _unlocked(episodes: list) -> dict[str, int]:
 
 
 def evaluate(
-    model: Any, req: TrainRequest, episodes: int | None = None, tally: dict | None = None
+    req: TrainRequest,
+    policy_path: str,
+    episodes: int | None = None,
+    tally: dict | None = None,
+    vec: Any = None,
 ) -> tuple[float, int]:
-    """Success rate of ``model`` on held-out world seeds, and the world steps it took.
+    """Success rate of the policy saved at ``policy_path`` on held-out world seeds, and
+    the world steps it took.
 
     Actions are sampled from the policy, as in training: a policy trained briefly on a
     sparse reward often has a near-tie between actions, and its argmax can loop where
-    the sampled policy succeeds. Sampling is seeded, so the figure is reproducible."""
-    import torch
+    the sampled policy succeeds. Each episode samples from a seed of its own (the job's
+    seed and the world's), so the figure is reproducible and the same wherever the
+    episodes run: split over the job's env workers when ``vec`` is one (both cores
+    play; see :meth:`envs.env_workers.WorkerVecEnv.held_out`), else in this process."""
+    from envs.env_workers import WorkerVecEnv
+    from envs.held_out import play_learned
 
-    torch.manual_seed(req.seed)
     count = req.eval_episodes if episodes is None else episodes
-    seeds = range(req.eval_seed, req.eval_seed + count)
-    rate, steps, _ = held_out(
-        req.config,
-        lambda obs: model.predict(obs, deterministic=False)[0],
-        seeds,
-        tally,
-        start_states=True,
-    )
-    return rate, steps
+    seeds = list(range(req.eval_seed, req.eval_seed + count))
+    if isinstance(vec, WorkerVecEnv):
+        check = vec.held_out(policy_path, seeds, req.seed)
+    else:
+        check = play_learned(req.config, policy_path, seeds, req.seed)
+    if tally is not None:
+        tally.update(check["tally"])
+    rate = check["wins"] / check["played"] if check["played"] else 0.0
+    return rate, check["steps"]
 
 
 def random_success(req: TrainRequest, episodes: int, seed: int = 0) -> float:

@@ -28,7 +28,7 @@ from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
 from method.paired import compare, paired_outcomes, played_on
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
-from method.split import rollout_split
+from method.split import rollout_split, whole_parts
 from method.video import video_episodes
 from runtime.actor import Actor, handles
 from runtime.events import log
@@ -397,7 +397,9 @@ class SlowAgent(Actor):
             log.info("final_evaluation_started", episodes=len(req.seeds), stages=len(stages))
             result = self.agents.journal.job(req)
             if result is None:
-                result = await rollout_split(self, req, self.environments)
+                result = await rollout_split(
+                    self, req, whole_parts(self.environments, len(req.seeds))
+                )
                 # Booked before it is recorded: a kill between the two redoes the job,
                 # whose lines replace these (the ledger's ids) instead of going missing.
                 ledger.append(self.run_dir, ledger.rollout_lines("final", result, job_key(req)))
@@ -461,7 +463,9 @@ class SlowAgent(Actor):
             result = self.agents.journal.job(req)
             fresh = result is None
             if fresh:
-                result = await rollout_split(self, req, self.environments)
+                result = await rollout_split(
+                    self, req, whole_parts(self.environments, len(req.seeds))
+                )
             taken = sum(e.steps for e in result.episodes)
             steps += taken
             played += len(result.episodes)

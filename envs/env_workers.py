@@ -78,6 +78,10 @@ def _serve(conn: Any) -> None:
                 from stable_baselines3.common.env_util import is_wrapped
 
                 result = is_wrapped(env, data)
+            elif cmd == "held_out":
+                from envs.held_out import play_learned
+
+                result = play_learned(*data)
             elif cmd == "release":
                 if env is not None:
                     env.close()
@@ -312,6 +316,7 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
     ) -> None:
         self._workers = list(workers)
         self._give_back = give_back
+        self._blob = blob
         self._closed = False
         for i, w in enumerate(self._workers):
             w.send("make", (blob, seed + i, monitor, kwargs[i]))
@@ -360,6 +365,19 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
             except Exception:  # noqa: BLE001 - the first error is the one raised
                 pass
             raise
+
+    def held_out(self, policy_path: str, seeds: Sequence[int], sample_seed: int) -> dict:
+        """The held-out check of the policy at ``policy_path`` on ``seeds``, played in
+        this job's workers at once (worker ``i`` plays ``seeds[i::n]``, fresh envs of
+        the job's config beside its training env; see :func:`envs.held_out.play_learned`),
+        merged into one result (:func:`envs.held_out.merge_checks`)."""
+        from envs.held_out import merge_checks
+
+        n = len(self._workers)
+        asked = [(w, list(seeds[i::n])) for i, w in enumerate(self._workers) if seeds[i::n]]
+        for w, part in asked:
+            w.send("held_out", (self._blob, policy_path, part, sample_seed))
+        return merge_checks(seeds, self._gather([w for w, _ in asked]))
 
     def reset(self) -> Any:
         for i, w in enumerate(self._workers):

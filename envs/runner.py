@@ -504,8 +504,10 @@ class Rollouts:
         """A trained SB3 policy on ``req``'s worlds, through the RL interface it was
         trained with, coded actions included; each episode's detail lists the actions
         it chose. All episodes come in one call (their reports at its end)."""
+        import torch
+
         from envs.artifacts import PolicyUnusable, load_policy
-        from envs.held_out import held_out
+        from envs.held_out import episode_seed, held_out
 
         try:
             model = load_policy(
@@ -518,8 +520,14 @@ class Rollouts:
         config = dataclasses.replace(req.config, subtask=req.subtask)
         for i, seed in enumerate(req.seeds):
             self._fault(req, i, seed)
+        # Each episode samples from a seed of its own (the policy's hash and the world),
+        # so a world plays the same episode whichever part of a split request holds it.
+        sample = int(req.policy_sha256[:15], 16) if req.policy_sha256 else 0
         _, steps, records = held_out(
-            config, lambda obs: model.predict(obs, deterministic=False)[0], req.seeds
+            config,
+            lambda obs: model.predict(obs, deterministic=False)[0],
+            req.seeds,
+            begin=lambda seed: torch.manual_seed(episode_seed(sample, seed)),
         )
         for r in records:
             # Every world step counts: the setup's too (booked with its episode).

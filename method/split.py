@@ -38,6 +38,18 @@ JOB_FAILED = "job_failed"
 
 ROLE = "@environment"
 
+PARTS_PER_ACTOR = 4
+"""Parts per environment actor of a request of whole episodes (:func:`whole_parts`)."""
+
+
+def whole_parts(actors: int, episodes: int) -> int:
+    """How many parts a request of ``episodes`` whole episodes (no ``start_at``) is split
+    into over ``actors`` environment actors: :data:`PARTS_PER_ACTOR` each, so an actor
+    that finishes its part early takes another from the queue instead of idling while
+    the last part runs (episodes differ in length by thousands of steps). Each world
+    plays the same episode whichever part holds it, so the result is the same."""
+    return max(1, min(episodes, PARTS_PER_ACTOR * max(1, actors)))
+
 
 def start_setup_key(req: RolloutRequest) -> str:
     """What decides the starts of ``req``'s worlds (see

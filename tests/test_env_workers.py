@@ -170,8 +170,9 @@ def test_a_job_trained_in_workers_is_the_job_trained_in_one_process(tmp_path: Pa
     for subproc in (False, True):
         start_states.shared().clear()
         req = TrainRequest(
-            name=f"job-{subproc}", config=wood(), total_steps=192, n_envs=2, ppo=ppo,
-            eval_episodes=2, train_worlds=4, progress_every_s=3600.0, subproc=subproc,
+            name=f"job-{subproc}", config=wood(TWO_NOOPS), total_steps=192, n_envs=2,
+            ppo=ppo, eval_episodes=5, train_worlds=4, progress_every_s=3600.0,
+            subproc=subproc,
         )  # fmt: skip
         learner = _learner_here(tmp_path / str(subproc))
         try:
@@ -184,8 +185,49 @@ def test_a_job_trained_in_workers_is_the_job_trained_in_one_process(tmp_path: Pa
     assert not here.failure and not there.failure
     assert same_weights(Path(here.policy_path), Path(there.policy_path))
     assert (here.primitive_steps, here.setup_steps) == (there.primitive_steps, there.setup_steps)
+    # The held-out check too (5 worlds: 3 in one worker, 2 in the other), its
+    # episodes listed in the same order.
     assert here.world_episodes == there.world_episodes
     assert here.eval_success_rate == there.eval_success_rate
+
+
+def test_the_held_out_check_runs_in_the_workers_and_matches_one_process(
+    workers, tmp_path: Path, monkeypatch
+):
+    """A saved policy's held-out check split over a job's workers gives what one process
+    playing every world gives, record for record and step for step, and no world of it
+    is played in the learner's process."""
+    from actors.learner import make_ppo
+    from envs import held_out as module
+    from envs.held_out import play_learned
+    from messages import encode
+
+    config = wood(TWO_NOOPS)
+    path = tmp_path / "policy.zip"
+    local = make_vec_env(config, 1)
+    make_ppo(PPOSettings(net_arch=[16]), local, seed=3, device="cpu").save(path)
+    local.close()
+    seeds = list(range(40, 47))
+    start_states.shared().clear()
+    alone = play_learned(encode(config), str(path), seeds, 5)
+    vec = make_vec_env(config, 2, seed=9, subproc=True, workers=workers, start_states=True)
+    try:
+
+        def here(*args, **kwargs):
+            raise AssertionError("a held-out world was played in the learner's process")
+
+        monkeypatch.setattr(module, "make_env", here)
+        split = vec.held_out(str(path), seeds, 5)
+    finally:
+        vec.close()
+    assert [r["seed"] for r in split["records"]] == seeds
+    assert split["records"] == alone["records"]
+    assert split["tally"] == alone["tally"]
+    assert (split["wins"], split["played"], split["steps"]) == (
+        alone["wins"], alone["played"], alone["steps"]
+    )  # fmt: skip
+    assert split["tally"]["setup_steps"] == 2 * len(seeds)  # each start made once
+    assert split["steps"] > len(seeds)  # the policy played: not only resets
 
 
 def same_weights(a: Path, b: Path) -> bool:

@@ -488,3 +488,32 @@ def test_a_learned_policy_loads_in_a_runner_whose_cap_leaves_less_room_than_torc
     for cause, steps, detail in episodes:
         assert cause != "policy_unusable", detail
         assert steps > 0, (cause, detail)
+
+
+def test_a_learned_policy_plays_a_world_alike_whatever_part_holds_it(tmp_path: Path) -> None:
+    """A request split into parts (over environment actors, or differently the next
+    time) plays each world's episode the same: its actions are sampled from a seed of
+    the world's own, not from where the world falls in the part."""
+    from envs.artifacts import sha256_of
+    from envs.configs import collect_wood_with_coded
+    from envs.runner import Rollouts
+
+    policy = wood_policy(tmp_path / "wood.zip")
+    rollouts = Rollouts(tmp_path)
+
+    def play(seeds: list[int]) -> dict[int, tuple]:
+        req = RolloutRequest(
+            Subtask("collect_wood", goal={"wood": 1}, max_steps=60),
+            policy_path=str(policy), policy_sha256=sha256_of(policy),
+            config=collect_wood_with_coded(), seeds=seeds, wall_s=60,
+        )  # fmt: skip
+        episodes: list = []
+        rollouts.run(req, episodes.append)
+        return {
+            e.report.seed: (e.report.steps, e.report.success, e.report.detail) for e in episodes
+        }
+
+    whole = play([5000, 5001, 5002, 5003])
+    parts = {**play([5003, 5001]), **play([5002]), **play([5000])}
+    assert whole == parts
+    assert len({detail for _, _, detail in whole.values()}) > 1  # the episodes differ

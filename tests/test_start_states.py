@@ -236,6 +236,10 @@ def test_held_out_evaluations_of_two_versions_set_each_world_up_once() -> None:
     # Each record says what its world's setup took: made once, then restored for nothing.
     assert sum(r.pop("setup_steps") for r in rec1) == first["setup_steps"]
     assert [r.pop("setup_steps") for r in rec2] == [0, 0]
+    # And its world episodes, which are the tally's, in the order played (a made
+    # start's episode holds its setup steps, a restored one's does not).
+    for rec, tally in ((rec1, first), (rec2, second)):
+        assert [e for r in rec for e in r.pop("world_episodes")] == tally["episodes"]
     assert (rate1, steps1, rec1) == (rate2, steps2, rec2)
     assert sum(length for length, _, _ in second["episodes"]) == second["world_steps"] == steps2
 
