@@ -122,37 +122,49 @@ def _wrap(heading: str, names: list[str], font, width: int, lines: int) -> list[
 def label_clip(clip: Clip, max_frames: int = MAX_FRAMES_PER_EPISODE) -> np.ndarray:
     """``clip``'s frames enlarged and labelled (T'×(H·SCALE+BANNER)×(W·SCALE)×3), thinned
     to at most ``max_frames`` (the step shown is each kept frame's own) plus the held last
-    frame."""
+    frame.
+
+    A label's lines below the first change only when an achievement is unlocked, so they
+    are drawn once per distinct list and the step line alone per frame; the game is
+    enlarged by repeating pixels (nearest neighbour at a whole factor)."""
     from PIL import Image, ImageDraw
 
     frames = np.asarray(clip.frames)
     if frames.ndim != 4 or len(frames) == 0:
         raise ValueError(f"a clip needs T×H×W×3 frames, not shape {frames.shape}")
     keep = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), max_frames)).round())
-    height, width = frames.shape[1] * SCALE, frames.shape[2] * SCALE
+    width = frames.shape[2] * SCALE
     font = _font(FONT_PX)
     colour = SUCCESS_RGB if clip.success else FAILURE_RGB
     outcome = "episode: success" if clip.success else f"episode: failed, {_why(clip)}"
+    heading = "unlocked so far:" if clip.unlocked_at is not None else "unlocked in the episode:"
+    banners: dict[tuple[str, ...], Image.Image] = {}
     out = []
     for index in keep.astype(int):
         step = int(index)  # frame 0 is the reset, frame k follows step k
         if clip.unlocked_at is not None:
             pairs = zip(clip.achievements, clip.unlocked_at, strict=True)
             got = [a for a, at in pairs if at <= step]
-            heading = "unlocked so far:"
         else:
             got = list(clip.achievements)
-            heading = "unlocked in the episode:"
-        image = Image.new("RGB", (width, height + BANNER_PX), BANNER_RGB)
-        game = Image.fromarray(np.ascontiguousarray(frames[index]).astype(np.uint8), "RGB")
-        image.paste(game.resize((width, height), Image.Resampling.NEAREST), (0, BANNER_PX))
-        draw = ImageDraw.Draw(image)
-        draw.text((4, 2), f"seed {clip.seed}   step {step} of {clip.steps}", TEXT_RGB, font=font)
-        draw.text((4, 16), outcome, colour, font=font)
-        names = _unique(got) or ["none"]
-        for i, line in enumerate(_wrap(heading, names, font, width - 8, ACHIEVEMENT_LINES)):
-            draw.text((4, 30 + 14 * i), line, TEXT_RGB, font=font)
-        out.append(np.asarray(image))
+        names = tuple(_unique(got) or ["none"])
+        base = banners.get(names)
+        if base is None:
+            base = Image.new("RGB", (width, BANNER_PX), BANNER_RGB)
+            draw = ImageDraw.Draw(base)
+            draw.text((4, 16), outcome, colour, font=font)
+            for i, line in enumerate(
+                _wrap(heading, list(names), font, width - 8, ACHIEVEMENT_LINES)
+            ):
+                draw.text((4, 30 + 14 * i), line, TEXT_RGB, font=font)
+            banners[names] = base
+        banner = base.copy()
+        ImageDraw.Draw(banner).text(
+            (4, 2), f"seed {clip.seed}   step {step} of {clip.steps}", TEXT_RGB, font=font
+        )
+        game = np.ascontiguousarray(frames[index]).astype(np.uint8)
+        game = game.repeat(SCALE, axis=0).repeat(SCALE, axis=1)
+        out.append(np.concatenate([np.asarray(banner), game]))
     out.extend([out[-1]] * HOLD_FRAMES)
     return np.stack(out)
 

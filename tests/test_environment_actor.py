@@ -18,7 +18,7 @@ from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 from envs.runner import Runner, RunnerFailed
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Stage, Subtask
-from method.split import rollout_split
+from method.split import rollout_split, whole_parts
 from runtime.config import ActorSettings
 from runtime.head import Head
 
@@ -146,6 +146,10 @@ def test_two_actors_split_a_rollout_and_frames_come_back(tmp_path: Path) -> None
     async def driver(head: Head) -> dict:
         req = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=list(range(20, 26)), wall_s=30)
         seen["split"] = await rollout_split(head.client, req, parts=actors)
+        # Whole episodes in parts of about 3: the same episodes as in one part.
+        nine = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=list(range(30, 39)), wall_s=30)
+        seen["fine"] = await rollout_split(head.client, nine, whole_parts(actors, 9))
+        seen["one"] = await rollout_split(head.client, nine, 1)
         framed = RolloutRequest(WOOD, code=COLLECT_WOOD_SOURCE, seeds=[3], frames=True)
         seen["framed"] = await head.client.ask("@environment", framed, timeout=120)
         return {}
@@ -154,6 +158,12 @@ def test_two_actors_split_a_rollout_and_frames_come_back(tmp_path: Path) -> None
     split = seen["split"]
     assert [e.seed for e in split.episodes] == list(range(20, 26))
     assert len(split.actor_id.split(",")) == 2  # both actors took a share
+    assert whole_parts(actors, 9) == 3
+    fine, one = seen["fine"], seen["one"]
+    assert [e.seed for e in fine.episodes] == list(range(30, 39))
+    assert [(e.seed, e.steps, e.success, e.achievements) for e in fine.episodes] == [
+        (e.seed, e.steps, e.success, e.achievements) for e in one.episodes
+    ]
     framed = seen["framed"]
     frames = np.load(io.BytesIO(framed.frames))["frames"]
     assert frames.dtype == np.uint8 and frames.shape[1:] == (64, 64, 3)

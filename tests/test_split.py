@@ -115,9 +115,27 @@ def test_parts_keep_to_their_share_and_requests_without_starts_split_as_before()
         ("@environment/environment-0", [0, 1, 2]),
         ("@environment/environment-1", [3, 4, 5]),
     ]
+    # Cut finer: each part in pieces of about 2, in turns, each to its part's actor.
+    assert affinity.parts(req, 2, part_episodes=2) == [
+        ("@environment/environment-0", [0]),
+        ("@environment/environment-1", [3]),
+        ("@environment/environment-0", [1, 2]),
+        ("@environment/environment-1", [4, 5]),
+    ]
+    assert [s for _, s in affinity.parts(req, 2, part_episodes=3)] == [[0, 1, 2], [3, 4, 5]]
     # Another setup (another stage before): no start held, split evenly.
     other = dataclasses.replace(req, stages=[dataclasses.replace(WOOD, code="w = 2\n"), TABLE])
     assert [s for _, s in affinity.parts(other, 2)] == [[0, 2, 4], [1, 3, 5]]
     # From reset: as before, whatever is known.
     reset = dataclasses.replace(req, start_at=0)
     assert affinity.parts(reset, 2) == [("@environment", [0, 2, 4]), ("@environment", [1, 3, 5])]
+
+
+def test_whole_episodes_go_in_parts_of_about_three_and_at_least_one_per_actor():
+    from method.split import whole_parts
+
+    assert whole_parts(2, 100) == 34  # the final evaluation: parts of 3 (one of 1)
+    assert whole_parts(2, 64) == 22
+    assert whole_parts(2, 4) == 2  # never fewer parts than actors ...
+    assert whole_parts(16, 5) == 5  # ... nor more than episodes
+    assert whole_parts(2, 1) == whole_parts(0, 3) == 1
