@@ -33,7 +33,7 @@ from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
 from method.paired import Comparison, below_target, compare, faulted, reached, stage_outcomes
 from method.settings import MethodSettings
-from method.split import PART_EPISODES, Affinity, rollout_split
+from method.split import Affinity, rollout_split
 from method.tboard import log_dir
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
@@ -692,9 +692,7 @@ class FastAgent(Actor):
             return recorded
         result, problem = None, ""
         try:
-            result = await rollout_split(
-                self, req, self.environments, self.affinity, part_episodes=PART_EPISODES
-            )
+            result = await rollout_split(self, req, self.environments, self.affinity)
         except* RemoteFailure as group:
             problem = str(group.exceptions[0])[-1000:]
         if result is None:

@@ -27,7 +27,6 @@ from method.agents import Agents
 from method.paired import NOT_REACHED, reached, stage_outcomes
 from method.seeds import code_seeds
 from method.settings import MethodSettings
-from method.split import PART_EPISODES
 
 # Collects a wood only in a world with a cow in view at its start (in 10 of the first 32
 # code worlds of run seed 0, none of the first 4): a setup that reaches what follows it
@@ -235,12 +234,9 @@ def test_versions_from_starts_are_paired_on_the_same_saved_worlds(tmp_path, roll
     first = [r for r in fast.requests if r.stages[-1].code == PLACE_TABLE_SOURCE]
     second = [r for r in fast.requests if r.stages[-1].code == SLOW_TABLE_SOURCE]
     assert all(r.start_at == 1 for r in fast.requests)
-    # The second version plays the worlds the first drew, in one evaluation (sent in
-    # pieces of at most PART_EPISODES worlds), all restored.
-    assert sorted(s for r in first for s in r.seeds) == sorted(loop.worlds)
-    assert sorted(s for r in second for s in r.seeds) == sorted(loop.worlds)
-    assert all(len(r.seeds) <= PART_EPISODES for r in fast.requests)
-    assert len(second) == -(-len(loop.worlds) // PART_EPISODES)
+    # The second version plays the worlds the first drew, in one evaluation, all restored.
+    assert [s for r in first for s in r.seeds] == loop.worlds
+    assert [r.seeds for r in second] == [loop.worlds]
     made = rollouts.starts.made
     assert made == len(loop.worlds) and rollouts.starts.restored == len(loop.worlds)
     ledger_lines = ledger.read(tmp_path)

@@ -115,14 +115,6 @@ def test_parts_keep_to_their_share_and_requests_without_starts_split_as_before()
         ("@environment/environment-0", [0, 1, 2]),
         ("@environment/environment-1", [3, 4, 5]),
     ]
-    # Cut finer: each part in pieces of about 2, in turns, each to its part's actor.
-    assert affinity.parts(req, 2, part_episodes=2) == [
-        ("@environment/environment-0", [0]),
-        ("@environment/environment-1", [3]),
-        ("@environment/environment-0", [1, 2]),
-        ("@environment/environment-1", [4, 5]),
-    ]
-    assert [s for _, s in affinity.parts(req, 2, part_episodes=3)] == [[0, 1, 2], [3, 4, 5]]
     # Another setup (another stage before): no start held, split evenly.
     other = dataclasses.replace(req, stages=[dataclasses.replace(WOOD, code="w = 2\n"), TABLE])
     assert [s for _, s in affinity.parts(other, 2)] == [[0, 2, 4], [1, 3, 5]]
