@@ -217,6 +217,7 @@ class SlowAgent(Actor):
             settings.env_steps,
             spent,
             {s.name for s in plan.subactions if not s.need and s.mode == "rl" and pending(s)},
+            train_cap=int(settings.env_steps * settings.train_share),
         )
 
         async def one(sub: SubAction, needs: list[Need]) -> None:
@@ -616,14 +617,19 @@ class SlowAgent(Actor):
 
 class Shares:
     """Each learning sub-action's share of the env steps left, taken when it starts:
-    what the budget has left, less what the inner loops spent and what running ones
-    were given, split equally among those still to start. An iteration whose learning
+    what the budget has left (and, under ``train_cap``, what training has left of its
+    cap), less what the inner loops spent and what running ones were given, split
+    equally among those still to start. An iteration whose learning
     sub-actions all start together thus stays inside the budget (each job stops at its
     cap: ``TrainRequest.max_world_steps``), and one that starts late gets what the
     early ones left."""
 
-    def __init__(self, budget: int, spent: _Spent, waiting: set[str]) -> None:
+    def __init__(
+        self, budget: int, spent: _Spent, waiting: set[str], train_cap: int | None = None
+    ) -> None:
         self.budget = budget
+        self.train_cap = budget if train_cap is None else train_cap
+        """The most training may spend in all (``[task] train_share`` of the budget)."""
         self.spent = spent
         self.waiting = set(waiting)
         """Learning sub-actions of this pass not started yet."""
@@ -635,7 +641,8 @@ class Shares:
         0 (no cap) for a sub-action that is not one of the waiting learning ones."""
         if name not in self.waiting:
             return 0
-        left = self.budget - self.spent.total - sum(self.given.values())
+        free = min(self.budget - self.spent.total, self.train_cap - self.spent.train)
+        left = free - sum(self.given.values())
         share = max(1, left // len(self.waiting))
         self.waiting.discard(name)
         self.given[name] = share

@@ -177,6 +177,13 @@ class TaskSettings:
     """Sub-actions to learn with RL from the first plan (e.g. ``["collect_wood"]``),
     whatever their code would do; the others start as code. Each must be a step of the
     target's plan (checked)."""
+    train_share: float = field(default=1.0, metadata=RATE)
+    """The most of ``env_steps`` PPO training may take in all (its setup and held-out
+    checks included): each learning sub-action's share is cut from what is left of it.
+    1 (the default): training may take all the loop has left. Below 1 the rest goes to
+    the final policy's play (``play_to_budget``), for a run scored over every episode
+    (Crafter's scoreboard): its training episodes start mid-game and book only what
+    they unlock there, so training that does not pay lowers the score."""
     play_to_budget: bool = False
     """After the final evaluation, go on playing the final policy on fresh worlds until
     ``env_steps`` is spent (every episode lands in the run's episode ledger: Crafter's

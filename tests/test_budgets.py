@@ -70,6 +70,21 @@ def test_learning_sub_actions_share_what_is_left_of_the_budget() -> None:
     assert late.take("d") == 1
 
 
+def test_training_takes_at_most_its_share_of_the_budget() -> None:
+    from actors.slow import Shares, _Spent
+
+    spent = _Spent(code=100, train=150)
+    capped = Shares(1000, spent, {"a", "b"}, train_cap=400)
+    assert capped.take("a") == 125  # (400 − 150) / 2, not (1000 − 250) / 2
+    assert capped.take("b") == 125
+    spent.train += 300  # past the cap: nothing left to train on
+    capped.release("a")
+    capped.release("b")
+    assert Shares(1000, spent, {"c"}, train_cap=400).take("c") == 1
+    # Without a cap, as before: what the whole budget has left.
+    assert Shares(1000, _Spent(code=100, train=150), {"a"}).take("a") == 750
+
+
 def test_a_need_never_measured_as_a_sub_action_shows_no_rate(tmp_path) -> None:
     from messages.task import Need, Stage, Subtask
 
