@@ -561,7 +561,8 @@ class FastAgent(Actor):
                 if cap < ppo.n_steps * self.settings.task.train_envs:  # not one rollout
                     log.warning(
                         "training_skipped", subaction=sub.name, version=version,
-                        reason="the run's env-step budget is spent", steps_left=max(0, cap),
+                        reason="the run's env-step budget (or training's share of it,"
+                        " [task] train_share) is spent", steps_left=max(0, cap),
                     )  # fmt: skip
                     break
             request = rl_request(sub, version, offered, world_actions, previous, critique)

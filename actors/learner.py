@@ -669,14 +669,20 @@ def evaluate(
     seed and the world's), so the figure is reproducible and the same wherever the
     episodes run: split over the job's env workers when ``vec`` is one (both cores
     play; see :meth:`envs.env_workers.WorkerVecEnv.held_out`), else in this process."""
-    from envs.env_workers import WorkerVecEnv
+    from envs.env_workers import WorkerDied, WorkerVecEnv
     from envs.held_out import play_learned
 
     count = req.eval_episodes if episodes is None else episodes
     seeds = list(range(req.eval_seed, req.eval_seed + count))
+    check = None
     if isinstance(vec, WorkerVecEnv):
-        check = vec.held_out(policy_path, seeds, req.seed)
-    else:
+        try:
+            check = vec.held_out(policy_path, seeds, req.seed)
+        except WorkerDied as exc:
+            # The policy is trained and saved: check it here rather than lose the job.
+            # (What the dead worker had played of the check is lost with it, uncounted.)
+            log.warning("held_out_worker_died", job=req.name, detail=str(exc)[:300])
+    if check is None:
         check = play_learned(req.config, policy_path, seeds, req.seed)
     if tally is not None:
         tally.update(check["tally"])

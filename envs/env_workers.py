@@ -370,7 +370,10 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         """The held-out check of the policy at ``policy_path`` on ``seeds``, played in
         this job's workers at once (worker ``i`` plays ``seeds[i::n]``, fresh envs of
         the job's config beside its training env; see :func:`envs.held_out.play_learned`),
-        merged into one result (:func:`envs.held_out.merge_checks`)."""
+        merged into one result (:func:`envs.held_out.merge_checks`). A world's start is
+        made by the worker that plays it and restored there in later jobs, while the
+        same workers serve at the same places (a worker started in place of a dead one,
+        or a job with another number of envs, makes them again: counted again)."""
         from envs.held_out import merge_checks
 
         n = len(self._workers)

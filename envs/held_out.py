@@ -139,6 +139,12 @@ def merge_checks(seeds: Sequence[int], parts: Sequence[dict[str, Any]]) -> dict[
     with them, in the order of ``seeds`` (as one process playing them all lists them)."""
     order = {seed: i for i, seed in enumerate(seeds)}
     records = sorted((r for p in parts for r in p["records"]), key=lambda r: order[r["seed"]])
+    # Episodes a part's env closed after its records' (none when a check ends normally).
+    extra = [
+        e
+        for p in parts
+        for e in p["tally"]["episodes"][sum(len(r["world_episodes"]) for r in p["records"]) :]
+    ]
     return {
         "wins": sum(p["wins"] for p in parts),
         "played": sum(p["played"] for p in parts),
@@ -147,6 +153,6 @@ def merge_checks(seeds: Sequence[int], parts: Sequence[dict[str, Any]]) -> dict[
         "tally": {
             "world_steps": sum(p["tally"]["world_steps"] for p in parts),
             "setup_steps": sum(p["tally"]["setup_steps"] for p in parts),
-            "episodes": [e for r in records for e in r["world_episodes"]],
+            "episodes": [e for r in records for e in r["world_episodes"]] + extra,
         },
     }

@@ -178,12 +178,15 @@ class TaskSettings:
     whatever their code would do; the others start as code. Each must be a step of the
     target's plan (checked)."""
     train_share: float = field(default=1.0, metadata=RATE)
-    """The most of ``env_steps`` PPO training may take in all (its setup and held-out
-    checks included): each learning sub-action's share is cut from what is left of it.
-    1 (the default): training may take all the loop has left. Below 1 the rest goes to
-    the final policy's play (``play_to_budget``), for a run scored over every episode
-    (Crafter's scoreboard): its training episodes start mid-game and book only what
-    they unlock there, so training that does not pay lowers the score."""
+    """About the most of ``env_steps`` PPO training may take in all (its setup and
+    held-out checks included): each learning sub-action's share is cut from what is left
+    of it (a job stops after the rollout that passes its share and then runs its
+    held-out check, so training may go past it by about that much per sub-action).
+    1 (the default): training may take all the loop has left. Below 1, with
+    ``play_to_budget``, the rest goes to the final policy's play (without it, the rest is
+    not spent): for a run scored over every episode (Crafter's scoreboard), whose
+    training episodes start mid-game and book only what they unlock there, so training
+    that does not pay lowers the score."""
     play_to_budget: bool = False
     """After the final evaluation, go on playing the final policy on fresh worlds until
     ``env_steps`` is spent (every episode lands in the run's episode ledger: Crafter's

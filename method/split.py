@@ -45,11 +45,11 @@ PART_EPISODES = 3
 def whole_parts(actors: int, episodes: int) -> int:
     """How many parts a request of ``episodes`` whole episodes (no ``start_at``) is split
     into over ``actors`` environment actors: parts of about :data:`PART_EPISODES`, at
-    least one per actor. An actor that finishes its part takes the next from the queue,
-    so the request ends at most about one short part after its last actor got busy
-    (episodes differ in length by thousands of steps: two halves of 100 diamond
-    episodes ended 4 s apart, parts of 12 still 4 s). Each world plays the same episode
-    whichever part holds it, so the result does not change."""
+    least one per actor (and at most one per episode). An actor that finishes its part
+    takes the next from the queue, so the request ends at most about one short part
+    after its last actor got busy (episodes differ in length by thousands of steps: two
+    halves of 100 diamond episodes ended 4 s apart, parts of 12 still 4 s). Each world
+    plays the same episode whichever part holds it, so the result does not change."""
     return max(1, min(episodes, max(actors, -(-episodes // PART_EPISODES))))
 
 
@@ -159,6 +159,8 @@ async def rollout_split(
         episodes += _not_run(req, {e.seed for e in episodes}, fault[0])
     order = {seed: i for i, seed in enumerate(req.seeds)}
     episodes.sort(key=lambda e: order[e.seed])
+    # The parts' printed output in seed order too, not in the order they finished.
+    results.sort(key=lambda r: min((order[e.seed] for e in r.episodes), default=len(order)))
     return RolloutResult.of_episodes(
         req.subtask.name,
         episodes,

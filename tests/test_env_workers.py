@@ -260,3 +260,26 @@ def test_auto_uses_workers_from_two_envs_with_a_core_each(monkeypatch):
     assert not fast.env_workers("auto", 17)
     monkeypatch.setattr(cpu, "usable_cores", lambda: (1, "test"))
     assert not fast.env_workers("auto", 2)  # no core for each
+
+
+def test_a_held_out_check_that_fails_in_a_worker_raises_and_the_workers_serve_on(
+    workers, tmp_path: Path
+):
+    """A policy that cannot be loaded: the error comes back from the workers, no answer
+    is left in a pipe, and the same workers serve the next job."""
+    from envs.artifacts import PolicyUnusable
+
+    vec = make_vec_env(wood(), 2, seed=9, subproc=True, workers=workers)
+    pids = workers.pids()
+    try:
+        with pytest.raises(PolicyUnusable, match="no policy at"):
+            vec.held_out(str(tmp_path / "missing.zip"), [1, 2, 3], 0)
+        assert vec.get_attr("world_steps") == [0, 0]  # both still answer, in order
+    finally:
+        vec.close()
+    after = make_vec_env(wood(), 2, seed=9, subproc=True, workers=workers)
+    try:
+        assert len(play(after, 5)) == 6
+    finally:
+        after.close()
+    assert workers.pids() == pids
