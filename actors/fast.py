@@ -215,14 +215,25 @@ workers step on both. (At fb4160b, with cheap decisions of a few steps, 2 envs i
 workers measured no faster: 452 s against 457 s; BENCHMARKS.md.)"""
 
 
+AUTO_ENVS_PER_CORE = 2
+"""``env_workers = "auto"`` keeps workers on up to this many envs per usable core. A
+worker waits for the learner's action after every decision and for the other envs at
+each rollout's end; with more workers than cores another one steps meanwhile. The
+default diamond run with 4 envs on 2 cores (``n_steps`` 128: the same 512 decisions an
+update) kept 0.902 of its core-seconds busy against 0.875 with 2 (BENCHMARKS.md). Past
+2 per core each worker's ~300 MB buys little."""
+
+
 def env_workers(choice: str, n_envs: int) -> bool:
     """Whether a training job's envs step in the learner's worker processes
     (``[training] env_workers``: ``on``, ``off``, or ``auto`` — from
-    :data:`AUTO_WORKERS_MIN_ENVS` envs on a machine with a usable core per env)."""
+    :data:`AUTO_WORKERS_MIN_ENVS` envs, on a machine with at least 2 usable cores and
+    at most :data:`AUTO_ENVS_PER_CORE` envs per core)."""
     if choice == "auto":
         from runtime.cpu import usable_cores
 
-        return n_envs >= AUTO_WORKERS_MIN_ENVS and usable_cores()[0] >= n_envs
+        cores = usable_cores()[0]
+        return AUTO_WORKERS_MIN_ENVS <= n_envs <= AUTO_ENVS_PER_CORE * cores and cores >= 2
     return choice == "on"
 
 

@@ -100,8 +100,14 @@ def test_the_default_training_section_asks_for_the_jobs_runs_asked_for_before_it
     # The values actors/fast.py wrote literally before [training] existed: results stay.
     assert req.ppo == PPOSettings(n_steps=256, batch_size=64)
     assert (req.train_worlds, req.checkpoint_every) == (200, 4096)
-    for name in ("diamond.toml", "crafter.toml"):
-        assert settings.load(name).training == MethodSettings().training
+    assert settings.load("crafter.toml").training == MethodSettings().training
+    # The diamond run's jobs step 4 envs (2 per core), each 128 decisions a rollout: the
+    # same 512 decisions an update; the rest as the default.
+    diamond = settings.load("diamond.toml")
+    assert diamond.task.train_envs == 4
+    assert diamond.training == dataclasses.replace(
+        MethodSettings().training, ppo=PPOSettings(n_steps=128, batch_size=64)
+    )
 
 
 def test_every_default_passes_its_own_check() -> None:

@@ -246,20 +246,22 @@ def same_weights(a: Path, b: Path) -> bool:
     return pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
 
 
-def test_auto_uses_workers_from_two_envs_with_a_core_each(monkeypatch):
+def test_auto_uses_workers_from_two_envs_up_to_two_per_core(monkeypatch):
     from actors import fast
     from runtime import cpu
 
     monkeypatch.setattr(cpu, "usable_cores", lambda: (2, "test"))
-    # 2 envs on 2 cores: a job training alone steps on both (the other learner idle).
-    assert fast.env_workers("auto", 2) and not fast.env_workers("auto", 4)
+    # 2 envs on 2 cores: a job training alone steps on both (the other learner idle);
+    # 4 (the diamond run's): one steps while another waits for its action.
+    assert fast.env_workers("auto", 2) and fast.env_workers("auto", 4)
+    assert not fast.env_workers("auto", 5)  # past 2 per core
     assert not fast.env_workers("auto", 1)  # one env: nothing to spread
     assert fast.env_workers("on", 1) and not fast.env_workers("off", 8)
     monkeypatch.setattr(cpu, "usable_cores", lambda: (16, "test"))
-    assert fast.env_workers("auto", 2) and fast.env_workers("auto", 16)
-    assert not fast.env_workers("auto", 17)
+    assert fast.env_workers("auto", 2) and fast.env_workers("auto", 32)
+    assert not fast.env_workers("auto", 33)
     monkeypatch.setattr(cpu, "usable_cores", lambda: (1, "test"))
-    assert not fast.env_workers("auto", 2)  # no core for each
+    assert not fast.env_workers("auto", 2)  # one core: the learner's process steps them
 
 
 def test_a_held_out_check_that_fails_in_a_worker_raises_and_the_workers_serve_on(
