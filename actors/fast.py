@@ -220,8 +220,8 @@ AUTO_ENVS_PER_CORE = 2
 worker waits for the learner's action after every decision and for the other envs at
 each rollout's end; with more workers than cores another one steps meanwhile. The
 default diamond run with 4 envs on 2 cores (``n_steps`` 128: the same 512 decisions an
-update) kept 0.902 of its core-seconds busy against 0.875 with 2 (BENCHMARKS.md). Past
-2 per core each worker's ~300 MB buys little."""
+update) kept 0.902-0.903 of its core-seconds busy against 0.875-0.883 with 2, two runs
+each (BENCHMARKS.md). More per core was not measured (each worker imports torch)."""
 
 
 def env_workers(choice: str, n_envs: int) -> bool:
