@@ -24,6 +24,13 @@ training (``train``, ``setup``, ``held_out``) and the final policy (``final``, `
 ``video``), each as a share of the steps and per wall second of the whole run (phases
 overlap in time, so per-phase wall time is not measured).
 
+**Where the idle core-seconds are**: while the run goes, the CPU-seconds of its whole
+process tree are read every second (:func:`runtime.cpu.tree_cpu_seconds`, Linux
+``/proc``), and the run's own events cut its time into stretches (start, each PPO job,
+the evaluations between them, the final evaluation, what follows it: :data:`MARKS`); the
+table gives each stretch's wall seconds, cores busy on average and idle core-seconds.
+``--json`` keeps the samples and the table.
+
 Not a test: it prints numbers and exits 0 (1 if the run failed).
 """
 
@@ -39,7 +46,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +83,61 @@ PHASES = {
     "training": ("train", "setup", "held_out"),
     "final policy": ("final", "play", "video"),
 }
+
+
+MARKS = (
+    "run_started",
+    "plan_made",
+    "training_started",
+    "training_worker_ended",
+    "incumbent_compared",
+    "final_evaluation_started",
+    "final_evaluation_finished",
+    "run_finished",
+)
+"""Events that start a stretch of the busy-by-phase table (a PPO job runs from
+``training_started`` to ``training_worker_ended``; the evaluations of its version follow
+until ``incumbent_compared``)."""
+SAMPLE_EVERY_S = 1.0
+
+
+def sample_cpu(root: int, samples: list, stop: threading.Event) -> None:
+    """Append ``(unix time, CPU-seconds of root's process tree)`` every
+    :data:`SAMPLE_EVERY_S` until ``stop`` is set."""
+    from runtime.cpu import tree_cpu_seconds
+
+    while True:
+        samples.append((time.time(), tree_cpu_seconds(root)))
+        if stop.wait(SAMPLE_EVERY_S):
+            samples.append((time.time(), tree_cpu_seconds(root)))
+            return
+
+
+def busy_by_phase(samples: list, events: list[dict], cores: int) -> list[dict]:
+    """The run's time cut at its :data:`MARKS` events: per stretch its wall seconds, the
+    CPU-seconds its process tree used then (samples apportioned by overlap) and the idle
+    core-seconds, ``cores`` × wall − busy. Stretches are named by the events that open
+    and close them, repeated events numbered (``training_started 2``)."""
+    seen: dict[str, int] = {}
+    marks = []
+    for e in events:
+        name = e.get("event")
+        if name in MARKS:
+            seen[name] = seen.get(name, 0) + 1
+            at = datetime.fromisoformat(str(e["ts"]).replace("Z", "+00:00")).timestamp()
+            marks.append((at, name if seen[name] == 1 else f"{name} {seen[name]}"))
+    rates = [
+        (t0, t1, (c1 - c0) / (t1 - t0))
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:], strict=False)
+        if t1 > t0
+    ]
+    rows = []
+    for (a, first), (b, last) in zip(marks, marks[1:], strict=False):
+        busy = sum(rate * max(0.0, min(t1, b) - max(t0, a)) for t0, t1, rate in rates)
+        rows.append({"from": first, "to": last, "wall_s": round(b - a, 1),
+                     "busy_cores": round(busy / (b - a), 2) if b > a else 0.0,
+                     "idle_core_s": round(cores * (b - a) - busy, 1)})  # fmt: skip
+    return rows
 
 
 def _bare_loop(seconds: float, seed: int, pool: int, out: multiprocessing.Queue) -> None:
@@ -111,11 +175,14 @@ def bare_limit(cores: int, seconds: float, pool: int = 0) -> float:
     return sum(rates)
 
 
-def run_method(config: Path, workdir: Path, max_s: float = 0.0) -> tuple[int, dict, str]:
+def run_method(
+    config: Path, workdir: Path, max_s: float = 0.0, samples: list | None = None
+) -> tuple[int, dict, str]:
     """Run ``run.py --config config`` in ``workdir``; its status, ``summary.json`` and folder.
     With ``max_s`` > 0 a run still going then is stopped with SIGTERM (the head stops every
     actor and keeps what was booked) and the summary is the partial one of
-    :func:`partial_summary`, marked ``cut_at_s``."""
+    :func:`partial_summary`, marked ``cut_at_s``. ``samples``, when given, gets the run's
+    CPU samples (:func:`sample_cpu`)."""
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     log = (workdir / "run.log").open("w")
@@ -125,6 +192,11 @@ def run_method(config: Path, workdir: Path, max_s: float = 0.0) -> tuple[int, di
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+    stop = threading.Event()
+    sampler = threading.Thread(
+        target=sample_cpu, args=(proc.pid, samples if samples is not None else [], stop)
+    )
+    sampler.start()
     cut = False
     try:
         proc.wait(timeout=max_s if max_s > 0 else None)
@@ -136,6 +208,9 @@ def run_method(config: Path, workdir: Path, max_s: float = 0.0) -> tuple[int, di
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    finally:
+        stop.set()
+        sampler.join()
     wall = time.monotonic() - started
     log.close()
     print(f"run {'cut' if cut else 'finished'} after {wall:.0f} s (status {proc.returncode})")
@@ -220,7 +295,8 @@ def main() -> int:
         config = workdir / "quick.toml"
         config.write_text(QUICK)
     print(f"run: python run.py --config {config} (in {workdir})")
-    status, summary, run_dir = run_method(config, workdir, args.max_s)
+    samples: list = []
+    status, summary, run_dir = run_method(config, workdir, args.max_s, samples)
     if status:
         return 1
     rate = summary["env_steps_per_s"]
@@ -253,6 +329,19 @@ def main() -> int:
             f"{summary['final_success']:.2f} on {summary['final_episodes']} episodes; "
             f"targets: ratio ≥ 0.5, utilisation ≥ 0.9"
         )
+    events_path = Path(run_dir) / "events.jsonl"
+    phases = []
+    if events_path.is_file() and len(samples) > 1:
+        events = [json.loads(line) for line in events_path.read_text().splitlines() if line]
+        phases = busy_by_phase(samples, events, cores)
+    if phases:
+        print("\n| stretch of the run | wall s | cores busy | idle core-s |")
+        print("|---|---:|---:|---:|")
+        for row in phases:
+            print(
+                f"| {row['from']} → {row['to']} | {row['wall_s']:.1f} | "
+                f"{row['busy_cores']:.2f} | {row['idle_core_s']:.1f} |"
+            )
     if args.json:
         figures = {
             "cores": cores,
@@ -262,6 +351,8 @@ def main() -> int:
             "core_utilisation": summary["core_utilisation"],
             "summary": summary,
             "run_dir": run_dir,
+            "phases": phases,
+            "cpu_samples": [[round(t, 3), round(c, 2)] for t, c in samples],
         }
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
