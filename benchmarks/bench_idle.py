@@ -58,7 +58,8 @@ sys.path.insert(0, str(ROOT))
 ROUNDS = ("first evaluation", "draw round", "comparison round")
 
 
-def _ts(event: dict) -> float:
+def event_time(event: dict) -> float:
+    """An event's ``ts`` as a unix time."""
     return datetime.fromisoformat(event["ts"].replace("Z", "+00:00")).timestamp()
 
 
@@ -101,10 +102,10 @@ def timeline(events: list[dict]) -> tuple[list[dict], int]:
     stretches: list[dict] = []
     if not events:
         return stretches, state.cores
-    t0 = _ts(events[0])
+    t0 = event_time(events[0])
     last = t0
     for e in events:
-        t = _ts(e)
+        t = event_time(e)
         if t > last:
             idle = max(0, state.cores - len(state.busy)) * (t - last)
             stretches.append(
@@ -225,7 +226,7 @@ def starts_made(run_dir: Path) -> dict[str, int]:
 def analyse(run_dir: Path) -> dict:
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     events = [e for e in events if "ts" in e and e.get("event") != "training_progress"]
-    events.sort(key=_ts)
+    events.sort(key=event_time)
     stretches, cores = timeline(events)
     wall = stretches[-1]["t1"] if stretches else 0.0
     idle = idle_by_cause(stretches)

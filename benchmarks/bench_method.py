@@ -48,7 +48,6 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,14 +117,15 @@ def busy_by_phase(samples: list, events: list[dict], cores: int) -> list[dict]:
     CPU-seconds its process tree used then (samples apportioned by overlap) and the idle
     core-seconds, ``cores`` × wall − busy. Stretches are named by the events that open
     and close them, repeated events numbered (``training_started 2``)."""
+    from bench_idle import event_time
+
     seen: dict[str, int] = {}
     marks = []
-    for e in events:
-        name = e.get("event")
-        if name in MARKS:
-            seen[name] = seen.get(name, 0) + 1
-            at = datetime.fromisoformat(str(e["ts"]).replace("Z", "+00:00")).timestamp()
-            marks.append((at, name if seen[name] == 1 else f"{name} {seen[name]}"))
+    # In time order: actors' events reach the log in the order they arrive.
+    for e in sorted((e for e in events if e.get("event") in MARKS), key=event_time):
+        name = e["event"]
+        seen[name] = seen.get(name, 0) + 1
+        marks.append((event_time(e), name if seen[name] == 1 else f"{name} {seen[name]}"))
     rates = [
         (t0, t1, (c1 - c0) / (t1 - t0))
         for (t0, c0), (t1, c1) in zip(samples, samples[1:], strict=False)

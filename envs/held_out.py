@@ -97,8 +97,16 @@ def episode_seed(sample_seed: int, world_seed: int) -> int:
     return (int(sample_seed) * 1_000_003 + int(world_seed)) % 2**63
 
 
+def seed_each_episode(sample_seed: int) -> Callable[[int], Any]:
+    """A ``begin`` for :func:`held_out`: seeds torch's generator, which a policy's
+    ``predict`` samples from, with :func:`episode_seed` as each episode starts."""
+    import torch
+
+    return lambda world_seed: torch.manual_seed(episode_seed(sample_seed, world_seed))
+
+
 def play_learned(
-    config: Any, policy_path: str, seeds: Sequence[int], sample_seed: int, sha256: str = ""
+    config: Any, policy_path: str, seeds: Sequence[int], sample_seed: int
 ) -> dict[str, Any]:
     """The held-out check of the policy saved at ``policy_path`` (trained with the RL
     ``config``, an RLConfig or its wire bytes) on ``seeds``, actions sampled as in
@@ -109,11 +117,9 @@ def play_learned(
     (worlds whose setup failed are not played), ``steps`` (the policy's world steps),
     ``records`` (per episode, see :func:`held_out`) and ``tally`` (``world_steps``,
     ``setup_steps``, ``episodes``: every world step taken, setup included)."""
-    import torch
-
     from envs.artifacts import load_policy
 
-    policy = load_policy(policy_path, sha256, config=config)
+    policy = load_policy(policy_path, config=config)
     tally: dict[str, Any] = {}
     _, steps, records = held_out(
         config,
@@ -121,7 +127,7 @@ def play_learned(
         seeds,
         tally,
         start_states=True,
-        begin=lambda seed: torch.manual_seed(episode_seed(sample_seed, seed)),
+        begin=seed_each_episode(sample_seed),
     )
     played = [r for r in records if "skipped" not in r]
     return {

@@ -504,10 +504,8 @@ class Rollouts:
         """A trained SB3 policy on ``req``'s worlds, through the RL interface it was
         trained with, coded actions included; each episode's detail lists the actions
         it chose. All episodes come in one call (their reports at its end)."""
-        import torch
-
         from envs.artifacts import PolicyUnusable, load_policy
-        from envs.held_out import episode_seed, held_out
+        from envs.held_out import held_out, seed_each_episode
 
         try:
             model = load_policy(
@@ -527,7 +525,7 @@ class Rollouts:
             config,
             lambda obs: model.predict(obs, deterministic=False)[0],
             req.seeds,
-            begin=lambda seed: torch.manual_seed(episode_seed(sample, seed)),
+            begin=seed_each_episode(sample),
         )
         for r in records:
             # Every world step counts: the setup's too (booked with its episode).

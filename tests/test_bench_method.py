@@ -44,6 +44,8 @@ def test_stretches_get_the_cpu_of_their_samples_and_the_rest_is_idle() -> None:
     # 5 s at 2 cores; 5 s at 2 + 5 s at 1; 5 s at 1; nothing.
     assert [r["busy_cores"] for r in rows] == [2.0, 1.5, 1.0, 0.0]
     assert [r["idle_core_s"] for r in rows] == [0.0, 5.0, 5.0, 8.0]
+    # Actors' events reach the log in the order they arrive: cut in time order all the same.
+    assert bench_method.busy_by_phase(samples, events[::-1], cores=2) == rows
 
 
 def test_the_sampler_reads_the_cpu_of_a_process_tree_as_it_runs() -> None:
