@@ -6,6 +6,9 @@ resumable option, and with and without SMDP discounting, against the coded versi
                                                         2 envs, 40 held-out worlds
     python benchmarks/bench_options.py --sub collect_iron --steps 16384
     python benchmarks/bench_options.py --quick          1,024 decisions, 10 worlds
+    python benchmarks/bench_options.py --sub collect_iron \
+        --variants menu/plain,menu+own/plain,prims --greedy --select 40
+                                                        the ablation table's rows
 
 The job is a diamond-plan sub-action as the offline fast agent writes its RL config:
 the library's coded options for the step (``knowledge.options.options_for``), moving and
@@ -18,6 +21,16 @@ played (actions sampled, seeded, as the learner's own evaluation does) on the sa
 held-out worlds as the coded version (the stage's code alone through the same env:
 setup, success test and step cap). Success with 95 % Wilson intervals, and each
 variant against the coded version world for world (``method.paired.compare``).
+
+``prims`` is PPO over the world's primitive actions alone (all of them, no coded option),
+stopped at the most world steps (setup included) any option variant before it took: the
+same world-step budget. ``--greedy`` also plays each trained policy with its most
+likely action (``predict(deterministic=True)``) besides the sampled one. ``--select N``
+adds the row "RL-GPT's pick": the method's rule for keeping a learned version (its paired
+lower bound against the code above 0, :func:`method.paired.compare`), applied to the
+sampled, non-primitive variants on N *other* worlds (selection worlds, after the held-out
+ones), and the picked version (the code when none qualifies) reported on the held-out
+worlds: chosen on some worlds, reported on others.
 
 Not a test: it prints a table (``--json`` writes the rows) and exits 0.
 """
@@ -65,9 +78,13 @@ def configs(name: str, target: str = "diamond") -> tuple[RLConfig, RLConfig, RLC
     return base, with_own, code_only
 
 
-def train_and_play(req: TrainRequest, seeds: list[int]) -> dict:
+def train_and_play(
+    req: TrainRequest, seeds: list[int], greedy: bool = False, select: list[int] = ()
+) -> dict:
     """Train ``req`` with the learner's own ``train`` in this process, then play the
-    policy on ``seeds``: its row, with the outcome per world."""
+    policy on ``seeds``: its row, with the outcome per world (``greedy``: also played
+    with its most likely actions, under ``greedy_records``; ``select``: also played,
+    sampled, on those selection worlds, under ``select_records``)."""
     import torch
     from stable_baselines3 import PPO
 
@@ -86,24 +103,68 @@ def train_and_play(req: TrainRequest, seeds: list[int]) -> dict:
     rate, steps, records = held_out(
         req.config, lambda obs: model.predict(obs, deterministic=False)[0], seeds
     )
+    eval_s = round(time.perf_counter() - started, 1)
+    more = {}
+    if greedy:
+        more["greedy_records"] = held_out(
+            req.config, lambda obs: model.predict(obs, deterministic=True)[0], seeds
+        )[2]
+    if select:
+        torch.manual_seed(req.seed + 1)
+        more["select_records"] = held_out(
+            req.config, lambda obs: model.predict(obs, deterministic=False)[0], select
+        )[2]
     chosen: dict[str, int] = {}
     for r in records:
         for a in r.get("actions", ()):
             chosen[a] = chosen.get(a, 0) + 1
     return {
         "train_s": round(train_wall, 1),
-        "eval_s": round(time.perf_counter() - started, 1),
+        "eval_s": eval_s,
         "decisions": result.steps,
         "world_steps": result.primitive_steps,
         "train_episodes": result.episodes,
         "records": records,
         "choices": dict(sorted(chosen.items(), key=lambda kv: -kv[1])[:6]),
+        **more,
     }
 
 
 def outcomes(records: list[dict]) -> dict[int, int]:
     """World seed → 1 success, 0 failure (worlds whose setup failed left out)."""
     return {r["seed"]: int(r["success"]) for r in records if "skipped" not in r}
+
+
+def pick(coded: dict[int, int], rows: list[dict]) -> tuple[str, dict | None]:
+    """The method's rule on the selection worlds: the sampled option variant whose paired
+    lower bound against the code is highest and above 0 (its name and row), else the
+    code (``"coded version"``, None)."""
+    best, best_row, best_lower = "coded version", None, 0.0
+    for row in rows:
+        if "select_records" not in row:
+            continue
+        mine = outcomes(row["select_records"])
+        common = sorted(set(mine) & set(coded))
+        verdict = compare([coded[s] for s in common], [mine[s] for s in common])
+        row["select_verdict"] = dataclasses.asdict(verdict)
+        if verdict.lower > best_lower:
+            best, best_row, best_lower = row["variant"], row, verdict.lower
+    return best, best_row
+
+
+def table_row(name: str, mine: dict[int, int], coded: dict[int, int], row: dict) -> str:
+    """One line of the printed table: ``mine`` against the coded version world for world."""
+    wins, n = sum(mine.values()), len(mine)
+    low, high = wilson_interval(wins, n)
+    cells = [name, f"{wins}/{n} = {wins / max(n, 1):.2f}", f"{low:.2f}–{high:.2f}"]
+    if mine is coded:
+        cells += ["—", "—", "—", "—"]
+    else:
+        common = sorted(set(mine) & set(coded))
+        verdict = compare([coded[s] for s in common], [mine[s] for s in common])
+        cells += [f"{verdict.difference:+.2f}", f"{verdict.lower:+.2f}",
+                  str(row.get("world_steps", "—")), str(row.get("train_s", "—"))]  # fmt: skip
+    return "| " + " | ".join(cells) + " |"
 
 
 def main() -> None:
@@ -117,65 +178,88 @@ def main() -> None:
     parser.add_argument(
         "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
         help="comma-separated: menu, +own (the stage's code as an option), +map (the "
-        "remembered map in the observation), /plain for plain PPO; e.g. menu+own+map",
+        "remembered map in the observation), /plain for plain PPO; e.g. menu+own+map; "
+        "prims: PPO over the primitive actions alone, at the world-step budget of the "
+        "most expensive option variant before it",
     )  # fmt: skip
+    parser.add_argument("--greedy", action="store_true",
+                        help="also play each policy with its most likely actions")  # fmt: skip
+    parser.add_argument("--select", type=int, default=0, metavar="N",
+                        help="pick a version by the method's rule on N other worlds")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="1,024 decisions, 10 worlds")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.eval = 1024, 10
+    variants = args.variants.split(",")
+    for variant in variants:
+        menu, _, plain = variant.partition("/")
+        extras = set(menu.split("+")[1:])
+        if variant != "prims" and (menu.split("+")[0] != "menu" or extras - {"own", "map"}):
+            raise SystemExit(f"--variants: {variant!r} is not prims or menu[+own][+map][/plain]")
     set_torch_threads()
     base, with_own, code_only = configs(args.sub)
     seeds = list(range(EVAL_SEED, EVAL_SEED + args.eval))
+    select = list(range(EVAL_SEED + args.eval, EVAL_SEED + args.eval + args.select))
     print(f"job: {args.sub}, {args.steps} decisions, {args.envs} envs, {args.eval} held-out "
-          f"worlds from {EVAL_SEED}, policy seed {args.seed}", flush=True)  # fmt: skip
+          f"worlds from {EVAL_SEED}, {args.select} selection worlds, policy seed "
+          f"{args.seed}", flush=True)  # fmt: skip
 
     started = time.perf_counter()
     _, _, records = held_out(code_only, lambda obs: 1, seeds)  # always the stage's code
     coded = outcomes(records)
     rows = [{"variant": "coded version", "eval_s": round(time.perf_counter() - started, 1),
              "records": records}]  # fmt: skip
+    if select:
+        rows[0]["select_records"] = held_out(code_only, lambda obs: 1, select)[2]
     print(json.dumps({"variant": "coded version", "success": sum(coded.values()),
                       "worlds": len(coded)}), flush=True)  # fmt: skip
-    for variant in args.variants.split(","):
+    for variant in variants:
         menu, _, plain = variant.partition("/")
         extras = set(menu.split("+")[1:])
-        unknown = extras - {"own", "map"}
-        if menu.split("+")[0] != "menu" or unknown:
-            raise SystemExit(f"--variants: {variant!r} is not menu[+own][+map][/plain]")
-        config = with_own if "own" in extras else base
+        steps, ppo = args.steps, PPOSettings(smdp=not plain, gamma=args.gamma)
+        if variant == "prims":  # every primitive, no option: one decision per world step
+            config = dataclasses.replace(base, primitives=[], coded_actions=[])
+            budget = max((r["world_steps"] for r in rows if "world_steps" in r), default=steps)
+            ppo = PPOSettings(smdp=False, gamma=args.gamma)
+            steps = budget  # at most one decision a world step: the world steps stop it
+        else:
+            config = with_own if "own" in extras else base
         if "map" in extras:  # the remembered map around the player besides the view
             config = dataclasses.replace(config, observation=[*config.observation, "map"])
         req = TrainRequest(
             name=f"bench-{args.sub}-{menu.replace('+', '-')}-{'plain' if plain else 'smdp'}",
-            config=config, total_steps=args.steps, n_envs=args.envs, seed=args.seed,
-            ppo=PPOSettings(smdp=not plain, gamma=args.gamma), eval_episodes=1,
-            progress_every_s=3600.0,
+            config=config, total_steps=steps, n_envs=args.envs, seed=args.seed,
+            ppo=ppo, eval_episodes=1, progress_every_s=3600.0,
+            max_world_steps=budget if variant == "prims" else 0,
         )  # fmt: skip
-        row = {"variant": variant, **train_and_play(req, seeds)}
+        chosen_on = select if variant != "prims" else []
+        row = {"variant": variant, **train_and_play(req, seeds, args.greedy, chosen_on)}
         rows.append(row)
         mine = outcomes(row["records"])
-        shown = {k: v for k, v in row.items() if k != "records"}
+        shown = {k: v for k, v in row.items() if not k.endswith("records")}
         shown |= {"success": sum(mine.values()), "worlds": len(mine)}
+        if args.greedy:
+            shown["greedy_success"] = sum(outcomes(row["greedy_records"]).values())
         print(json.dumps(shown), flush=True)
 
-    print(f"\n{args.sub}: {args.steps} decisions per job, {len(coded)} held-out worlds\n")
+    print(f"\n{args.sub}: {args.steps} decisions per option job, {len(coded)} held-out "
+          "worlds\n")  # fmt: skip
     print("| variant | success | 95 % interval | vs coded: difference | lower bound | "
           "world steps trained | train s |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        mine = outcomes(row["records"])
-        wins, n = sum(mine.values()), len(mine)
-        low, high = wilson_interval(wins, n)
-        cells = [row["variant"], f"{wins}/{n} = {wins / max(n, 1):.2f}", f"{low:.2f}–{high:.2f}"]
-        if row["variant"] == "coded version":
-            cells += ["—", "—", "—", "—"]
-        else:
-            common = sorted(set(mine) & set(coded))
-            verdict = compare([coded[s] for s in common], [mine[s] for s in common])
-            cells += [f"{verdict.difference:+.2f}", f"{verdict.lower:+.2f}",
-                      str(row["world_steps"]), str(row["train_s"])]  # fmt: skip
-        print("| " + " | ".join(cells) + " |")
+    print(table_row("coded version", coded, coded, rows[0]))
+    for row in rows[1:]:
+        print(table_row(row["variant"], outcomes(row["records"]), coded, row))
+        if "greedy_records" in row:
+            print(table_row(row["variant"] + ", greedy", outcomes(row["greedy_records"]),
+                            coded, row))  # fmt: skip
+    if select:
+        name, row = pick(outcomes(rows[0]["select_records"]), rows[1:])
+        mine = coded if row is None else outcomes(row["records"])
+        print(table_row(f"RL-GPT's pick on {len(select)} other worlds: {name}", mine,
+                        coded, row or {}))  # fmt: skip
+        rows.append({"variant": "pick", "picked": name})
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
