@@ -30,6 +30,7 @@ cancelled or timed out) stops at the next env step.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import threading
@@ -554,6 +555,32 @@ def make_ppo(
     return model
 
 
+def code_prior(model: Any, req: TrainRequest) -> int | None:
+    """Give a fresh ``model`` the job's warm start (``req.ppo.code_prior``): its action
+    logits' bias set so the untrained policy picks the stage's own code with that
+    probability and every other action alike (SB3 initialises the output layer's weights
+    at gain 0.01, so the bias is nearly all of the logits). The index of the stage's
+    code among the actions, or None when there is nothing to do (no prior, or the config
+    offers no stage code). Options come after the primitives in the action space."""
+    from knowledge.options import STAGE_CODE
+
+    p = req.ppo.code_prior
+    names = [c.name for c in req.config.coded_actions]
+    if p <= 0 or STAGE_CODE not in names:
+        return None
+    if not p < 1:
+        raise ValueError(f"[training.ppo] code_prior must be in [0, 1): got {p}")
+    n = int(model.action_space.n)
+    index = n - len(names) + names.index(STAGE_CODE)
+    import torch
+
+    bias = torch.full((n,), math.log((1 - p) / (n - 1)))
+    bias[index] = math.log(p)
+    with torch.no_grad():
+        model.policy.action_net.bias.copy_(bias.to(model.policy.action_net.bias.device))
+    return index
+
+
 class HeadCheckpoint:
     """What the head's artifact store holds of a job."""
 
@@ -586,6 +613,7 @@ def resume(
     to be trusted. A checkpoint that cannot be used is
     logged (``checkpoint_unusable``) and training starts over."""
     model = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
+    code_prior(model, req)
     found = latest_checkpoint(folder) if folder is not None else None
     if head is not None and head.path is not None and head.decisions > (found or (0, -1))[1]:
         found = head.path, head.decisions

@@ -22,15 +22,17 @@ held-out worlds as the coded version (the stage's code alone through the same en
 setup, success test and step cap). Success with 95 % Wilson intervals, and each
 variant against the coded version world for world (``method.paired.compare``).
 
-``prims`` is PPO over the world's primitive actions alone (all of them, no coded option),
-stopped at the most world steps (setup included) any option variant before it took: the
-same world-step budget. ``--greedy`` also plays each trained policy with its most
-likely action (``predict(deterministic=True)``) besides the sampled one. ``--select N``
-adds the row "RL-GPT's pick": the method's rule for keeping a learned version (its paired
-lower bound against the code above 0, :func:`method.paired.compare`), applied to the
-sampled, non-primitive variants on N *other* worlds (selection worlds, after the held-out
-ones), and the picked version (the code when none qualifies) reported on the held-out
-worlds: chosen on some worlds, reported on others.
+``+prior`` starts PPO from the stage's code (``[training.ppo] code_prior``: the untrained
+policy picks ``stage_code`` with probability ``--prior``). ``prims`` is PPO over the
+world's primitive actions alone (all of them, no coded option), stopped at the most world
+steps (setup included) any option variant before it took: the same world-step budget.
+``--greedy`` also plays each trained policy with its most likely action
+(``predict(deterministic=True)``) besides the sampled one. ``--select N`` adds the row
+"RL-GPT's pick": the method's rule for keeping a learned version (its paired lower bound
+against the code above 0, :func:`method.paired.compare`), applied to the sampled, non-
+primitive variants on N *other* worlds (selection worlds, after the held-out ones), and
+the picked version (the code when none qualifies) reported on the held-out worlds: chosen
+on some worlds, reported on others.
 
 Not a test: it prints a table (``--json`` writes the rows) and exits 0.
 """
@@ -178,10 +180,13 @@ def main() -> None:
     parser.add_argument(
         "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
         help="comma-separated: menu, +own (the stage's code as an option), +map (the "
-        "remembered map in the observation), /plain for plain PPO; e.g. menu+own+map; "
+        "remembered map in the observation), +prior (the untrained policy picks the "
+        "stage's code with --prior's probability), /plain for plain PPO; e.g. menu+own+map; "
         "prims: PPO over the primitive actions alone, at the world-step budget of the "
         "most expensive option variant before it",
     )  # fmt: skip
+    parser.add_argument("--prior", type=float, default=0.9,
+                        help="+prior's code_prior (default 0.9)")  # fmt: skip
     parser.add_argument("--greedy", action="store_true",
                         help="also play each policy with its most likely actions")  # fmt: skip
     parser.add_argument("--select", type=int, default=0, metavar="N",
@@ -195,8 +200,11 @@ def main() -> None:
     for variant in variants:
         menu, _, plain = variant.partition("/")
         extras = set(menu.split("+")[1:])
-        if variant != "prims" and (menu.split("+")[0] != "menu" or extras - {"own", "map"}):
-            raise SystemExit(f"--variants: {variant!r} is not prims or menu[+own][+map][/plain]")
+        known = {"own", "map", "prior"}
+        if variant != "prims" and (menu.split("+")[0] != "menu" or extras - known):
+            raise SystemExit(
+                f"--variants: {variant!r} is not prims or menu[+own][+map][+prior][/plain]"
+            )
     set_torch_threads()
     base, with_own, code_only = configs(args.sub)
     seeds = list(range(EVAL_SEED, EVAL_SEED + args.eval))
@@ -217,7 +225,8 @@ def main() -> None:
     for variant in variants:
         menu, _, plain = variant.partition("/")
         extras = set(menu.split("+")[1:])
-        steps, ppo = args.steps, PPOSettings(smdp=not plain, gamma=args.gamma)
+        prior = args.prior if "prior" in extras else 0.0
+        steps, ppo = args.steps, PPOSettings(smdp=not plain, gamma=args.gamma, code_prior=prior)
         if variant == "prims":  # every primitive, no option: one decision per world step
             config = dataclasses.replace(base, primitives=[], coded_actions=[])
             budget = max((r["world_steps"] for r in rows if "world_steps" in r), default=steps)

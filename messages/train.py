@@ -49,6 +49,12 @@ class PPOSettings:
     decision, as plain PPO. Off by default because it did not measure better: on
     collect_iron at 8,192 decisions plain PPO did as well or better on 3 seeds of 3
     (``benchmarks/bench_options.py``, BENCHMARKS.md)."""
+    code_prior: float = 0.0
+    """Warm start: the probability the untrained policy gives the stage's own code (the
+    option ``stage_code``, :data:`knowledge.options.STAGE_CODE`) when the config offers
+    it, the rest shared evenly by the other actions; 0 (the default): SB3's near-uniform
+    start. Training begins where the code is, and PPO learns where to leave it (a prior
+    on the output layer's bias, not behaviour cloning: no steps are spent on it)."""
     collect: str = "per_env"
     """How a rollout is collected: ``per_env`` (the default) — each env goes on to its
     next decision as soon as its last one is back, its actions sampled from a generator

@@ -230,14 +230,15 @@ class TrainingSettings:
             gae_lambda=RATE,
             clip_range=check(positive=True),
             ent_coef=check(min=0.0),
+            code_prior=check(min=0.0, max=0.99, expected="a probability from 0 to 0.99"),
             net_arch=check(min=1),
             collect=check(choices=("per_env", "lockstep")),
         ),
     )
     """[training.ppo]: PPO's hyperparameters, keys and defaults as in
     :class:`messages.train.PPOSettings` (n_steps, batch_size, n_epochs, learning_rate,
-    gamma, gae_lambda, clip_range, ent_coef, net_arch, smdp: true or false, collect:
-    "per_env" or "lockstep")."""
+    gamma, gae_lambda, clip_range, ent_coef, code_prior, net_arch, smdp: true or false,
+    collect: "per_env" or "lockstep")."""
 
 
 @dataclass

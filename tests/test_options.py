@@ -246,3 +246,55 @@ def test_the_fast_agent_offers_the_best_coded_version_when_the_step_moves_to_rl(
         trio.run(agent.on_work, WorkOn(subaction=_wood_sub(), seeds=[1]), None)
     names = [o["name"] for o in requests[0]["options"]]
     assert names[0] == STAGE_CODE and "walk_to_tree" in names
+
+
+def _policy_probs(config: RLConfig, prior: float) -> tuple[list[float], int | None]:
+    """A fresh model's action probabilities on a real first observation of ``config``,
+    after the job's warm start (``code_prior``), and the index the warm start chose."""
+    import torch
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from actors.learner import code_prior, make_ppo
+
+    vec = DummyVecEnv([lambda: SubtaskEnv(config, seed=5)])
+    try:
+        req = TrainRequest(name="prior", config=config, total_steps=64,
+                           ppo=PPOSettings(code_prior=prior))  # fmt: skip
+        model = make_ppo(req.ppo, vec, seed=0, device="cpu")
+        index = code_prior(model, req)
+        obs, _ = model.policy.obs_to_tensor(vec.reset())
+        with torch.no_grad():
+            probs = model.policy.get_distribution(obs).distribution.probs[0]
+        return [float(p) for p in probs], index
+    finally:
+        vec.close()
+
+
+def test_a_code_prior_starts_the_policy_on_the_stages_own_code() -> None:
+    offered = [stage_code_option(library.step_code("collect_wood")),
+               *options_for(achievement_step("collect_wood"))]  # fmt: skip
+    reply = {"options": [n for n, _, _ in offered], "primitives": ["noop", "move_left", "do"],
+             "observation": ["view", "inventory"], "max_steps": 60}  # fmt: skip
+    config = rl_config(_wood_sub(), reply, offered, reply["primitives"], [])
+    probs, index = _policy_probs(config, 0.9)
+    assert index is not None and SubtaskEnv(config).action_names[index] == STAGE_CODE
+    assert abs(probs[index] - 0.9) < 0.02
+    others = [p for i, p in enumerate(probs) if i != index]
+    assert max(others) - min(others) < 0.01 and abs(sum(others) - 0.1) < 0.02
+    # Without a prior SB3's start is near uniform; without the stage's code, no prior.
+    uniform, none = _policy_probs(config, 0.0)
+    assert none is None and max(uniform) < 2.0 / len(uniform)
+    menu = dataclasses.replace(config, coded_actions=config.coded_actions[1:])
+    assert _policy_probs(menu, 0.9)[1] is None
+
+
+def test_a_code_prior_outside_zero_to_099_is_refused_naming_the_key(tmp_path: Path) -> None:
+    import pytest
+
+    from method.settings import load
+    from runtime.config import ConfigError
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[training.ppo]\ncode_prior = 1.0\n")
+    with pytest.raises(ConfigError, match="code_prior"):
+        load(str(bad))
