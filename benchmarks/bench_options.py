@@ -164,7 +164,9 @@ def table_row(name: str, mine: dict[int, int], coded: dict[int, int], row: dict)
     else:
         common = sorted(set(mine) & set(coded))
         verdict = compare([coded[s] for s in common], [mine[s] for s in common])
-        cells += [f"{verdict.difference:+.2f}", f"{verdict.lower:+.2f}",
+        differ = verdict.challenger_only + verdict.incumbent_only
+        lower = f"{verdict.lower:+.2f}" if differ else "— (no world differs)"
+        cells += [f"{verdict.difference:+.2f}", lower,
                   str(row.get("world_steps", "—")), str(row.get("train_s", "—"))]  # fmt: skip
     return "| " + " | ".join(cells) + " |"
 

@@ -1,0 +1,41 @@
+"""bench_options' choosing and table on hand-worked outcomes: the method's keep rule is
+applied on the selection worlds only, and the pick is reported on the held-out ones."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import bench_options  # noqa: E402
+
+
+def _records(outcomes: list[int], first: int = 0) -> list[dict]:
+    return [{"seed": first + i, "success": bool(o)} for i, o in enumerate(outcomes)]
+
+
+def test_the_pick_is_chosen_on_the_selection_worlds_and_needs_a_lower_bound_above_0() -> None:
+    coded = {i: 0 for i in range(20)}  # the code fails every selection world
+    # A wins 15 of 20 selection worlds (clearly better); B wins 2 (not measurably); the
+    # primitive variant, with no selection records, is never a candidate.
+    a = {"variant": "A", "select_records": _records([1] * 15 + [0] * 5)}
+    b = {"variant": "B", "select_records": _records([1] * 2 + [0] * 18)}
+    prims = {"variant": "prims", "records": _records([1] * 20)}
+    name, row = bench_options.pick(coded, [b, prims, a])
+    assert (name, row) == ("A", a)
+    assert a["select_verdict"]["lower"] > 0 >= b["select_verdict"]["lower"]
+    assert "select_verdict" not in prims
+    # Nothing measurably better: the code is kept.
+    assert bench_options.pick(coded, [b]) == ("coded version", None)
+
+
+def test_a_table_row_pairs_world_by_world_and_says_when_no_world_differs() -> None:
+    coded = bench_options.outcomes(_records([1, 1, 0, 0]))
+    same = bench_options.outcomes(_records([1, 1, 0, 0]))
+    better = bench_options.outcomes(_records([1, 1, 1, 1]) + [{"seed": 9, "skipped": "died"}])
+    row = {"world_steps": 123, "train_s": 4.5}
+    assert bench_options.table_row("c", coded, coded, {}).endswith("| — | — | — | — |")
+    assert "— (no world differs)" in bench_options.table_row("s", same, coded, row)
+    cells = bench_options.table_row("b", better, coded, row).split(" | ")
+    assert cells[1] == "4/4 = 1.00" and cells[3] == "+0.50" and cells[5:] == ["123", "4.5 |"]
