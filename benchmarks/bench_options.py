@@ -171,6 +171,70 @@ def table_row(name: str, mine: dict[int, int], coded: dict[int, int], row: dict)
     return "| " + " | ".join(cells) + " |"
 
 
+def load_rows(path: Path) -> list[dict]:
+    """One run's rows as ``--json`` wrote them (gzip or not)."""
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def summarise(paths: list[Path]) -> list[str]:
+    """The ablation table of several runs of one sub-action (each file one policy seed,
+    its variants played on the same held-out worlds as the code): per variant, sampled
+    and greedy, success on each run, the mean, the paired difference against the code
+    as the mean of the runs with its 95 % t interval, and over every pair of every run
+    the difference and its lower bound (runs share their worlds, so the pooled bound
+    treats a world played by three policies as three pairs). Markdown lines."""
+    from crafter_bench.across import mean_interval
+
+    runs = [load_rows(p) for p in paths]
+    coded = outcomes(runs[0][0]["records"])
+    for path, rows in zip(paths, runs, strict=True):
+        if outcomes(rows[0]["records"]) != coded:
+            raise SystemExit(f"{path}: its coded version played other worlds or otherwise")
+    found: dict[str, list[tuple[dict, dict]]] = {}
+    for rows in runs:
+        for row in rows[1:]:
+            if row["variant"] == "pick":
+                continue
+            for played, key in (("", "records"), (", greedy", "greedy_records")):
+                if key in row:
+                    found.setdefault(row["variant"] + played, []).append((row, row[key]))
+    lines = [
+        "| variant | success, each run | mean | vs code: mean of runs [95 % t] | "
+        "vs code, pooled pairs: difference (lower bound) | world steps trained, mean |",
+        "|---|---|---:|---|---|---:|",
+    ]
+    wins, n = sum(coded.values()), len(coded)
+    lines.append(f"| coded version | {wins}/{n} | {wins / n:.2f} | — | — | — |")
+    for name, played in found.items():
+        rates, diffs, a, b = [], [], [], []
+        for _, records in played:
+            mine = outcomes(records)
+            common = sorted(set(mine) & set(coded))
+            a += [coded[s] for s in common]
+            b += [mine[s] for s in common]
+            rates.append(sum(mine.values()) / max(len(mine), 1))
+            diffs.append(compare([coded[s] for s in common], [mine[s] for s in common]).difference)
+        each = " / ".join(f"{sum(outcomes(r).values())}" for _, r in played)
+        d = mean_interval(diffs)
+        spread = f" [{d['low']:+.2f}, {d['high']:+.2f}]" if d["low"] is not None else ""
+        pooled = compare(a, b)
+        bound = f"{pooled.lower:+.2f}" if a != b else "no world differs"
+        steps = sum(row["world_steps"] for row, _ in played) / len(played)
+        lines.append(
+            f"| {name} | {each} (of {n}) | {sum(rates) / len(rates):.2f} | "
+            f"{d['mean']:+.2f}{spread} | {pooled.difference:+.2f} ({bound}) | "
+            f"{steps:,.0f} |"
+        )
+    picks = [rows[-1]["picked"] for rows in runs if rows[-1]["variant"] == "pick"]
+    if picks:
+        lines.append(f"\nRL-GPT's pick on the selection worlds, each run: {', '.join(picks)}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sub", default="make_stone_pickaxe", help="the learned sub-action")
@@ -195,7 +259,13 @@ def main() -> None:
                         help="pick a version by the method's rule on N other worlds")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="1,024 decisions, 10 worlds")
     parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--summarise", type=Path, nargs="+", metavar="JSON",
+                        help="print the table of these runs (--json files of one "
+                        "sub-action, one policy seed each) and exit")  # fmt: skip
     args = parser.parse_args()
+    if args.summarise:
+        print("\n".join(summarise(args.summarise)))
+        return
     if args.quick:
         args.steps, args.eval = 1024, 10
     variants = args.variants.split(",")

@@ -39,3 +39,35 @@ def test_a_table_row_pairs_world_by_world_and_says_when_no_world_differs() -> No
     assert "— (no world differs)" in bench_options.table_row("s", same, coded, row)
     cells = bench_options.table_row("b", better, coded, row).split(" | ")
     assert cells[1] == "4/4 = 1.00" and cells[3] == "+0.50" and cells[5:] == ["123", "4.5 |"]
+
+
+def test_the_summary_pools_runs_of_one_sub_action_and_refuses_other_worlds(tmp_path) -> None:
+    import gzip
+    import json
+
+    import pytest
+
+    coded = {"variant": "coded version", "records": _records([1, 0, 0, 1])}
+
+    def run(name: str, sampled: list[int], greedy: list[int], picked: str) -> Path:
+        path = tmp_path / f"{name}.json.gz"
+        rows = [coded, {"variant": "own", "world_steps": 100, "records": _records(sampled),
+                        "greedy_records": _records(greedy)}, {"variant": "pick",
+                        "picked": picked}]  # fmt: skip
+        with gzip.open(path, "wt") as f:
+            json.dump(rows, f)
+        return path
+
+    a = run("a", [1, 1, 0, 1], [1, 0, 0, 1], "coded version")
+    b = run("b", [1, 1, 1, 1], [1, 0, 0, 1], "own")
+    lines = bench_options.summarise([a, b])
+    own = next(line for line in lines if line.startswith("| own |"))
+    # +1 world of 4, then +2: mean +0.375; pooled 3 wins, 0 losses on 8 pairs.
+    assert "| 3 / 4 (of 4) | 0.88 | +0.38 [" in own and "| +0.38 (" in own
+    greedy = next(line for line in lines if line.startswith("| own, greedy |"))
+    assert "no world differs" in greedy
+    assert lines[-1].endswith("coded version, own")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"variant": "coded version", "records": _records([1, 1])}]))
+    with pytest.raises(SystemExit, match="other worlds"):
+        bench_options.summarise([a, other])
