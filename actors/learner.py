@@ -613,7 +613,13 @@ def resume(
     to be trusted. A checkpoint that cannot be used is
     logged (``checkpoint_unusable``) and training starts over."""
     model = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
-    code_prior(model, req)
+    if req.ppo.code_prior > 0:
+        index = code_prior(model, req)
+        if index is None:  # said once per job: the setting asks for what is not offered
+            log.warning("code_prior_unused", job=req.name, code_prior=req.ppo.code_prior,
+                        reason="the job's config offers no stage_code option")  # fmt: skip
+        else:
+            log.info("code_prior_set", job=req.name, code_prior=req.ppo.code_prior, action=index)
     found = latest_checkpoint(folder) if folder is not None else None
     if head is not None and head.path is not None and head.decisions > (found or (0, -1))[1]:
         found = head.path, head.decisions

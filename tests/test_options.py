@@ -288,6 +288,31 @@ def test_a_code_prior_starts_the_policy_on_the_stages_own_code() -> None:
     assert _policy_probs(menu, 0.9)[1] is None
 
 
+def test_a_job_says_whether_its_code_prior_was_set(tmp_path: Path) -> None:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+    from structlog.testing import capture_logs
+
+    from actors.learner import resume
+
+    offered = [stage_code_option(library.step_code("collect_wood")),
+               *options_for(achievement_step("collect_wood"))]  # fmt: skip
+    reply = {"options": [n for n, _, _ in offered], "primitives": ["noop", "do"],
+             "observation": ["inventory"], "max_steps": 60}  # fmt: skip
+    config = rl_config(_wood_sub(), reply, offered, reply["primitives"], [])
+    menu = dataclasses.replace(config, coded_actions=config.coded_actions[1:])
+    seen = {}
+    for name, cfg in (("own", config), ("menu", menu)):
+        vec = DummyVecEnv([lambda cfg=cfg: SubtaskEnv(cfg, seed=5)])
+        req = TrainRequest(name=name, config=cfg, total_steps=64,
+                           ppo=PPOSettings(code_prior=0.8))  # fmt: skip
+        with capture_logs() as logs:
+            resume(req, vec, "cpu", None, tmp_path / name)
+        vec.close()
+        seen[name] = [e for e in logs if e["event"].startswith("code_prior")]
+    assert [(e["event"], e["action"]) for e in seen["own"]] == [("code_prior_set", 2)]
+    assert [e["event"] for e in seen["menu"]] == ["code_prior_unused"]
+
+
 def test_a_code_prior_outside_zero_to_099_is_refused_naming_the_key(tmp_path: Path) -> None:
     import pytest
 
