@@ -238,6 +238,8 @@ def summarise(paths: list[Path]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sub", default="make_stone_pickaxe", help="the learned sub-action")
+    parser.add_argument("--target", default="diamond",
+                        help="the plan --sub is a step of (e.g. eat_plant)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=8192, help="PPO decisions per job")
     parser.add_argument("--envs", type=int, default=2, help="vectorised envs")
     parser.add_argument("--eval", type=int, default=40, help="held-out worlds")
@@ -278,7 +280,7 @@ def main() -> None:
                 f"--variants: {variant!r} is not prims or menu[+own][+map][+prior][/plain]"
             )
     set_torch_threads()
-    base, with_own, code_only = configs(args.sub)
+    base, with_own, code_only = configs(args.sub, args.target)
     seeds = list(range(EVAL_SEED, EVAL_SEED + args.eval))
     select = list(range(EVAL_SEED + args.eval, EVAL_SEED + args.eval + args.select))
     print(f"job: {args.sub}, {args.steps} decisions, {args.envs} envs, {args.eval} held-out "
