@@ -59,7 +59,14 @@ from messages.train import PPOSettings, TrainRequest  # noqa: E402
 from method.paired import compare, wilson_interval  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_start_states import learned_config  # noqa: E402
+from bench_start_states import OPTION_STEPS, learned_config  # noqa: E402
+
+VITALS = [
+    CodedAction(n, options.option(n), max_steps=OPTION_STEPS, description=n)
+    for n in ("drink_water", "eat_cow")
+]
+"""``+vitals``: the library's trips for drink and food offered as options, so that the
+policy may top its vitals up before the survival needs' thresholds call a trip."""
 
 EVAL_SEED = 1_000_000
 """First held-out world (the learner's default; training worlds lie far below)."""
@@ -249,7 +256,8 @@ def main() -> None:
         "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
         help="comma-separated: menu, +own (the stage's code as an option), +map (the "
         "remembered map in the observation), +prior (the untrained policy picks the "
-        "stage's code with --prior's probability), /plain for plain PPO; e.g. menu+own+map; "
+        "stage's code with --prior's probability), +vitals (trips for drink and food as "
+        "options), /plain for plain PPO; e.g. menu+own+map; "
         "prims: PPO over the primitive actions alone, at the world-step budget of the "
         "most expensive option variant before it",
     )  # fmt: skip
@@ -274,10 +282,10 @@ def main() -> None:
     for variant in variants:
         menu, _, plain = variant.partition("/")
         extras = set(menu.split("+")[1:])
-        known = {"own", "map", "prior"}
+        known = {"own", "map", "prior", "vitals"}
         if variant != "prims" and (menu.split("+")[0] != "menu" or extras - known):
             raise SystemExit(
-                f"--variants: {variant!r} is not prims or menu[+own][+map][+prior][/plain]"
+                f"--variants: {variant!r} is not prims or menu[+own][+map][+prior][+vitals][/plain]"
             )
     set_torch_threads()
     base, with_own, code_only = configs(args.sub, args.target)
@@ -308,6 +316,8 @@ def main() -> None:
             steps = budget  # at most one decision a world step: the world steps stop it
         else:
             config = with_own if "own" in extras else base
+        if "vitals" in extras:  # trips for drink and food the policy may take any time
+            config = dataclasses.replace(config, coded_actions=[*config.coded_actions, *VITALS])
         if "map" in extras:  # the remembered map around the player besides the view
             config = dataclasses.replace(config, observation=[*config.observation, "map"])
         req = TrainRequest(
