@@ -561,12 +561,17 @@ def code_prior(model: Any, req: TrainRequest) -> int | None:
     probability and every other action alike (SB3 initialises the output layer's weights
     at gain 0.01, so the bias is nearly all of the logits). The index of the stage's
     code among the actions, or None when there is nothing to do (no prior, or the config
-    offers no stage code). Options come after the primitives in the action space."""
+    offers no stage code: said as ``code_prior_unused``). Options come after the
+    primitives in the action space."""
     from knowledge.options import STAGE_CODE
 
     p = req.ppo.code_prior
+    if p <= 0:
+        return None
     names = [c.name for c in req.config.coded_actions]
-    if p <= 0 or STAGE_CODE not in names:
+    if STAGE_CODE not in names:
+        log.warning("code_prior_unused", job=req.name, code_prior=p,
+                    reason="the job's config offers no stage_code option")  # fmt: skip
         return None
     if not p < 1:
         raise ValueError(f"[training.ppo] code_prior must be in [0, 1): got {p}")
@@ -578,6 +583,7 @@ def code_prior(model: Any, req: TrainRequest) -> int | None:
     bias[index] = math.log(p)
     with torch.no_grad():
         model.policy.action_net.bias.copy_(bias.to(model.policy.action_net.bias.device))
+    log.info("code_prior_set", job=req.name, code_prior=p, action=index)
     return index
 
 
@@ -613,13 +619,7 @@ def resume(
     to be trusted. A checkpoint that cannot be used is
     logged (``checkpoint_unusable``) and training starts over."""
     model = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
-    if req.ppo.code_prior > 0:
-        index = code_prior(model, req)
-        if index is None:  # said once per job: the setting asks for what is not offered
-            log.warning("code_prior_unused", job=req.name, code_prior=req.ppo.code_prior,
-                        reason="the job's config offers no stage_code option")  # fmt: skip
-        else:
-            log.info("code_prior_set", job=req.name, code_prior=req.ppo.code_prior, action=index)
+    code_prior(model, req)
     found = latest_checkpoint(folder) if folder is not None else None
     if head is not None and head.path is not None and head.decisions > (found or (0, -1))[1]:
         found = head.path, head.decisions

@@ -144,6 +144,12 @@ def outcomes(records: list[dict]) -> dict[int, int]:
     return {r["seed"]: int(r["success"]) for r in records if "skipped" not in r}
 
 
+def paired(coded: dict[int, int], mine: dict[int, int]) -> tuple[list[int], list[int]]:
+    """The code's and ``mine``'s outcomes on the worlds both played, world for world."""
+    common = sorted(set(mine) & set(coded))
+    return [coded[s] for s in common], [mine[s] for s in common]
+
+
 def pick(coded: dict[int, int], rows: list[dict]) -> tuple[str, dict | None]:
     """The method's rule on the selection worlds: the sampled option variant whose paired
     lower bound against the code is highest and above 0 (its name and row), else the
@@ -152,9 +158,7 @@ def pick(coded: dict[int, int], rows: list[dict]) -> tuple[str, dict | None]:
     for row in rows:
         if "select_records" not in row:
             continue
-        mine = outcomes(row["select_records"])
-        common = sorted(set(mine) & set(coded))
-        verdict = compare([coded[s] for s in common], [mine[s] for s in common])
+        verdict = compare(*paired(coded, outcomes(row["select_records"])))
         row["select_verdict"] = dataclasses.asdict(verdict)
         if verdict.lower > best_lower:
             best, best_row, best_lower = row["variant"], row, verdict.lower
@@ -169,8 +173,7 @@ def table_row(name: str, mine: dict[int, int], coded: dict[int, int], row: dict)
     if mine is coded:
         cells += ["—", "—", "—", "—"]
     else:
-        common = sorted(set(mine) & set(coded))
-        verdict = compare([coded[s] for s in common], [mine[s] for s in common])
+        verdict = compare(*paired(coded, mine))
         differ = verdict.challenger_only + verdict.incumbent_only
         lower = f"{verdict.lower:+.2f}" if differ else "— (no world differs)"
         cells += [f"{verdict.difference:+.2f}", lower,
@@ -217,15 +220,16 @@ def summarise(paths: list[Path]) -> list[str]:
     wins, n = sum(coded.values()), len(coded)
     lines.append(f"| coded version | {wins}/{n} | {wins / n:.2f} | — | — | — |")
     for name, played in found.items():
-        rates, diffs, a, b = [], [], [], []
+        wins_each, rates, diffs, a, b = [], [], [], [], []
         for _, records in played:
             mine = outcomes(records)
-            common = sorted(set(mine) & set(coded))
-            a += [coded[s] for s in common]
-            b += [mine[s] for s in common]
-            rates.append(sum(mine.values()) / max(len(mine), 1))
-            diffs.append(compare([coded[s] for s in common], [mine[s] for s in common]).difference)
-        each = " / ".join(f"{sum(outcomes(r).values())}" for _, r in played)
+            ours, theirs = paired(coded, mine)
+            a += ours
+            b += theirs
+            wins_each.append(sum(mine.values()))
+            rates.append(wins_each[-1] / max(len(mine), 1))
+            diffs.append(compare(ours, theirs).difference)
+        each = " / ".join(map(str, wins_each))
         d = mean_interval(diffs)
         spread = f" [{d['low']:+.2f}, {d['high']:+.2f}]" if d["low"] is not None else ""
         pooled = compare(a, b)
@@ -309,11 +313,12 @@ def main() -> None:
         extras = set(menu.split("+")[1:])
         prior = args.prior if "prior" in extras else 0.0
         steps, ppo = args.steps, PPOSettings(smdp=not plain, gamma=args.gamma, code_prior=prior)
+        cap = 0  # world steps: none but prims' (decisions are the option variants' budget)
         if variant == "prims":  # every primitive, no option: one decision per world step
             config = dataclasses.replace(base, primitives=[], coded_actions=[])
-            budget = max((r["world_steps"] for r in rows if "world_steps" in r), default=steps)
+            cap = max((r["world_steps"] for r in rows if "world_steps" in r), default=steps)
             ppo = PPOSettings(smdp=False, gamma=args.gamma)
-            steps = budget  # at most one decision a world step: the world steps stop it
+            steps = cap  # at most one decision a world step: the world steps stop it
         else:
             config = with_own if "own" in extras else base
         if "vitals" in extras:  # trips for drink and food the policy may take any time
@@ -324,7 +329,7 @@ def main() -> None:
             name=f"bench-{args.sub}-{menu.replace('+', '-')}-{'plain' if plain else 'smdp'}",
             config=config, total_steps=steps, n_envs=args.envs, seed=args.seed,
             ppo=ppo, eval_episodes=1, progress_every_s=3600.0,
-            max_world_steps=budget if variant == "prims" else 0,
+            max_world_steps=cap,
         )  # fmt: skip
         chosen_on = select if variant != "prims" else []
         row = {"variant": variant, **train_and_play(req, seeds, args.greedy, chosen_on)}
