@@ -774,17 +774,18 @@ class FastAgent(Actor):
     async def _versus(
         self, work: WorkOn, result: RolloutResult, stage: Stage, loop: _InnerLoop
     ) -> dict[int, int]:
-        """Measure ``stage`` against ``work.incumbent``, the version of the other mode the
-        run stands on (a learned version against the code it would replace): the
-        incumbent plays this loop's worlds once (:attr:`_InnerLoop.rival`), and the paired
-        comparison grows while ``stage`` leads it undecided (:meth:`_settle`). Without
-        this the two would pair only on the worlds both loops happened to draw (4 to 8
-        from ``[task] code_episodes``), where a learned version that is truly better by
-        0.15 is almost never measurably so. The challenger's outcomes on the grown
+        """Measure ``stage`` against ``work.incumbent``, the version the run stands on
+        (a learned version against the code it would replace; a redo's code against the
+        code an earlier loop kept): the incumbent plays this loop's worlds once
+        (:attr:`_InnerLoop.rival`), and the paired comparison grows while ``stage`` leads
+        it undecided (:meth:`_settle`). Without this the two would pair only on the
+        worlds both loops happened to draw (4 to 8 from ``[task] code_episodes``, fewer
+        from starts when the setup changed in between), where a version that is truly
+        better by 0.15 is almost never measurably so. The challenger's outcomes on the grown
         worlds, by seed; the incumbent's are in ``loop.rival``. Its episodes are booked,
         counted and journalled like any evaluation."""
         incumbent = work.incumbent
-        if incumbent is None or bool(incumbent.policy_path) == bool(stage.policy_path):
+        if incumbent is None:
             return {}
         name = work.subaction.name
         if loop.rival.stage is None:

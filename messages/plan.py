@@ -91,11 +91,12 @@ class WorkOn:
     sub-action's training setup runs, since a learned stage cannot run inside setup
     code. Empty: ``before``'s coded stages."""
     incumbent: Stage | None = None
-    """The version of this sub-action the run stands on when it is of the other mode
-    (a coded one, when the sub-action moves to RL), None otherwise: the inner loop plays
-    it on its own worlds and grows that paired comparison while its versions lead it
-    undecided (:meth:`actors.fast.FastAgent._settle`), so that a learned version is kept
-    over the code only when measurably better, on enough worlds to tell."""
+    """The version of this sub-action the run stands on, of either mode (the code, when
+    the sub-action moves to RL; the code an earlier loop kept, when its code is redone),
+    None for its first loop: the inner loop plays it on its own worlds and grows that
+    paired comparison while its versions lead it undecided
+    (:meth:`actors.fast.FastAgent._settle`), so that a new version replaces it only when
+    measurably better, on enough worlds to tell."""
 
 
 @message("plan.review")

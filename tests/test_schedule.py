@@ -125,3 +125,19 @@ def test_a_sub_action_waits_for_an_rl_ancestor_with_no_version_yet():
     fake = run(chain("rl", "rl"), outcomes, redo, {"make_stone_pickaxe": 100, "collect_iron": 60})
     # Nothing to set up from yet: left out, its setup would miss a step of the chain.
     assert fake.time("start", "collect_iron") == 100
+
+
+def test_every_later_loop_is_told_the_version_the_run_stands_on():
+    """A redo of the code and a move to RL alike get the kept version as
+    ``WorkOn.incumbent`` (its loop measures its versions against it, on enough worlds);
+    a step's first loop gets none."""
+    outcomes = coded_history()
+    del outcomes["collect_iron"]
+    redo = {"make_stone_pickaxe": "fix"}
+    fake = run(chain("code", "code"), outcomes, redo,
+               {"collect_wood": 1, "make_stone_pickaxe": 10, "collect_iron": 10})  # fmt: skip
+    assert fake.work["make_stone_pickaxe"].incumbent.code == "pick-v1"
+    assert fake.work["collect_iron"].incumbent is None
+    outcomes = coded_history()
+    fake = run(chain("code", "rl"), outcomes, {"collect_iron": "to rl"}, {"collect_iron": 10})
+    assert fake.work["collect_iron"].incumbent.code == "iron-v1"
