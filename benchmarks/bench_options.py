@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from actors.learner import LearnerActor, set_torch_threads  # noqa: E402
 from envs.held_out import held_out  # noqa: E402
-from knowledge import library, options, recipes  # noqa: E402
+from knowledge import library, options, recipes, revisions  # noqa: E402
 from messages.task import CodedAction, RLConfig  # noqa: E402
 from messages.train import PPOSettings, TrainRequest  # noqa: E402
 from method.paired import compare, wilson_interval  # noqa: E402
@@ -72,14 +72,22 @@ EVAL_SEED = 1_000_000
 """First held-out world (the learner's default; training worlds lie far below)."""
 
 
-def configs(name: str, target: str = "diamond") -> tuple[RLConfig, RLConfig, RLConfig]:
+def configs(
+    name: str, target: str = "diamond", code: str = "best"
+) -> tuple[RLConfig, RLConfig, RLConfig]:
     """``name``'s RL config with the library menu (``bench_start_states.learned_config``,
     as the offline fast agent writes it), the same with the stage's own code as the
-    resumable option ``stage_code``, and the coded version alone (only that option)."""
+    resumable option ``stage_code``, and the coded version alone (only that option).
+    ``code``: the stage's code is the library's final one (``best``) or its bare first
+    template (``simplest``, the offline backend's first version with ``offline_first =
+    "simplest"``); the setup before the stage is the library's final code either way."""
     base = learned_config(name, target)
     steps = recipes.chain(target)
     i = [s.name for s in steps].index(name)
-    code = library.coded_stages(steps[: i + 1])[i].code
+    if code == "simplest":
+        code = library.code_for(steps[i], revisions.first_params(steps[i]))
+    else:
+        code = library.coded_stages(steps[: i + 1])[i].code
     n, d, src = options.stage_code_option(code)
     own = CodedAction(n, src, max_steps=options.STAGE_CODE_STEPS, description=d, resumable=True)
     with_own = dataclasses.replace(base, coded_actions=[own, *base.coded_actions])
@@ -265,6 +273,10 @@ def main() -> None:
         "prims: PPO over the primitive actions alone, at the world-step budget of the "
         "most expensive option variant before it",
     )  # fmt: skip
+    parser.add_argument("--code", choices=("best", "simplest"), default="best",
+                        help="the stage's own code (the coded version and the option "
+                        "stage_code): the library's final code or its bare first "
+                        "template")  # fmt: skip
     parser.add_argument("--prior", type=float, default=0.9,
                         help="+prior's code_prior (default 0.9)")  # fmt: skip
     parser.add_argument("--greedy", action="store_true",
@@ -292,12 +304,12 @@ def main() -> None:
                 f"--variants: {variant!r} is not prims or menu[+own][+map][+prior][+vitals][/plain]"
             )
     set_torch_threads()
-    base, with_own, code_only = configs(args.sub, args.target)
+    base, with_own, code_only = configs(args.sub, args.target, args.code)
     seeds = list(range(EVAL_SEED, EVAL_SEED + args.eval))
     select = list(range(EVAL_SEED + args.eval, EVAL_SEED + args.eval + args.select))
     print(f"job: {args.sub}, {args.steps} decisions, {args.envs} envs, {args.eval} held-out "
           f"worlds from {EVAL_SEED}, {args.select} selection worlds, policy seed "
-          f"{args.seed}", flush=True)  # fmt: skip
+          f"{args.seed}, the stage's code: {args.code}", flush=True)  # fmt: skip
 
     started = time.perf_counter()
     _, _, records = held_out(code_only, lambda obs: 1, seeds)  # always the stage's code

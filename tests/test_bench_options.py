@@ -71,3 +71,19 @@ def test_the_summary_pools_runs_of_one_sub_action_and_refuses_other_worlds(tmp_p
     other.write_text(json.dumps([{"variant": "coded version", "records": _records([1, 1])}]))
     with pytest.raises(SystemExit, match="other worlds"):
         bench_options.summarise([a, other])
+
+
+def test_the_stage_code_can_be_the_bare_first_template() -> None:
+    """``--code simplest``: the coded version and the option ``stage_code`` run the
+    library's first template (what the offline backend writes first with ``offline_first
+    = "simplest"``), the setup before it stays the library's final code."""
+    from knowledge import library, options, recipes, revisions
+
+    step = next(s for s in recipes.chain("diamond") if s.name == "make_iron_pickaxe")
+    simplest = library.code_for(step, revisions.first_params(step))
+    _, own_best, only_best = bench_options.configs("make_iron_pickaxe")
+    base, own, only = bench_options.configs("make_iron_pickaxe", code="simplest")
+    assert only.coded_actions[0].code == options.stage_code_option(simplest)[2]
+    assert own.coded_actions[0].code == only.coded_actions[0].code
+    assert only.coded_actions[0].code != only_best.coded_actions[0].code
+    assert own.setup_code == own_best.setup_code and own.coded_actions[1:] == base.coded_actions
