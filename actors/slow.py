@@ -243,7 +243,7 @@ class SlowAgent(Actor):
                     # The version the run stands on (of either mode): this loop's versions
                     # are measured against it on enough worlds to decide. Paired only on
                     # the worlds both loops drew, a redo's version at 0.67 lost to a kept
-                    # 0.10 (BENCHMARKS.md, "Redone versions measured against the kept one").
+                    # 0.10 (BENCHMARKS.md, "From the simplest templates at 1M").
                     prior = outcomes.get(sub.name, [])
                     kept = self._chosen(prior) if prior else None
                     if kept is not None and not _usable(kept):
