@@ -85,10 +85,10 @@ def configs(
     steps = recipes.chain(target)
     i = [s.name for s in steps].index(name)
     if code == "simplest":
-        code = library.code_for(steps[i], revisions.first_params(steps[i]))
+        source = library.code_for(steps[i], revisions.first_params(steps[i]))
     else:
-        code = library.coded_stages(steps[: i + 1])[i].code
-    n, d, src = options.stage_code_option(code)
+        source = library.coded_stages(steps[: i + 1])[i].code
+    n, d, src = options.stage_code_option(source)
     own = CodedAction(n, src, max_steps=options.STAGE_CODE_STEPS, description=d, resumable=True)
     with_own = dataclasses.replace(base, coded_actions=[own, *base.coded_actions])
     code_only = dataclasses.replace(base, primitives=["noop"], coded_actions=[own])
