@@ -254,6 +254,19 @@ def summarise(paths: list[Path]) -> list[str]:
     return lines
 
 
+def worlds(first: int, held_out: int, select: int) -> tuple[list[int], list[int]]:
+    """The held-out worlds from ``first`` and the ``select`` selection worlds after them;
+    ``first`` below ``EVAL_SEED`` is refused (the learner trains on worlds below)."""
+    if first < EVAL_SEED:
+        raise SystemExit(
+            f"--worlds-from {first}: held-out worlds start at {EVAL_SEED:,} or above (the "
+            "learner trains on worlds below); pick a larger first world"
+        )
+    return list(range(first, first + held_out)), list(
+        range(first + held_out, first + held_out + select)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sub", default="make_stone_pickaxe", help="the learned sub-action")
@@ -263,6 +276,10 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=2, help="vectorised envs")
     parser.add_argument("--eval", type=int, default=40, help="held-out worlds")
     parser.add_argument("--seed", type=int, default=0, help="policy seed")
+    parser.add_argument("--worlds-from", type=int, default=EVAL_SEED, metavar="SEED",
+                        help=f"first held-out world (default {EVAL_SEED:,}; selection "
+                        "worlds follow the held-out ones); a fresh range for a run that "
+                        "checks an earlier one")  # fmt: skip
     parser.add_argument("--gamma", type=float, default=PPOSettings().gamma, help="PPO's γ")
     parser.add_argument(
         "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
@@ -303,12 +320,12 @@ def main() -> None:
             raise SystemExit(
                 f"--variants: {variant!r} is not prims or menu[+own][+map][+prior][+vitals][/plain]"
             )
+    seeds, select = worlds(args.worlds_from, args.eval, args.select)
     set_torch_threads()
     base, with_own, code_only = configs(args.sub, args.target, args.code)
-    seeds = list(range(EVAL_SEED, EVAL_SEED + args.eval))
-    select = list(range(EVAL_SEED + args.eval, EVAL_SEED + args.eval + args.select))
+    first = args.worlds_from
     print(f"job: {args.sub}, {args.steps} decisions, {args.envs} envs, {args.eval} held-out "
-          f"worlds from {EVAL_SEED}, {args.select} selection worlds, policy seed "
+          f"worlds from {first}, {args.select} selection worlds, policy seed "
           f"{args.seed}, the stage's code: {args.code}", flush=True)  # fmt: skip
 
     started = time.perf_counter()

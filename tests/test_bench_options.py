@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import bench_options  # noqa: E402
@@ -44,8 +46,6 @@ def test_a_table_row_pairs_world_by_world_and_says_when_no_world_differs() -> No
 def test_the_summary_pools_runs_of_one_sub_action_and_refuses_other_worlds(tmp_path) -> None:
     import gzip
     import json
-
-    import pytest
 
     coded = {"variant": "coded version", "records": _records([1, 0, 0, 1])}
 
@@ -87,3 +87,15 @@ def test_the_stage_code_can_be_the_bare_first_template() -> None:
     assert own.coded_actions[0].code == only.coded_actions[0].code
     assert only.coded_actions[0].code != only_best.coded_actions[0].code
     assert own.setup_code == own_best.setup_code and own.coded_actions[1:] == base.coded_actions
+
+
+def test_a_checking_run_can_play_a_fresh_range_of_worlds_but_never_training_ones() -> None:
+    """``--worlds-from``: the held-out worlds start there and the selection worlds follow
+    them; a first world below the held-out range is refused with the flag's name."""
+    assert bench_options.worlds(1_005_000, 3, 2) == (
+        [1_005_000, 1_005_001, 1_005_002],
+        [1_005_003, 1_005_004],
+    )
+    assert bench_options.worlds(bench_options.EVAL_SEED, 2, 0) == ([1_000_000, 1_000_001], [])
+    with pytest.raises(SystemExit, match="--worlds-from 999999"):
+        bench_options.worlds(999_999, 3, 0)
