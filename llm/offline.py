@@ -15,7 +15,9 @@ same calls with the same reply contracts:
 - fast/rl: the RL interface for the step: the library's coded options for it, the
   movement and interaction primitives, the local view, inventory and vitals; a second
   version adds a shaped reward for progress.
-- critic/review: the verdict from the measured success rate, the target, the failure
+- critic/review: the verdict from the measured success rate, the target (a version not
+  measurably under it is accepted; with ``[agents] offline_accept = "at_target"`` a
+  fixable one under it is revised while revisions remain), the failure
   cause and the revisions left.
 
 Its decisions therefore follow measured results, exactly as a model's are meant to.
@@ -92,10 +94,14 @@ class OfflineBackend:
 
     name = "offline"
 
-    def __init__(self, first: str = "full") -> None:
+    def __init__(self, first: str = "full", accept: str = "not_below") -> None:
         self.first = first
         """``full``: a step's first code is the library's complete template; ``simplest``:
         the bare one, every fix left to revisions."""
+        self.accept = accept
+        """``not_below``: the critic accepts a version not measurably under its target;
+        ``at_target``: under it, a coded version with a fixable fault is revised while
+        revisions remain (``[agents] offline_accept``)."""
 
     async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
         started = time.monotonic()
@@ -270,11 +276,13 @@ class OfflineBackend:
         if rate >= target:
             return {"verdict": "accept", "advice": f"{rate:.2f} ≥ target {target:.2f}"}
         if not req.get("measurably_below", True):
-            return {
-                "verdict": "accept",
-                "advice": f"{rate:.2f} on {req.get('reached', 0)} worlds: not measurably under "
-                f"target {target:.2f}",
-            }
+            noise = f"{rate:.2f} on {req.get('reached', 0)} worlds: not measurably under target "
+            noise += f"{target:.2f}"
+            fixable = req["mode"] == "code" and base in CODE_FIXABLE and base != NOT_REACHED
+            if self.accept == "at_target" and req["revisions_left"] > 0 and fixable:
+                advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
+                return {"verdict": "revise", "advice": f"{noise}, but under it: {advice}"}
+            return {"verdict": "accept", "advice": noise}
         advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
         if base == NOT_REACHED:
             # Nothing of this sub-action was measured: no revision or switch is due.

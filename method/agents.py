@@ -61,7 +61,7 @@ def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> B
         return OpenAIBackend.from_settings(settings)
     from llm.offline import OfflineBackend
 
-    return OfflineBackend(first=settings.offline_first)
+    return OfflineBackend(first=settings.offline_first, accept=settings.offline_accept)
 
 
 class Agents:

@@ -24,6 +24,8 @@ BACKENDS = ("offline", "openai", "local")
 """The values of ``[agents] backend``."""
 OFFLINE_FIRST = ("full", "simplest")
 """The values of ``[agents] offline_first``."""
+OFFLINE_ACCEPT = ("not_below", "at_target")
+"""The values of ``[agents] offline_accept``."""
 ENV_WORKERS = ("auto", "on", "off")
 """The values of ``[training] env_workers``."""
 RATE = check(min=0.0, max=1.0, expected="a rate between 0 and 1")
@@ -107,6 +109,14 @@ class AgentSettings:
     """offline: the first version of a step's code — ``full`` (the library's complete
     template, as a capable model would write first) or ``simplest`` (the bare template,
     every fix left to critique-driven revisions: shows the inner loop at work)."""
+    offline_accept: str = field(default="not_below", metadata=check(choices=OFFLINE_ACCEPT))
+    """offline: when the critic accepts a coded version under its ``[task] sub_target`` —
+    ``not_below`` (as soon as its success is not measurably under the target on the
+    worlds it reached: 7 of 8 is accepted against 0.9) or ``at_target`` (only at the
+    target: under it, a code fault the library knows a fix for is revised while
+    revisions remain, and the version is accepted only once none remain). Either way a
+    revision replaces the kept version only when measurably better, and a version not
+    measurably under target is never moved to RL."""
     n_threads: int = field(
         default=0,
         metadata=check(min=0, max=1024, expected="threads ≥ 0 (0: every core)"),

@@ -255,6 +255,50 @@ def test_offline_critic_accepts_a_stage_not_measurably_under_its_target(
     assert reply.data["verdict"] == verdict
 
 
+@pytest.mark.parametrize(
+    ("accept", "mode", "cause", "left", "verdict"),
+    [
+        ("at_target", "code", "step_budget", 1, "revise"),
+        ("at_target", "code", "step_budget", 0, "accept"),  # none left: accepted, not RL
+        ("at_target", "rl", "step_budget", 1, "accept"),  # retraining is not a code fix
+        ("at_target", "code", "policy_unusable", 1, "accept"),  # no code fix known
+        ("not_below", "code", "step_budget", 1, "accept"),  # the default
+    ],
+)
+def test_offline_critic_at_target_revises_a_version_under_target_that_noise_would_pass(
+    accept: str, mode: str, cause: str, left: int, verdict: str
+) -> None:
+    # 7 of 8 is not measurably under 0.9 (Wilson upper end 0.98): ``not_below`` accepts
+    # it; ``at_target`` asks for the library's fix while revisions remain.
+    sub = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
+    episodes = [
+        _episode(
+            s,
+            s < 7,
+            [StageRun("collect_iron", s < 7, 50, "success" if s < 7 else cause)],
+            "success" if s < 7 else cause,
+        )
+        for s in range(8)
+    ]
+    result = RolloutResult(sub.subtask, episodes, 7 / 8, 400, "env-0")
+    stats = statistics(Review(sub, 1, mode, result, revisions_left=left))
+    assert stats["measurably_below"] is False
+    reply = trio.run(OfflineBackend(accept=accept).call, "critic", "review", stats)
+    assert reply.data["verdict"] == verdict
+    assert "not measurably under target 0.90" in reply.data["advice"]
+
+
+def test_the_offline_accept_rule_comes_from_the_config(tmp_path: Path) -> None:
+    from method.agents import make_backend
+    from method.settings import AgentSettings
+
+    assert make_backend(AgentSettings(offline_accept="at_target")).accept == "at_target"
+    assert make_backend(AgentSettings()).accept == "not_below"
+    assert "agents.offline_accept: expected not_below" in _config_error(
+        tmp_path, "[agents]\noffline_accept = 'always'\n" + ENVS
+    )
+
+
 def test_offline_slow_agent_moves_a_coded_step_under_target_to_rl() -> None:
     request = {
         "task": "t",
