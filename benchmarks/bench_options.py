@@ -323,9 +323,8 @@ def main() -> None:
     seeds, select = worlds(args.worlds_from, args.eval, args.select)
     set_torch_threads()
     base, with_own, code_only = configs(args.sub, args.target, args.code)
-    first = args.worlds_from
     print(f"job: {args.sub}, {args.steps} decisions, {args.envs} envs, {args.eval} held-out "
-          f"worlds from {first}, {args.select} selection worlds, policy seed "
+          f"worlds from {args.worlds_from}, {args.select} selection worlds, policy seed "
           f"{args.seed}, the stage's code: {args.code}", flush=True)  # fmt: skip
 
     started = time.perf_counter()

@@ -275,15 +275,14 @@ class OfflineBackend:
         base = cause_kind(cause)
         if rate >= target:
             return {"verdict": "accept", "advice": f"{rate:.2f} ≥ target {target:.2f}"}
+        advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
         if not req.get("measurably_below", True):
             noise = f"{rate:.2f} on {req.get('reached', 0)} worlds: not measurably under target "
             noise += f"{target:.2f}"
-            fixable = req["mode"] == "code" and base in CODE_FIXABLE and base != NOT_REACHED
+            fixable = req["mode"] == "code" and base in CODE_FIXABLE  # never NOT_REACHED
             if self.accept == "at_target" and req["revisions_left"] > 0 and fixable:
-                advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
                 return {"verdict": "revise", "advice": f"{noise}, but under it: {advice}"}
             return {"verdict": "accept", "advice": noise}
-        advice = ADVICE.get(base, f"failed with {cause or 'no recorded cause'}")
         if base == NOT_REACHED:
             # Nothing of this sub-action was measured: no revision or switch is due.
             advice = f"it never got its turn: {cause.split(':', 1)[1]} came first"
