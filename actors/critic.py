@@ -150,6 +150,7 @@ def critique_from(review: Review, stats: dict[str, Any], reply: dict[str, Any]) 
         verdict=verdict,
         cause=cause,
         count=int(causes.get(cause, 0)),
+        causes={str(k): int(v) for k, v in causes.items()},
         detail=example.get("detail", ""),
         line=int(example.get("line", 0)),
         action=example.get("action", ""),

@@ -77,6 +77,7 @@ def critique_dict(c: Critique | None) -> dict[str, Any] | None:
         "target": c.target,
         "cause": c.cause,
         "count": c.count,
+        "causes": dict(c.causes),
         "episodes": c.episodes,
         "detail": c.detail,
         "line": c.line,

@@ -94,7 +94,7 @@ class OfflineBackend:
 
     name = "offline"
 
-    def __init__(self, first: str = "full", accept: str = "not_below") -> None:
+    def __init__(self, first: str = "full", accept: str = "not_below", revise: str = "top") -> None:
         self.first = first
         """``full``: a step's first code is the library's complete template; ``simplest``:
         the bare one, every fix left to revisions."""
@@ -102,6 +102,9 @@ class OfflineBackend:
         """``not_below``: the critic accepts a version not measurably under its target;
         ``at_target``: under it, a coded version with a fixable fault is revised while
         revisions remain (``[agents] offline_accept``)."""
+        self.revise = revise
+        """``top``: a code revision answers the critique's commonest failure cause;
+        ``every``: each cause it counts, in one revision (``[agents] offline_revise``)."""
 
     async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
         started = time.monotonic()
@@ -229,6 +232,8 @@ class OfflineBackend:
         critique = req.get("critique") or {}
         params = revisions.Params(**previous["params"])
         revised = revise_for(step, params, critique.get("cause", ""), critique.get("detail", ""))
+        if self.revise == "every":
+            revised = revise_others(step, params, revised, critique)
         if revised is None:
             return {
                 "code": previous["code"],
@@ -332,6 +337,30 @@ def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, st
         if _towards(params, revised[0], best):
             return revised[0], f"nothing more answers {cause}; {revised[1]}"
     return None
+
+
+def revise_others(
+    step: Any, params: Any, revised: tuple[Any, str] | None, critique: dict[str, Any]
+) -> tuple[Any, str] | None:
+    """``revised`` (the answer to the critique's commonest cause, or None) with each other
+    cause the critique counts answered too, commonest first, by the library's rule for it
+    (:func:`_revise_one`); None when nothing changes. Causes no code revision answers
+    (a stage before this one failing, a setup that failed) are left out."""
+    top = cause_kind(critique.get("cause", ""))
+    now, reasons = revised if revised is not None else (params, "")
+    notes = [reasons] if reasons else []
+    for other, n in (critique.get("causes") or {}).items():
+        kind = cause_kind(other)
+        if kind == top or kind not in CODE_FIXABLE:
+            continue
+        more = _revise_one(step, now, kind, "")
+        if more is None:
+            continue
+        now = more[0]
+        notes.append(f"{n} of {critique.get('episodes', 0)} also ended with {more[1]}")
+    if now == params:
+        return None
+    return now, "; ".join(notes)
 
 
 def _towards(old: Any, new: Any, best: Any) -> bool:

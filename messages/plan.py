@@ -141,6 +141,8 @@ class Critique:
     """The commonest failure cause (step_budget, episode_done, exception, ...)."""
     count: int = 0
     """Episodes that failed with that cause."""
+    causes: dict[str, int] = field(default_factory=dict)
+    """Every failure cause with the episodes that ended with it, commonest first."""
     detail: str = ""
     """A failure's detail (traceback line, forbidden name, what it was doing)."""
     line: int = 0

@@ -61,7 +61,11 @@ def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> B
         return OpenAIBackend.from_settings(settings)
     from llm.offline import OfflineBackend
 
-    return OfflineBackend(first=settings.offline_first, accept=settings.offline_accept)
+    return OfflineBackend(
+        first=settings.offline_first,
+        accept=settings.offline_accept,
+        revise=settings.offline_revise,
+    )
 
 
 class Agents:

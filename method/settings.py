@@ -26,6 +26,8 @@ OFFLINE_FIRST = ("full", "simplest")
 """The values of ``[agents] offline_first``."""
 OFFLINE_ACCEPT = ("not_below", "at_target")
 """The values of ``[agents] offline_accept``."""
+OFFLINE_REVISE = ("top", "every")
+"""The values of ``[agents] offline_revise``."""
 ENV_WORKERS = ("auto", "on", "off")
 """The values of ``[training] env_workers``."""
 RATE = check(min=0.0, max=1.0, expected="a rate between 0 and 1")
@@ -117,6 +119,11 @@ class AgentSettings:
     revisions remain, and the version is accepted only once none remain). Either way a
     revision replaces the kept version only when measurably better, and a version not
     measurably under target is never moved to RL."""
+    offline_revise: str = field(default="top", metadata=check(choices=OFFLINE_REVISE))
+    """offline: which failures a code revision answers — ``top`` (the commonest cause
+    in the critique) or ``every`` (each cause the critique counts, commonest first, in one
+    revision: a version whose worlds died in some and gave up in others gets both
+    fixes at once, as a model shown the whole table would write them)."""
     n_threads: int = field(
         default=0,
         metadata=check(min=0, max=1024, expected="threads ≥ 0 (0: every core)"),

@@ -363,6 +363,55 @@ def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:
     assert (params.dig, params.patience, params.chunk) == (True, best.patience, best.chunk)
 
 
+@pytest.mark.parametrize("revise", ["top", "every"])
+def test_offline_code_revision_answers_every_cause_the_critique_counts(revise: str) -> None:
+    # 3 of 8 worlds died in the stage and 2 gave up: ``top`` answers the deaths only,
+    # ``every`` both, in one revision; the critique carries every cause to the fast agent.
+    from actors.critic import critique_from
+    from actors.fast import code_request
+    from knowledge import recipes, revisions
+    from llm.offline import revise_others
+
+    sub = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
+    causes = ["episode_done"] * 3 + ["policy_finished"] * 2 + ["success"] * 3
+    episodes = [
+        _episode(s, c == "success", [StageRun("collect_iron", c == "success", 50, c)], c)
+        for s, c in enumerate(causes)
+    ]
+    result = RolloutResult(sub.subtask, episodes, 3 / 8, 400, "env-0")
+    backend = OfflineBackend(first="simplest", revise=revise)
+    first = trio.run(backend.call, "fast", "code", code_request(sub, 1, None, None)).data
+    review = Review(sub, 1, "code", result, revisions_left=1, code=first["code"])
+    stats = statistics(review)
+    reply = trio.run(backend.call, "critic", "review", stats).data
+    critique = critique_from(review, stats, reply)
+    assert (critique.verdict, critique.cause) == ("revise", "episode_done")
+    assert critique.causes == {"episode_done": 3, "policy_finished": 2}
+    previous = {"code": first["code"], "note": first["note"], "params": first["params"]}
+    second = trio.run(backend.call, "fast", "code", code_request(sub, 2, previous, critique))
+    params = revisions.Params(**second.data["params"])
+    assert params.fight and params.arm  # the deaths: answered either way
+    every = revise == "every"
+    assert (params.secure, params.attempts == revisions.MAX_ATTEMPTS) == (every, every)
+    assert ("2 of 8 also ended with policy_finished" in second.data["note"]) is every
+    assert second.data["code"] != first["code"]
+    # Causes no code revision answers add nothing: an earlier stage failing, a setup.
+    step = recipes.achievement_step("collect_iron")
+    only = {"cause": "setup_failed", "causes": {"setup_failed": 2, "not_reached:x": 1}}
+    assert revise_others(step, revisions.first_params(step), None, only) is None
+
+
+def test_the_offline_revise_rule_comes_from_the_config(tmp_path: Path) -> None:
+    from method.agents import make_backend
+    from method.settings import AgentSettings
+
+    assert make_backend(AgentSettings(offline_revise="every")).revise == "every"
+    assert make_backend(AgentSettings()).revise == "top"
+    assert "agents.offline_revise: expected top" in _config_error(
+        tmp_path, "[agents]\noffline_revise = 'all'\n" + ENVS
+    )
+
+
 def _config_error(tmp_path: Path, text: str, env: dict | None = None) -> str:
     config = tmp_path / "bad.toml"
     config.write_text(text)
