@@ -11,7 +11,8 @@ same calls with the same reply contracts:
   a step still failing for a fixable cause is redone; accepted steps are kept.
 - fast/code: the library's template for the step (``knowledge.library``), first in
   its complete version (``[agents] offline_first = "simplest"``: the bare one), then
-  revised by the rules that answer the critique's cause.
+  revised by the rules that answer the critique's cause (``[agents] offline_revise =
+  "every"``: every cause it counts).
 - fast/rl: the RL interface for the step: the library's coded options for it, the
   movement and interaction primitives, the local view, inventory and vitals; a second
   version adds a shaped reward for progress.
