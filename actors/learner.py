@@ -427,6 +427,7 @@ class LearnerActor(Actor):
             pool_only=True,  # PPO seeds each env's first reset: a pool world, shared
             setup_retries=seeds.SETUP_RETRIES,
             setup_retry_stride=seeds.RETRY_STRIDE,
+            setup_redraws=seeds.SETUP_REDRAWS,
             # Setup once, train many: each world's start is made (and counted) once in
             # this process, then restored; later jobs on the same setup share them.
             start_states=True,

@@ -100,7 +100,8 @@ a missing ``run``/``reward``) raises :class:`CodeError` at construction, with th
 sandbox's :class:`~sandbox.Failure` (cause, detail, line). A setup that fails (the code
 fails, the player dies, the step budget runs out) raises :class:`SetupError` from
 ``reset``, unless ``setup_retries`` allows trying further seeds derived from the asked
-one (deterministically, so the same seed still gives the same episode).
+one (deterministically, so the same seed still gives the same episode), and after those,
+for a pool-only env whose setup has worked before, ``setup_redraws`` further pool worlds.
 
 Crafter is the only backend with a ready :class:`Layout`; other worlds need an explicit
 ``world_factory`` and ``layout``.
@@ -282,6 +283,9 @@ class SubtaskEnv(gym.Env):
         setup_retries: further seeds to try when setup fails before raising SetupError.
         setup_retry_stride: how far apart those seeds are (default
             :data:`RETRY_SEED_STRIDE`; a run's learner passes its seed table's).
+        setup_redraws: with ``pool_only``, how many further pool worlds a reset draws
+            when setup failed in a world and all its retries, once setup has made a start
+            in this env (a setup that never worked still raises at once).
         world_pool: world seeds that seedless resets draw from (empty: a fresh world every
             episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
             pays world generation (~0.1 s) once per world instead of once per episode.
@@ -313,6 +317,7 @@ class SubtaskEnv(gym.Env):
         setup_wall_s: float = DEFAULT_SETUP_WALL_S,
         setup_retries: int = 0,
         setup_retry_stride: int | None = None,
+        setup_redraws: int = 0,
         world_pool: Sequence[int] = (),
         start_states: StartStates | bool | None = None,
         render_mode: str | None = None,
@@ -342,6 +347,8 @@ class SubtaskEnv(gym.Env):
         self._setup_wall_s = setup_wall_s
         self._setup_retries = setup_retries
         self._retry_stride = RETRY_SEED_STRIDE if setup_retry_stride is None else setup_retry_stride
+        self._redraws = setup_redraws
+        self._starts_made = 0
         self._pending_seed = seed
         self._world_pool = tuple(int(w) for w in world_pool)
         self._pool_only = pool_only and bool(self._world_pool)
@@ -442,15 +449,20 @@ class SubtaskEnv(gym.Env):
         else:
             base = self._draw_seed()
         self._setup_failures = 0
-        for attempt in range(self._setup_retries + 1):
-            world_seed = (base + attempt * self._retry_stride) % MAX_SEED
+        redraws = 0
+        while True:
             try:
-                self._start_episode(world_seed)
+                self._start_retrying(base)
                 break
             except SetupError:
-                self._setup_failures += 1
-                if attempt == self._setup_retries:
+                # Every try of this world died. Once setup has made a start in this env,
+                # its code works and the deaths are the worlds' (a deep chain dies on the
+                # way in many): another world of the pool, not the whole job lost.
+                if not (self._pool_only and self._starts_made and redraws < self._redraws):
                     raise
+                redraws += 1
+                base = self._draw_seed()
+        self._starts_made += 1
         info = {
             "seed": self._world_seed,
             "setup_steps": self._setup_steps,
@@ -458,6 +470,18 @@ class SubtaskEnv(gym.Env):
             "start_restored": self._start_restored,
         }
         return self._encode(self._obs), info
+
+    def _start_retrying(self, base: int) -> None:
+        """Start an episode in world ``base``, or in its retry worlds while setup fails."""
+        for attempt in range(self._setup_retries + 1):
+            world_seed = (base + attempt * self._retry_stride) % MAX_SEED
+            try:
+                self._start_episode(world_seed)
+                return
+            except SetupError:
+                self._setup_failures += 1
+                if attempt == self._setup_retries:
+                    raise
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         if self._ended:

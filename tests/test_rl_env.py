@@ -257,6 +257,39 @@ def test_setup_that_fails_in_some_worlds_is_retried_on_other_seeds():
         SubtaskEnv(config_with(setup_code=setup)).reset(seed=2008)
 
 
+def test_a_pool_world_whose_every_try_died_gives_way_to_another_once_setup_has_worked():
+    # Pool worlds 2007 (setup works) and 2008 (water in view: setup raises). A pool-only
+    # env (a learner's) whose setup has made a start draws another pool world when one
+    # world and its retries all failed, instead of ending the job; never before that.
+    wet = "def run(skills):\n    if skills.sees('water'):\n        raise ValueError('wet')\n"
+    wet += "    yield 'noop'\n"
+
+    def env(redraws: int) -> SubtaskEnv:
+        return SubtaskEnv(
+            config_with(setup_code=wet),
+            world_pool=[2007, 2008],
+            pool_only=True,
+            setup_redraws=redraws,
+        )
+
+    with pytest.raises(SetupError, match="wet"):
+        env(10).reset(seed=0)  # its first draw is 2008: setup never worked here yet
+    worked = env(10)
+    _, info = worked.reset(seed=1)  # its first draw is 2007
+    assert info["seed"] == 2007
+    failures = 0
+    for _ in range(12):
+        _, info = worked.reset()
+        assert info["seed"] == 2007
+        failures += info["setup_failures"]
+    assert failures >= 1  # 2008 was drawn, failed, and gave way
+    plain = env(0)  # as before: the first failed draw ends it
+    plain.reset(seed=1)
+    with pytest.raises(SetupError, match="wet"):
+        for _ in range(12):
+            plain.reset()
+
+
 def test_every_world_step_is_counted_setup_and_failed_setups_included():
     # Setup walks to wood (achievements on the way), fails in worlds with water in view
     # after a step: the failed attempts' steps and the setup's steps are world steps too.
