@@ -358,7 +358,7 @@ def revise_others(
         if more is None:
             continue
         now = more[0]
-        notes.append(f"{n} of {critique.get('episodes', 0)} also ended with {more[1]}")
+        notes.append(f"{n} more ended with {more[1]}")
     if now == params:
         return None
     return now, "; ".join(notes)
