@@ -285,7 +285,8 @@ class SubtaskEnv(gym.Env):
             :data:`RETRY_SEED_STRIDE`; a run's learner passes its seed table's).
         setup_redraws: with ``pool_only``, how many further pool worlds a reset draws
             when setup failed in a world and all its retries, once setup has made a start
-            in this env (a setup that never worked still raises at once).
+            in this env or, per ``start_states``, for the same setup in this process (a
+            setup that never worked still raises at once).
         world_pool: world seeds that seedless resets draw from (empty: a fresh world every
             episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
             pays world generation (~0.1 s) once per world instead of once per episode.
@@ -455,10 +456,11 @@ class SubtaskEnv(gym.Env):
                 self._start_retrying(base)
                 break
             except SetupError:
-                # Every try of this world died. Once setup has made a start in this env,
-                # its code works and the deaths are the worlds' (a deep chain dies on the
-                # way in many): another world of the pool, not the whole job lost.
-                if not (self._pool_only and self._starts_made and redraws < self._redraws):
+                # Every try of this world died. Once setup has made a start (in this env,
+                # or for this setup in the process's start cache), its code works and the
+                # deaths are the worlds' (a deep chain dies on the way in many): another
+                # world of the pool, not the whole job lost.
+                if not (self._pool_only and redraws < self._redraws and self._setup_worked()):
                     raise
                 redraws += 1
                 base = self._draw_seed()
@@ -470,6 +472,14 @@ class SubtaskEnv(gym.Env):
             "start_restored": self._start_restored,
         }
         return self._encode(self._obs), info
+
+    def _setup_worked(self) -> bool:
+        """Whether setup has made a start in this env, or for the same setup in this
+        process's start-state cache (a later job of the sub-action whose first draw died)."""
+        if self._starts_made:
+            return True
+        key = self._start_key(0)
+        return key is not None and self._start_states is not None and self._start_states.worked(key)
 
     def _start_retrying(self, base: int) -> None:
         """Start an episode in world ``base``, or in its retry worlds while setup fails."""

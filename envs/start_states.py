@@ -131,6 +131,8 @@ class StartStates:
         """Lookups answered from the cache (successful states and known failures)."""
         self.evicted = 0
         """Entries dropped to stay within ``max_entries``."""
+        self._worked: set[Hashable] = set()
+        """The setups (a key without its world) that made a start here, in any world."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -150,13 +152,21 @@ class StartStates:
             self._entries[key] = entry
             self._entries.move_to_end(key)
             self.made += 1
+            if isinstance(entry, StartState):
+                self._worked.add(_setup_of(key))
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
                 self.evicted += 1
 
+    def worked(self, key: Hashable) -> bool:
+        """Whether the setup of ``key`` made a start in some world (evicted or not)."""
+        with self._lock:
+            return _setup_of(key) in self._worked
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._worked.clear()
             self.made = self.restored = self.evicted = 0
 
     def stats(self) -> dict[str, int]:
@@ -212,6 +222,11 @@ def world_key(world: Any) -> tuple | None:
         return None
     env = world._env
     return ("crafter", tuple(env._area), tuple(env._size), int(env._length), world._pixels)
+
+
+def _setup_of(key: Hashable) -> Hashable:
+    """A :func:`start_key` without its world seed: which setup, in which kind of world."""
+    return key[:1] + key[2:] if isinstance(key, tuple) and len(key) == 5 else key
 
 
 def start_key(

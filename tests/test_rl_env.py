@@ -28,6 +28,7 @@ from envs.rl_env import (
     make_env,
     make_vec_env,
 )
+from envs.start_states import StartStates
 from messages import encode
 from messages.task import CodedAction, RLConfig, Subtask, Vital
 
@@ -264,12 +265,13 @@ def test_a_pool_world_whose_every_try_died_gives_way_to_another_once_setup_has_w
     wet = "def run(skills):\n    if skills.sees('water'):\n        raise ValueError('wet')\n"
     wet += "    yield 'noop'\n"
 
-    def env(redraws: int) -> SubtaskEnv:
+    def env(redraws: int, cache: StartStates | None = None) -> SubtaskEnv:
         return SubtaskEnv(
             config_with(setup_code=wet),
             world_pool=[2007, 2008],
             pool_only=True,
             setup_redraws=redraws,
+            start_states=cache,
         )
 
     with pytest.raises(SetupError, match="wet"):
@@ -288,6 +290,14 @@ def test_a_pool_world_whose_every_try_died_gives_way_to_another_once_setup_has_w
     with pytest.raises(SetupError, match="wet"):
         for _ in range(12):
             plain.reset()
+    # A later job in the same process: its env's first draw dies, but the start cache
+    # saw this setup work in an earlier job's env, so it draws again.
+    cache = StartStates()
+    env(10, cache).reset(seed=1)
+    _, info = env(10, cache).reset(seed=0)
+    assert info["seed"] == 2007 and info["setup_failures"] >= 1
+    with pytest.raises(SetupError, match="wet"):
+        env(10, StartStates()).reset(seed=0)  # a cache that never saw it work
 
 
 def test_every_world_step_is_counted_setup_and_failed_setups_included():
