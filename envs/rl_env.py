@@ -478,8 +478,8 @@ class SubtaskEnv(gym.Env):
         process's start-state cache (a later job of the sub-action whose first draw died)."""
         if self._starts_made:
             return True
-        key = self._start_key(0)
-        return key is not None and self._start_states is not None and self._start_states.worked(key)
+        key = self._start_key(0)  # None without a cache (or without setup)
+        return key is not None and self._start_states.worked(key)
 
     def _start_retrying(self, base: int) -> None:
         """Start an episode in world ``base``, or in its retry worlds while setup fails."""

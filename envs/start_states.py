@@ -226,7 +226,7 @@ def world_key(world: Any) -> tuple | None:
 
 def _setup_of(key: Hashable) -> Hashable:
     """A :func:`start_key` without its world seed: which setup, in which kind of world."""
-    return key[:1] + key[2:] if isinstance(key, tuple) and len(key) == 5 else key
+    return key[:1] + key[2:] if isinstance(key, tuple) else key
 
 
 def start_key(
