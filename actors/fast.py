@@ -87,15 +87,37 @@ def critique_dict(c: Critique | None) -> dict[str, Any] | None:
 
 
 def code_request(
-    sub: SubAction, version: int, previous: dict[str, Any] | None, critique: Critique | None
+    sub: SubAction,
+    version: int,
+    previous: dict[str, Any] | None,
+    critique: Critique | None,
+    lessons: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """What the fast agent tells its backend to write (or revise) a sub-action's code."""
-    return {
+    """What the fast agent tells its backend to write (or revise) a sub-action's code;
+    ``lessons`` (a backend that asks for them): what revisions of the steps it builds
+    on changed, and for which cause."""
+    request = {
         "subaction": subaction_dict(sub),
         "version": version,
         "previous": previous,
         "critique": critique_dict(critique),
     }
+    if lessons:
+        request["lessons"] = lessons
+    return request
+
+
+def lesson_of(
+    sub: SubAction, critique: Critique | None, before: Any, after: Any
+) -> dict[str, Any] | None:
+    """What a revision changed (settings of a backend that writes them, e.g. the
+    offline one's params), and the cause it answered; None when nothing is known."""
+    if critique is None or not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    if not changed:
+        return None
+    return {"subaction": sub.name, "cause": critique.cause, "changed": changed}
 
 
 def rl_config(
@@ -450,6 +472,9 @@ class FastAgent(Actor):
         there preferably: :mod:`method.split`)."""
         self.memory: dict[str, _LastVersion] = {}
         """Sub-action → its last coded version and critique (a redo goes on from it)."""
+        self.lessons: dict[str, list[dict[str, Any]]] = {}
+        """Sub-action → what each of its code revisions changed and why (passed to a
+        backend that asks for them with the first version of a step built on it)."""
         self.best_code: dict[str, tuple[float, str]] = {}
         """Sub-action → (rate, code) of its best coded version so far (the kept version
         of each code loop, the highest rate across them, as the slow agent's setup
@@ -505,7 +530,15 @@ class FastAgent(Actor):
             previous, critique, start = memo.previous, memo.critique, memo.version + 1
         for i in range(work.revisions + 1):
             version = start + i
-            request = code_request(sub, version, previous, critique)
+            lessons = None
+            if previous is None and getattr(self.agents.backend, "lessons", False):
+                # The steps it builds on, in order: their revisions' settings and causes.
+                lessons = [
+                    lesson
+                    for stage in work.before
+                    for lesson in self.lessons.get(stage.subtask.name, ())
+                ]
+            request = code_request(sub, version, previous, critique, lessons)
             reply = await self.agents.call("fast", "code", request)
             if reply.get("unchanged") or not reply.get("code"):
                 # The backend has no (better) code for it: the slow agent may move it to
@@ -525,6 +558,10 @@ class FastAgent(Actor):
                 revision_of=critique.cause if critique else "",
             )
             self._save(f"code/{sub.name}-it{work.iteration}-v{version}.py", code)
+            if previous is not None:  # a revision: what it changed, for which cause
+                lesson = lesson_of(sub, critique, previous.get("params"), reply.get("params"))
+                if lesson is not None:
+                    self.lessons.setdefault(sub.name, []).append(lesson)
             stage = Stage(subtask=sub.subtask, code=code)
             left = work.revisions - i
             critique = await self._measure(work, version, left, stage, loop, code=code)

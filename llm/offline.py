@@ -95,7 +95,13 @@ class OfflineBackend:
 
     name = "offline"
 
-    def __init__(self, first: str = "full", accept: str = "not_below", revise: str = "top") -> None:
+    def __init__(
+        self,
+        first: str = "full",
+        accept: str = "not_below",
+        revise: str = "top",
+        lessons: bool = False,
+    ) -> None:
         self.first = first
         """``full``: a step's first code is the library's complete template; ``simplest``:
         the bare one, every fix left to revisions."""
@@ -106,6 +112,10 @@ class OfflineBackend:
         self.revise = revise
         """``top``: a code revision answers the critique's commonest failure cause;
         ``every``: each cause it counts, in one revision (``[agents] offline_revise``)."""
+        self.lessons = lessons
+        """A simplest first version also takes the settings that this run's earlier
+        revisions of other steps turned on (the request's ``lessons``; ``[agents]
+        offline_lessons``)."""
 
     async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
         started = time.monotonic()
@@ -221,6 +231,8 @@ class OfflineBackend:
         if not previous:
             if self.first == "simplest":
                 params, note = revisions.first_params(step), "the library's simplest template"
+                if self.lessons:
+                    params, note = learned_params(params, note, req.get("lessons") or [])
             else:  # the planner's needs keep the vitals up: no survival code of its own
                 params = revisions.best_params(step, survive=False)
                 note = "the library's complete template for the step"
@@ -338,6 +350,31 @@ def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, st
         if _towards(params, revised[0], best):
             return revised[0], f"nothing more answers {cause}; {revised[1]}"
     return None
+
+
+LESSON_FIELDS = ("secure", "dig", "fight", "arm", "guarded", "attempts", "explore")
+"""The settings a revision of one step may pass on to a later step's first version:
+what a step needs whatever the step is (a step's own patience is not among them)."""
+
+
+def learned_params(params: Any, note: str, lessons: list[dict[str, Any]]) -> tuple[Any, str]:
+    """``params`` with each setting an earlier revision turned on or raised (``lessons``:
+    ``{"subaction", "cause", "changed": {field: value}}``, oldest first), and the note
+    naming where each was learned."""
+    taught: dict[str, tuple[Any, str]] = {}
+    for lesson in lessons:
+        for name, value in (lesson.get("changed") or {}).items():
+            if name not in LESSON_FIELDS or isinstance(value, str):
+                continue
+            if value > getattr(params, name) and (name not in taught or value > taught[name][0]):
+                where = f"{lesson.get('cause', '')} on {lesson.get('subaction', '')}"
+                taught[name] = (value, where)
+    if not taught:
+        return params, note
+    changes = {name: value for name, (value, _) in taught.items()}
+    learned = "; ".join(f"{name} (after {where})" for name, (_, where) in taught.items())
+    note = f"{note}, with what this run's critiques taught: {learned}"
+    return dataclasses.replace(params, **changes), note
 
 
 def revise_others(

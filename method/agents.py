@@ -65,6 +65,7 @@ def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> B
         first=settings.offline_first,
         accept=settings.offline_accept,
         revise=settings.offline_revise,
+        lessons=settings.offline_lessons,
     )
 
 

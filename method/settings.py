@@ -124,6 +124,12 @@ class AgentSettings:
     in the critique) or ``every`` (each cause the critique counts, commonest first, in one
     revision: a version whose worlds died in some and gave up in others gets both
     fixes at once, as a model shown the whole table would write them)."""
+    offline_lessons: bool = False
+    """offline: a later step's first code starts from the simplest template plus what
+    this run's critiques taught the fast agent on the steps written before it (the
+    settings their revisions turned on: securing, tunnelling, fighting, retries, …),
+    as a model with the run's critiques in its context would write it. Only with
+    ``offline_first = "simplest"`` (the full template has them all)."""
     n_threads: int = field(
         default=0,
         metadata=check(min=0, max=1024, expected="threads ≥ 0 (0: every core)"),

@@ -401,12 +401,55 @@ def test_offline_code_revision_answers_every_cause_the_critique_counts(revise: s
     assert revise_others(step, revisions.first_params(step), None, only) is None
 
 
+@pytest.mark.parametrize("lessons", [False, True])
+def test_a_later_first_version_takes_what_earlier_revisions_taught(lessons: bool) -> None:
+    # collect_iron's revision for deaths turned fighting and swords on; with
+    # offline_lessons, the first version of a step built on it (make_iron_pickaxe) starts
+    # with them, its note naming where they were learned; without, from the bare template.
+    from actors.critic import critique_from
+    from actors.fast import code_request, lesson_of
+    from knowledge import revisions
+
+    iron = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
+    causes = ["episode_done"] * 5 + ["success"] * 3
+    episodes = [
+        _episode(s, c == "success", [StageRun("collect_iron", c == "success", 50, c)], c)
+        for s, c in enumerate(causes)
+    ]
+    result = RolloutResult(iron.subtask, episodes, 3 / 8, 400, "env-0")
+    backend = OfflineBackend(first="simplest", lessons=lessons)
+    first = trio.run(backend.call, "fast", "code", code_request(iron, 1, None, None)).data
+    review = Review(iron, 1, "code", result, revisions_left=1, code=first["code"])
+    stats = statistics(review)
+    critique = critique_from(review, stats, trio.run(backend.call, "critic", "review", stats).data)
+    previous = {"code": first["code"], "note": first["note"], "params": first["params"]}
+    second = trio.run(backend.call, "fast", "code", code_request(iron, 2, previous, critique))
+    lesson = lesson_of(iron, critique, first["params"], second.data["params"])
+    assert lesson is not None and lesson["cause"] == "episode_done"
+    assert lesson["changed"]["fight"] is True and lesson["changed"]["arm"] is True
+    assert lesson_of(iron, critique, first["params"], first["params"]) is None
+    pickaxe = SubAction(
+        "make_iron_pickaxe", Subtask("make_iron_pickaxe", goal={"iron_pickaxe": 1}), target=0.9
+    )
+    request = code_request(pickaxe, 1, None, None, [lesson])
+    assert request["lessons"] == [lesson]
+    assert "lessons" not in code_request(pickaxe, 1, None, None, [])
+    later = trio.run(backend.call, "fast", "code", request).data
+    params = revisions.Params(**later["params"])
+    bare = revisions.first_params(None)
+    assert (params.fight, params.arm) == (lessons, lessons)
+    assert params.patience == bare.patience  # a step's own patience is not passed on
+    assert ("fight (after episode_done on collect_iron)" in later["note"]) is lessons
+
+
 def test_the_offline_revise_rule_comes_from_the_config(tmp_path: Path) -> None:
     from method.agents import make_backend
     from method.settings import AgentSettings
 
     assert make_backend(AgentSettings(offline_revise="every")).revise == "every"
     assert make_backend(AgentSettings()).revise == "top"
+    assert make_backend(AgentSettings(offline_lessons=True)).lessons is True
+    assert make_backend(AgentSettings()).lessons is False
     assert "agents.offline_revise: expected top" in _config_error(
         tmp_path, "[agents]\noffline_revise = 'all'\n" + ENVS
     )
