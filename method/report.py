@@ -84,9 +84,19 @@ OFFLINE_FIRST_LINES = {
 """What the report's first line says of the offline backend's first versions."""
 
 
-def _offline_line(first: str) -> str:
-    """The backend line's words for the offline backend starting from ``first``."""
+OFFLINE_LESSONS_LINE = (
+    "; a later step's first version also takes the settings the revisions of the steps "
+    "it builds on turned on (`[agents] offline_lessons`), the same rules applied sooner"
+)
+"""What the first line adds when a simplest start passes on what revisions taught."""
+
+
+def _offline_line(first: str, lessons: bool = False) -> str:
+    """The backend line's words for the offline backend starting from ``first`` (with
+    ``lessons``: later first versions take earlier revisions' settings)."""
     how = OFFLINE_FIRST_LINES.get(first, f"first versions: {first}")
+    if lessons and first == "simplest":
+        how += OFFLINE_LESSONS_LINE
     return f" (knowledge-based offline stand-in, not a language model; {how})"
 
 
@@ -127,7 +137,7 @@ def write_report(
         "",
         f"- Backend: **{summary['backend']}**"
         + (
-            _offline_line(settings.agents.offline_first)
+            _offline_line(settings.agents.offline_first, settings.agents.offline_lessons)
             if summary["backend"] == "offline"
             else f" (model {settings.agents.model})"
         ),

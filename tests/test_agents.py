@@ -535,3 +535,8 @@ def test_the_report_says_where_the_offline_backend_starts():
     assert "not a language model" in full and "not a language model" in simplest
     assert 'offline_first = "full"' in full and "not discovered" in full
     assert 'offline_first = "simplest"' in simplest and "not a model's discovery" in simplest
+    # Lessons passed on are named as the same rules applied sooner (only where they act).
+    taught = _offline_line("simplest", lessons=True)
+    assert taught.startswith(simplest[:-1]) and "offline_lessons" in taught
+    assert "the same rules applied sooner" in taught and "offline_lessons" not in simplest
+    assert _offline_line("full", lessons=True) == full
