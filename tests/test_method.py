@@ -320,3 +320,66 @@ def test_openai_backend_drives_a_run_over_http_and_survives_bad_replies(tmp_path
         # Every chat request the server saw is an attempt (a try, retry or repair) of a
         # recorded call: none was lost and none made outside the journal.
         assert fake.count == sum(c["attempts"] for c in calls)
+
+
+LESSONS = """
+[run]
+name = "lessons"
+seed = 0
+
+[agents]
+offline_first = "simplest"
+offline_accept = "at_target"
+offline_lessons = true
+
+[task]
+task = "make a stone pickaxe"
+target = "stone_pickaxe"
+success_target = 0.5
+iterations = 1
+revisions = 1
+code_episodes = 8
+eval_episodes = 4
+episode_steps = 1500
+env_steps = 20000
+
+[runtime]
+heartbeat_interval = 0.5
+heartbeat_timeout = 10.0
+
+[actors.environment]
+count = 2
+
+[actors.learner]
+count = 1
+"""
+
+
+def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path) -> None:
+    # A real run from the simplest templates with offline_lessons: a revision of an early
+    # step turns settings on, and the first version of each step built on it is written
+    # with them (the fast agent passes the lessons of the steps in WorkOn.before), its
+    # note naming the cause and the step, its code carrying the settings.
+    config = tmp_path / "lessons.toml"
+    config.write_text(LESSONS)
+    proc = _start(tmp_path, "--config", str(config), "--quiet")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    written = _named(_events(run_dir), "code_written")
+    revised = [e for e in written if e["version"] > 1]
+    assert revised, [e["note"] for e in written]
+    first = revised[0]
+    order = [e["subaction"] for e in written if e["version"] == 1]
+    later = order[order.index(first["subaction"]) + 1 :]
+    assert later
+    taught = f"after {first['revision_of']} on {first['subaction']}"
+    for e in written:
+        if e["subaction"] in later and e["version"] == 1:
+            assert "with what this run's critiques taught" in e["note"] and taught in e["note"]
+    code = (run_dir / "code" / f"{later[0]}-it1-v1.py").read_text()
+    assert "DIG = True" in code and "PATIENCE = 100" in code  # taught; its own patience bare
+    backend = next(
+        line for line in (run_dir / "report.md").read_text().splitlines() if "Backend" in line
+    )
+    assert "offline_lessons" in backend
