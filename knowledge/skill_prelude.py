@@ -76,8 +76,10 @@ NIGHT_BELOW = 0.45
 # int(3.5 − 3·light) zombies per grassland chunk, so above ~0.83 it spawns none and
 # removes those left; leaving at 0.6 walked into the night's zombies.
 DAWN = 0.85
-# At night only a vital below this takes the player out for water or a cow.
-CRITICAL = 2
+# At night only a vital below this takes the player out for water or a cow (3: at 2,
+# not 1 — a paired +1.5 % and +3.3 % [+0.1, +6.5] diamonds on two sets of 1,000
+# development worlds, BENCHMARKS.md, session 21).
+CRITICAL = 3
 # Health at or below which a trip for drink or food that is not critical gives way to
 # the retreat (zombies hit for 2: two hits from death).
 WEAK = 4
