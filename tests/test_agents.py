@@ -19,7 +19,7 @@ from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 from envs.setup_code import compose_setup
 from envs.skills import Skills
 from llm.offline import OfflineBackend
-from messages.plan import Review, SubAction
+from messages.plan import Critique, Review, SubAction
 from messages.rollout import EpisodeReport, Glimpse, RolloutResult, Segment, StageRun
 from messages.task import Stage, Subtask
 from method.journal import CallResult, Journal
@@ -363,28 +363,39 @@ def test_offline_code_revision_answers_the_whole_cause_at_once() -> None:
     assert (params.dig, params.patience, params.chunk) == (True, best.patience, best.chunk)
 
 
+def _critiqued_first_version(
+    backend: OfflineBackend, sub: SubAction, causes: list[str]
+) -> tuple[dict, Critique]:
+    """The backend's first code for ``sub``, its 8 worlds ended with ``causes``, and the
+    critique the backend's critic gives it (through the critic actor's own statistics)."""
+    from actors.critic import critique_from
+    from actors.fast import code_request
+
+    episodes = [
+        _episode(s, c == "success", [StageRun(sub.name, c == "success", 50, c)], c)
+        for s, c in enumerate(causes)
+    ]
+    rate = causes.count("success") / len(causes)
+    result = RolloutResult(sub.subtask, episodes, rate, 400, "env-0")
+    first = trio.run(backend.call, "fast", "code", code_request(sub, 1, None, None)).data
+    review = Review(sub, 1, "code", result, revisions_left=1, code=first["code"])
+    stats = statistics(review)
+    reply = trio.run(backend.call, "critic", "review", stats).data
+    return first, critique_from(review, stats, reply)
+
+
 @pytest.mark.parametrize("revise", ["top", "every"])
 def test_offline_code_revision_answers_every_cause_the_critique_counts(revise: str) -> None:
     # 3 of 8 worlds died in the stage and 2 gave up: ``top`` answers the deaths only,
     # ``every`` both, in one revision; the critique carries every cause to the fast agent.
-    from actors.critic import critique_from
     from actors.fast import code_request
     from knowledge import recipes, revisions
     from llm.offline import revise_others
 
     sub = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
     causes = ["episode_done"] * 3 + ["policy_finished"] * 2 + ["success"] * 3
-    episodes = [
-        _episode(s, c == "success", [StageRun("collect_iron", c == "success", 50, c)], c)
-        for s, c in enumerate(causes)
-    ]
-    result = RolloutResult(sub.subtask, episodes, 3 / 8, 400, "env-0")
     backend = OfflineBackend(first="simplest", revise=revise)
-    first = trio.run(backend.call, "fast", "code", code_request(sub, 1, None, None)).data
-    review = Review(sub, 1, "code", result, revisions_left=1, code=first["code"])
-    stats = statistics(review)
-    reply = trio.run(backend.call, "critic", "review", stats).data
-    critique = critique_from(review, stats, reply)
+    first, critique = _critiqued_first_version(backend, sub, causes)
     assert (critique.verdict, critique.cause) == ("revise", "episode_done")
     assert critique.causes == {"episode_done": 3, "policy_finished": 2}
     previous = {"code": first["code"], "note": first["note"], "params": first["params"]}
@@ -406,22 +417,14 @@ def test_a_later_first_version_takes_what_earlier_revisions_taught(lessons: bool
     # collect_iron's revision for deaths turned fighting and swords on; with
     # offline_lessons, the first version of a step built on it (make_iron_pickaxe) starts
     # with them, its note naming where they were learned; without, from the bare template.
-    from actors.critic import critique_from
     from actors.fast import code_request, lesson_of
     from knowledge import revisions
 
     iron = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
-    causes = ["episode_done"] * 5 + ["success"] * 3
-    episodes = [
-        _episode(s, c == "success", [StageRun("collect_iron", c == "success", 50, c)], c)
-        for s, c in enumerate(causes)
-    ]
-    result = RolloutResult(iron.subtask, episodes, 3 / 8, 400, "env-0")
     backend = OfflineBackend(first="simplest", lessons=lessons)
-    first = trio.run(backend.call, "fast", "code", code_request(iron, 1, None, None)).data
-    review = Review(iron, 1, "code", result, revisions_left=1, code=first["code"])
-    stats = statistics(review)
-    critique = critique_from(review, stats, trio.run(backend.call, "critic", "review", stats).data)
+    first, critique = _critiqued_first_version(
+        backend, iron, ["episode_done"] * 5 + ["success"] * 3
+    )
     previous = {"code": first["code"], "note": first["note"], "params": first["params"]}
     second = trio.run(backend.call, "fast", "code", code_request(iron, 2, previous, critique))
     lesson = lesson_of(iron, critique, first["params"], second.data["params"])
