@@ -240,6 +240,25 @@ class SlowAgent(Actor):
                 before = [self._chosen(versions(d)).stage for d in ancestors]
                 setup = [self._coded(versions(d)) for d in ancestors]
                 if sub.name in todo:
+                    prior = outcomes.get(sub.name, [])
+                    if sub.mode == "rl" and settings.learn_over_code and not prior:
+                        # RL first, over the step's own first code: written and measured
+                        # once (no revisions), then the code PPO learns over and the
+                        # version each learned one is measured against.
+                        log.info("code_before_learning", subaction=sub.name)
+                        first = WorkOn(
+                            subaction=dataclasses.replace(sub, mode="code"),
+                            before=before,
+                            needs=needs,
+                            iteration=iteration,
+                            seeds=list(task.code_seeds),
+                            revisions=0,
+                            train_steps=settings.train_steps,
+                            setup=[st for st in setup if st is not None],
+                        )
+                        coded: SubActionOutcome = await self.ask("@fast", first)
+                        outcomes.setdefault(sub.name, []).append(coded)
+                        spent.add(coded)
                     # The version the run stands on (of either mode): this loop's versions
                     # are measured against it on enough worlds to decide. Paired only on
                     # the worlds both loops drew, a redo's version at 0.67 lost to a kept

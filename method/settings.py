@@ -200,6 +200,14 @@ class TaskSettings:
     """Sub-actions to learn with RL from the first plan (e.g. ``["collect_wood"]``),
     whatever their code would do; the others start as code. Each must be a step of the
     target's plan (checked)."""
+    learn_over_code: bool = False
+    """A sub-action that is to be learned with no coded version yet (one in ``learn``, or
+    one a model's plan puts on RL from the start) is first written as code once: its
+    first version, measured, no revisions. PPO then learns over that code (the stage's
+    own option) beside the option menu, and each learned version is measured against it
+    on the same worlds, the comparison growing up to ``decide_episodes``. The final
+    policy keeps the code unless a learned version is measurably better. Off (the
+    default): such a sub-action learns over the menu alone."""
     train_share: float = field(default=1.0, metadata=RATE)
     """About the most of ``env_steps`` PPO training may take in all (its setup and
     held-out checks included): each learning sub-action's share is cut from what is left

@@ -383,3 +383,69 @@ def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path
         line for line in (run_dir / "report.md").read_text().splitlines() if "Backend" in line
     )
     assert "offline_lessons" in backend
+
+
+OVER_CODE = """
+[run]
+name = "over-code"
+seed = 0
+
+[task]
+task = "make a wood pickaxe"
+target = "wood_pickaxe"
+success_target = 0.5
+iterations = 1
+revisions = 0
+code_episodes = 4
+decide_episodes = 8
+eval_episodes = 4
+train_steps = 256
+train_envs = 2
+episode_steps = 1500
+env_steps = 40000
+learn = ["place_table"]
+learn_over_code = true
+
+[runtime]
+heartbeat_interval = 0.5
+heartbeat_timeout = 10.0
+
+[training]
+env_workers = "off"
+
+[actors.environment]
+count = 2
+
+[actors.learner]
+count = 1
+"""
+
+
+def test_a_step_learned_from_the_start_learns_over_its_own_first_code(tmp_path: Path) -> None:
+    # learn_over_code: a step on RL from the first plan is first written as code once, and
+    # PPO learns over that code (the stage_code option) beside the menu; the learned
+    # version is measured against it on the same worlds and the report pairs the two.
+    config = tmp_path / "over.toml"
+    config.write_text(OVER_CODE)
+    proc = _start(tmp_path, "--config", str(config), "--quiet")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = _events(run_dir)
+    mine = [
+        e
+        for e in events
+        if e.get("subaction") == "place_table" or "place_table" in str(e.get("job", ""))
+    ]
+    names = [e["event"] for e in mine]
+    assert "code_before_learning" in names
+    written = [e for e in mine if e["event"] == "code_written"]
+    assert [e["version"] for e in written] == [1]  # its first code, no revisions
+    assert names.index("code_written") < names.index("training_requested")
+    (config_written,) = [e for e in mine if e["event"] == "rl_config_written"]
+    assert config_written["options"][0] == "stage_code"
+    compared = [e for e in mine if e["event"] == "incumbent_compared"]
+    assert compared and all(e["incumbent"] == "code" for e in compared)
+    text = (run_dir / "report.md").read_text()
+    table = text.split("## Coded against learned", 1)[1].split("\n## ", 1)[0]
+    assert "| place_table |" in table and " pairs " in table
