@@ -391,16 +391,16 @@ name = "over-code"
 seed = 0
 
 [task]
-task = "make a wood pickaxe"
-target = "wood_pickaxe"
+task = "place a table"
+target = "place_table"
 success_target = 0.5
 iterations = 1
 revisions = 0
 code_episodes = 4
 decide_episodes = 8
 eval_episodes = 4
-train_steps = 256
-train_envs = 2
+train_steps = 64
+train_envs = 1
 episode_steps = 1500
 env_steps = 40000
 learn = ["place_table"]
@@ -412,6 +412,9 @@ heartbeat_timeout = 10.0
 
 [training]
 env_workers = "off"
+
+[training.ppo]
+n_steps = 64
 
 [actors.environment]
 count = 2
