@@ -37,14 +37,20 @@ def _rate(value: float) -> str:
     return "–" if value < 0 else f"{value:.2f}"
 
 
+def _versioned(o: SubActionOutcome) -> bool:
+    """Whether the outcome has a version (code or a policy): an inner loop whose every
+    training job failed reports an empty stage, which is no learned version at 0."""
+    return bool(o.stage.code or o.stage.policy_path)
+
+
 def _best(outs: list[SubActionOutcome], mode: str) -> float:
-    rates = [o.success_rate for o in outs if o.mode == mode]
+    rates = [o.success_rate for o in outs if o.mode == mode and _versioned(o)]
     return max(rates) if rates else -1.0
 
 
 def _best_outcome(outs: list[SubActionOutcome], mode: str) -> SubActionOutcome | None:
     """The version of ``mode`` with the best success rate (the first of equals)."""
-    of_mode = [o for o in outs if o.mode == mode]
+    of_mode = [o for o in outs if o.mode == mode and _versioned(o)]
     return max(of_mode, key=lambda o: o.success_rate) if of_mode else None
 
 
@@ -229,6 +235,17 @@ def write_report(
             )
     else:
         lines.append("No sub-action was both coded and learned in this run.")
+    unlearned = [
+        name
+        for name, outs in by_name.items()
+        if any(o.mode == "rl" for o in outs) and _best_outcome(outs, "rl") is None
+    ]
+    if unlearned:
+        lines += [
+            "",
+            "Worked on in RL without a learned version (every training job failed: "
+            "`training_failed` in `events.jsonl`): " + ", ".join(unlearned) + ".",
+        ]
     lines += ["", "## Plan history", ""]
     for plan in report.plans:
         lines.append(f"### Plan v{plan.version}" + (f": {plan.reason}" if plan.reason else ""))

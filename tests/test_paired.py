@@ -488,6 +488,34 @@ def test_the_reports_coded_against_learned_cell_is_paired_by_seed():
     assert _paired_cell(coded, tie)[1] == "not measurably different"
 
 
+def test_a_sub_action_whose_training_failed_has_no_learned_version_in_the_report(tmp_path):
+    """An RL inner loop whose every training job failed reports an empty stage: report.md
+    lists no learned version at 0 for it (nor a comparison), and says training failed."""
+    from helpers import ROOT
+
+    from messages.plan import RunTask, TaskReport
+    from method.report import write_report
+    from method.settings import load
+
+    coded = outcome("code", [1] * 8 + [0] * 12)
+    coded.seeds.extend(range(100, 120))
+    failed = outcome("rl", [], code="")
+    settings = load(str(ROOT / "rlgpt" / "configs" / "diamond.toml"))
+    task = RunTask("t", "diamond", 0.3, 1, 10_000, eval_seeds=[2_000_000], code_seeds=[])
+    stage = coded.stage
+    report = TaskReport([], [coded, failed], 0.0, 1, [], "iterations", stages=[stage])
+    summary = {
+        "backend": "offline", "model_calls": 0, "model_calls_replayed": 0, "tokens_in": 0,
+        "tokens_out": 0, "wall_s": 1.0, "wall_limit_reached": False, "env_steps": 10,
+        "env_steps_by_kind": {"code": 10}, "final_success_interval": [0.0, 0.8],
+    }  # fmt: skip
+    text = write_report(tmp_path, settings, task, report, summary, []).read_text()
+    assert f"| {NAME} | coded | 0.40 | 0.40 | – |" in text
+    table = text.split("## Coded against learned", 1)[1].split("\n## ", 1)[0]
+    assert "No sub-action was both coded and learned in this run." in table
+    assert "without a learned version (every training job failed" in table and NAME in table
+
+
 # ------------------------------------- a learned version against the code it would replace
 
 
