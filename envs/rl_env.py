@@ -285,8 +285,9 @@ class SubtaskEnv(gym.Env):
             :data:`RETRY_SEED_STRIDE`; a run's learner passes its seed table's).
         setup_redraws: with ``pool_only``, how many further pool worlds a reset draws
             when setup failed in a world and all its retries, once setup has made a start
-            in this env or, per ``start_states``, for the same setup in this process (a
-            setup that never worked still raises at once).
+            in this env or, per ``start_states``, for the same setup in this process, or
+            when the last try died without a fault of the code (a setup whose code
+            faulted and never worked still raises at once).
         world_pool: world seeds that seedless resets draw from (empty: a fresh world every
             episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
             pays world generation (~0.1 s) once per world instead of once per episode.
@@ -455,12 +456,17 @@ class SubtaskEnv(gym.Env):
             try:
                 self._start_retrying(base)
                 break
-            except SetupError:
-                # Every try of this world died. Once setup has made a start (in this env,
+            except SetupError as exc:
+                # Every try of this world failed. Once setup has made a start (in this env,
                 # or for this setup in the process's start cache), its code works and the
-                # deaths are the worlds' (a deep chain dies on the way in many): another
-                # world of the pool, not the whole job lost.
-                if not (self._pool_only and redraws < self._redraws and self._setup_worked()):
+                # failures are the worlds' (a deep chain dies on the way in many): another
+                # world of the pool, not the whole job lost. So too when the last try died
+                # without a fault of the code (``exc.failure`` None): a chain through a
+                # weak step reaches its stage in few worlds, and the first draw's tries all
+                # dying ended a job at 0 decisions (session 22's run of
+                # 20261128-diamond-learn-over-code.toml). A fault before any start raises.
+                works = self._setup_worked() or exc.failure is None
+                if not (self._pool_only and redraws < self._redraws and works):
                     raise
                 redraws += 1
                 base = self._draw_seed()

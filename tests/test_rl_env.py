@@ -300,6 +300,25 @@ def test_a_pool_world_whose_every_try_died_gives_way_to_another_once_setup_has_w
         env(10, StartStates()).reset(seed=0)  # a cache that never saw it work
 
 
+def test_a_first_pool_world_whose_setup_died_gives_way_to_another():
+    # The same two pool worlds; in 2008 (water in view) the setup stands still until the
+    # player dies of thirst: no fault of its code. The env's first draw is 2008, before
+    # setup ever made a start: it draws again instead of ending the job at 0 decisions.
+    still = "def run(skills):\n    while skills.sees('water'):\n        yield 'noop'\n"
+    still += "    yield 'noop'\n"
+
+    def env(redraws: int) -> SubtaskEnv:
+        return SubtaskEnv(
+            config_with(setup_code=still), world_pool=[2007, 2008], pool_only=True,
+            setup_redraws=redraws, setup_max_steps=5000,
+        )  # fmt: skip
+
+    _, info = env(10).reset(seed=0)
+    assert info["seed"] == 2007 and info["setup_failures"] >= 1
+    with pytest.raises(SetupError, match="the episode ended during setup"):
+        env(0).reset(seed=0)  # no redraws: the dead first world ends it
+
+
 def test_every_world_step_is_counted_setup_and_failed_setups_included():
     # Setup walks to wood (achievements on the way), fails in worlds with water in view
     # after a step: the failed attempts' steps and the setup's steps are world steps too.
