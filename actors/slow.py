@@ -240,22 +240,24 @@ class SlowAgent(Actor):
                 before = [self._chosen(versions(d)).stage for d in ancestors]
                 setup = [self._coded(versions(d)) for d in ancestors]
                 if sub.name in todo:
-                    prior = outcomes.get(sub.name, [])
-                    if sub.mode == "rl" and settings.learn_over_code and not prior:
+                    base = WorkOn(
+                        subaction=sub,
+                        before=before,
+                        needs=needs,
+                        iteration=iteration,
+                        seeds=list(task.code_seeds),
+                        revisions=settings.revisions,
+                        train_steps=settings.train_steps,
+                        hint=redo.get(sub.name, ""),
+                        setup=[st for st in setup if st is not None],
+                    )
+                    if sub.mode == "rl" and settings.learn_over_code and not outcomes.get(sub.name):
                         # RL first, over the step's own first code: written and measured
                         # once (no revisions), then the code PPO learns over and the
                         # version each learned one is measured against.
                         log.info("code_before_learning", subaction=sub.name)
-                        first = WorkOn(
-                            subaction=dataclasses.replace(sub, mode="code"),
-                            before=before,
-                            needs=needs,
-                            iteration=iteration,
-                            seeds=list(task.code_seeds),
-                            revisions=0,
-                            train_steps=settings.train_steps,
-                            setup=[st for st in setup if st is not None],
-                        )
+                        code = dataclasses.replace(sub, mode="code")
+                        first = dataclasses.replace(base, subaction=code, revisions=0)
                         coded: SubActionOutcome = await self.ask("@fast", first)
                         outcomes.setdefault(sub.name, []).append(coded)
                         spent.add(coded)
@@ -267,16 +269,8 @@ class SlowAgent(Actor):
                     kept = self._chosen(prior) if prior else None
                     if kept is not None and not _usable(kept):
                         kept = None
-                    work = WorkOn(
-                        subaction=sub,
-                        before=before,
-                        needs=needs,
-                        iteration=iteration,
-                        seeds=list(task.code_seeds),
-                        revisions=settings.revisions,
-                        train_steps=settings.train_steps,
-                        hint=redo.get(sub.name, ""),
-                        setup=[st for st in setup if st is not None],
+                    work = dataclasses.replace(
+                        base,
                         env_steps_cap=shares.take(sub.name),
                         incumbent=kept.stage if kept is not None else None,
                     )
