@@ -131,11 +131,11 @@ def coded_vs_learned(report: TaskReport, path: Path) -> Path:
     plt = _pyplot()
     from matplotlib.patches import Patch
 
+    from method.report import best_rates, failed_rl
+
     names = _plan_order(report)
-    best: dict[str, dict[str, float]] = {n: {} for n in names}
-    for o in report.outcomes:
-        got = best.setdefault(o.name, {})
-        got[o.mode] = max(got.get(o.mode, -1.0), o.success_rate)
+    best = {n: {} for n in names} | best_rates(report)
+    failed = failed_rl(report)
     used = {st.subtask.name: ("rl" if st.policy_path else "code") for st in report.stages}
     fig, ax = plt.subplots(figsize=(7.5, 1.3 + 0.55 * len(names)))
     height = 0.38
@@ -145,7 +145,8 @@ def coded_vs_learned(report: TaskReport, path: Path) -> Path:
             at = y + (0.5 - k) * height
             rate = best[name].get(mode)
             if rate is None:
-                ax.text(0.01, at, "not tried", va="center", fontsize=7, color="grey")
+                why = "training failed" if mode == "rl" and name in failed else "not tried"
+                ax.text(0.01, at, why, va="center", fontsize=7, color="grey")
                 continue
             chosen = used.get(name) == mode
             ax.barh(

@@ -48,6 +48,25 @@ def _best(outs: list[SubActionOutcome], mode: str) -> float:
     return max(rates) if rates else -1.0
 
 
+def best_rates(report: TaskReport) -> dict[str, dict[str, float]]:
+    """Sub-action → mode ("code", "rl") → its best version's success rate, for every
+    sub-action the outcomes name; a mode with no version (never tried, or every training
+    job failed) is absent: it is no version at 0. The report's table, its picture and
+    TensorBoard all read this."""
+    best: dict[str, dict[str, float]] = {}
+    for o in report.outcomes:
+        got = best.setdefault(o.name, {})
+        if _versioned(o):
+            got[o.mode] = max(got.get(o.mode, -1.0), o.success_rate)
+    return best
+
+
+def failed_rl(report: TaskReport) -> set[str]:
+    """Sub-actions worked on in RL whose every training job failed (no learned version)."""
+    tried = {o.name for o in report.outcomes if o.mode == "rl"}
+    return {n for n, rates in best_rates(report).items() if n in tried and "rl" not in rates}
+
+
 def _best_outcome(outs: list[SubActionOutcome], mode: str) -> SubActionOutcome | None:
     """The version of ``mode`` with the best success rate (the first of equals)."""
     of_mode = [o for o in outs if o.mode == mode and _versioned(o)]
@@ -235,11 +254,8 @@ def write_report(
             )
     else:
         lines.append("No sub-action was both coded and learned in this run.")
-    unlearned = [
-        name
-        for name, outs in by_name.items()
-        if any(o.mode == "rl" for o in outs) and _best_outcome(outs, "rl") is None
-    ]
+    failed = failed_rl(report)
+    unlearned = [name for name in by_name if name in failed]
     if unlearned:
         lines += [
             "",

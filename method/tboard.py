@@ -50,6 +50,8 @@ def write_run_events(run_dir: Path, report: TaskReport, summary: dict[str, Any])
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+    from method.report import best_rates
+
     folder = log_dir(run_dir) / RUN_LOGS
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("events.out.tfevents.*"):
@@ -71,12 +73,12 @@ def write_run_events(run_dir: Path, report: TaskReport, summary: dict[str, Any])
             if "env_steps" in iterations.get(i, {}):
                 values.append(scalar("env_steps/after_iteration", iterations[i]["env_steps"]))
             emit(i, values, wall)
-        for name, (coded, learned) in coded_and_learned(report).items():
-            values = []
-            if coded >= 0:
-                values.append(scalar(f"coded_vs_learned/{name}/coded", coded))
-            if learned >= 0:
-                values.append(scalar(f"coded_vs_learned/{name}/learned", learned))
+        for name, rates in best_rates(report).items():
+            values = [
+                scalar(f"coded_vs_learned/{name}/{label}", rates[mode])
+                for mode, label in (("code", "coded"), ("rl", "learned"))
+                if mode in rates
+            ]
             emit(0, values)
         final = [
             scalar("final/success_rate", report.final_success),
@@ -104,16 +106,6 @@ def write_run_events(run_dir: Path, report: TaskReport, summary: dict[str, Any])
     finally:
         writer.close()
     return folder
-
-
-def coded_and_learned(report: TaskReport) -> dict[str, tuple[float, float]]:
-    """Sub-action → (best coded, best learned) success, −1 where it never ran that way."""
-    best: dict[str, list[float]] = {}
-    for o in report.outcomes:
-        rates = best.setdefault(o.name, [-1.0, -1.0])
-        slot = 0 if o.mode == "code" else 1
-        rates[slot] = max(rates[slot], o.success_rate)
-    return {name: (r[0], r[1]) for name, r in best.items()}
 
 
 def _iterations(run_dir: Path) -> dict[int, dict[str, float]]:

@@ -516,6 +516,30 @@ def test_a_sub_action_whose_training_failed_has_no_learned_version_in_the_report
     assert "without a learned version (every training job failed" in table and NAME in table
 
 
+def test_a_sub_action_whose_training_failed_has_no_learned_figure(tmp_path):
+    """The picture and TensorBoard read the same best versions as report.md: a step whose
+    every training job failed has no learned figure (before, both plotted it at 0)."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    from messages.plan import TaskReport
+    from method.plots import coded_vs_learned
+    from method.report import best_rates, failed_rl
+    from method.tboard import write_run_events
+
+    coded = outcome("code", [1] * 8 + [0] * 12)
+    report = TaskReport([], [coded, outcome("rl", [], code="")], 0.0, 1, [], "iterations")
+    assert best_rates(report) == {NAME: {"code": 0.4}}
+    assert failed_rl(report) == {NAME}
+    assert coded_vs_learned(report, tmp_path / "c.png").stat().st_size > 0
+    write_run_events(tmp_path, report, {})
+    events = EventMultiplexer()
+    events.AddRunsFromDirectory(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = set(events.Runs()["run"]["scalars"])
+    assert f"coded_vs_learned/{NAME}/coded" in scalars
+    assert f"coded_vs_learned/{NAME}/learned" not in scalars
+
+
 # ------------------------------------- a learned version against the code it would replace
 
 
