@@ -330,9 +330,12 @@ def test_a_job_sent_back_after_its_deadline_waits_for_its_first_attempt_to_end(
     from runtime.actor import RemoteFailure
 
     # A stopped attempt's thread lingers 1 s (test hook), as in a long evaluation: the
-    # job sent back always finds it still running, and, with its own 2 s, still trains
-    # after the wait. (Without it the thread usually stops at its next step before the
-    # job comes back, and nothing needs waiting for: the check below was a race.)
+    # job sent back always finds it still running. (Without it the thread usually stops
+    # at its next step before the job comes back, and nothing needs waiting for: the
+    # check below was a race.) Each attempt has 5 s: the first thread's wind-down took
+    # 2.1 s on a loaded machine, and with 2 s the second attempt's own deadline passed
+    # while it waited, so it never trained and the check below could not be made. The
+    # job (65,536 decisions) never ends inside 5 s.
     monkeypatch.setenv("RLGPT_TEST_HOOKS", "1")
     monkeypatch.setenv("RLGPT_TEST_LINGER_S", "1")
 
@@ -340,26 +343,28 @@ def test_a_job_sent_back_after_its_deadline_waits_for_its_first_attempt_to_end(
         tmp_path, {"learner": ActorSettings(count=1)}, max_job_tries=2, heartbeat_timeout=30
     )
     req = dataclasses.replace(
-        request("again", 4096, eval_episodes=8, ppo=TINY_PPO), progress_every_s=3600.0
+        request("again", 65_536, eval_episodes=8, ppo=TINY_PPO), progress_every_s=3600.0
     )
     seen: dict = {}
 
     async def driver(head: Head) -> dict:
         await head.wait_for("learner", 1)
         try:
-            await head.client.ask("@learner", req, deadline_s=2.0)
+            await head.client.ask("@learner", req, deadline_s=5.0)
         except RemoteFailure as exc:
             seen["failure"] = exc.failure.reason
-        # Let the last attempt's thread end, so its events are in the file.
-        with trio.fail_after(180):
-            while len(ended(head.run_dir)) < 2:
+        # Let every attempt's thread end, so its events are in the file.
+        with trio.fail_after(120):
+            while len(marked(head.run_dir, "training_worker_ended")) < len(
+                marked(head.run_dir, "training_started")
+            ):
                 await trio.sleep(0.5)
         return {}
 
-    def ended(run_dir: Path) -> list[dict]:
+    def marked(run_dir: Path, event: str) -> list[dict]:
         from helpers import read_events
 
-        return [e for e in read_events(run_dir) if e["event"] == "training_worker_ended"]
+        return [e for e in read_events(run_dir) if e["event"] == event]
 
     run = run_head_with(settings, driver)
     assert run.code == 0 and seen["failure"] == "deadline"
