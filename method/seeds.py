@@ -11,6 +11,7 @@ versions, which report. Ranges never overlap for any run seed in ``RUN_SEEDS``
 | play        | ``3,000,000 + seed·100,000 + [0, 100,000)`` | playing on to the env-step budget |
 | retry k     | training + ``k·RETRY_STRIDE``, k = 1…9      | a training reset whose setup died |
 | bench board | ``100,000,000 + seed·1,000,000 + [0, 1M)``  | a benchmark variant's own episodes|
+| confirm     | ``200,000,000 + seed·1,000,000 + [0, 1M)``  | a kept choice checked after a run |
 
 Choosing and reporting never share a world: versions are chosen on the *code* worlds
 (and a learner's *held-out* worlds), the final policy is reported on the *final* worlds,
@@ -64,6 +65,12 @@ BENCH_BASE = 100_000_000
 BENCH_STRIDE = 1_000_000
 """A benchmark variant's own episodes (code-only's scoreboard) for base seed ``s``:
 ``BENCH_BASE + s·BENCH_STRIDE + k``."""
+CONFIRM_BASE = 200_000_000
+CONFIRM_STRIDE = 1_000_000
+"""Worlds on which a finished run's kept choice (a learned version over its code) is
+checked again (``benchmarks/bench_confirm.py``) for run seed ``s``:
+``CONFIRM_BASE + s·CONFIRM_STRIDE + k``; the run never played them, so a choice made on
+the code worlds is reported on others."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +126,11 @@ def bench_seeds(seed: int) -> range:
     return _stride(BENCH_BASE, seed, BENCH_STRIDE)
 
 
+def confirm_seeds(seed: int) -> range:
+    """Worlds a finished run's kept choice is checked on again (never played by a run)."""
+    return _stride(CONFIRM_BASE, seed, CONFIRM_STRIDE)
+
+
 def training_pool(seed: int, worlds: int) -> range:
     """The worlds a training job of run seed ``seed`` resets into."""
     if not 0 <= worlds <= POOL_STRIDE:
@@ -139,6 +151,7 @@ def table(seed: int) -> list[SeedRange]:
             for k in range(1, SETUP_RETRIES + 1)
         ),
         SeedRange("bench board", bench_seeds(seed)),
+        SeedRange("confirm", confirm_seeds(seed)),
     ]
 
 

@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Benchmark: check a finished run's learned stages against their own code on worlds the
+run never played.
+
+    python benchmarks/bench_confirm.py RUN_DIR                 every learned stage that
+                                                               learned over its code,
+                                                               400 worlds, 2 processes
+    python benchmarks/bench_confirm.py RUN_DIR --stage make_iron_pickaxe --worlds 800
+
+A run keeps a learned version over its code when their paired comparison, on the run's
+*code* worlds, says the learned one is better (``method.paired.compare``); report.md
+shows that comparison. It is the comparison the choice was made on, among every version
+the run trained: a figure chosen and reported on the same worlds. This plays the run's
+final policy from its bundle (``RUN_DIR/policy/``, every file checked against its
+sha256) twice per world, on the run seed's *confirm* worlds (``method.seeds``: no run
+plays them): once as it is, once with the learned stage replaced by the code it learned
+over (its ``stage_code`` option: with ``[task] learn_over_code``, the step's first code,
+the version report.md compares it with). The stages before it are the same code in both,
+so both reach the stage on the same worlds in the same state; the stage's outcome there
+is paired world for world (the method's own bound, and the upper end the other way),
+and the whole task's success beside it.
+
+Not a test: it prints a table (``--json`` writes the per-world outcomes) and exits 0;
+2 if the run has no bundle or no stage to check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from method.bundle import Bundle, BundleError, load_bundle  # noqa: E402
+from method.paired import NOT_REACHED, compare, wilson_interval  # noqa: E402
+from method.seeds import confirm_seeds  # noqa: E402
+
+OPTION = "stage_code"
+"""The option a learned stage's own code is offered as (:mod:`knowledge.options`)."""
+
+
+def own_code(bundle: Bundle, name: str) -> str | None:
+    """The code learned stage ``name`` learned over (its ``stage_code`` option), or None."""
+    for stage in bundle.stages:
+        if stage.subtask.name == name and stage.policy_path and stage.config is not None:
+            for action in stage.config.coded_actions:
+                if action.name == OPTION:
+                    return action.code
+    return None
+
+
+def checkable(bundle: Bundle) -> list[str]:
+    """The bundle's learned stages that have their own code to be checked against."""
+    return [s.subtask.name for s in bundle.stages if own_code(bundle, s.subtask.name)]
+
+
+def with_code(bundle: Bundle, name: str) -> Bundle:
+    """``bundle`` with learned stage ``name`` played as the code it learned over."""
+    from messages.plan import Stage
+
+    code = own_code(bundle, name)
+    if code is None:
+        raise ValueError(f"{name}: not a learned stage with a {OPTION!r} option")
+    stages = [Stage(s.subtask, code=code) if s.subtask.name == name else s for s in bundle.stages]
+    return dataclasses.replace(bundle, stages=stages)
+
+
+def stage_outcome(episode: Any, name: str) -> int:
+    """1 if stage ``name`` ran and its test held in one of its runs, 0 if it ran and never
+    did, NOT_REACHED if the episode never got to it."""
+    runs = [r for r in episode.stages if r.name == name]
+    if not runs:
+        return NOT_REACHED
+    return int(any(r.success for r in runs))
+
+
+def play_worlds(run_dir: str, names: list[str], seeds: list[int]) -> list[dict[str, Any]]:
+    """In a worker process: every world of ``seeds`` played by the bundle as it is and by
+    each ``names`` stage's code variant. One record per world."""
+    import torch
+
+    from method.play import play
+
+    torch.set_num_threads(1)
+    bundle = load_bundle(run_dir)
+    variants = {"learned": bundle, **{name: with_code(bundle, name) for name in names}}
+    records = []
+    for seed in seeds:
+        record: dict[str, Any] = {"seed": seed}
+        for label, variant in variants.items():
+            ((episode, _),) = play(variant, [seed])
+            record[label] = {
+                "success": int(episode.success),
+                "steps": episode.steps,
+                "stages": {n: stage_outcome(episode, n) for n in names},
+            }
+        records.append(record)
+    return records
+
+
+def rate(successes: int, n: int) -> str:
+    if not n:
+        return "–"
+    low, high = wilson_interval(successes, n)
+    return f"{successes}/{n} = {successes / n:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def summary(records: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """Stage ``name``'s paired comparison (coded → learned) and the task's, on records."""
+    coded = [r[name]["stages"][name] for r in records]
+    learned = [r["learned"]["stages"][name] for r in records]
+    up, down = compare(coded, learned), compare(learned, coded)
+    pairs = [(a, b) for a, b in zip(coded, learned, strict=True) if min(a, b) >= 0]
+    task_coded = [r[name]["success"] for r in records]
+    task_learned = [r["learned"]["success"] for r in records]
+    task_up, task_down = compare(task_coded, task_learned), compare(task_learned, task_coded)
+    return {
+        "stage": name,
+        "worlds": len(records),
+        "pairs": up.worlds,
+        "coded": sum(a for a, _ in pairs),
+        "learned": sum(b for _, b in pairs),
+        "reached_by_one": sum((a < 0) != (b < 0) for a, b in zip(coded, learned, strict=True)),
+        "only_learned": up.challenger_only,
+        "only_coded": up.incumbent_only,
+        "difference": up.difference,
+        "lower": up.lower,
+        "upper": -down.lower if down.worlds else 0.0,
+        "task_coded": sum(task_coded),
+        "task_learned": sum(task_learned),
+        "task_difference": task_up.difference,
+        "task_lower": task_up.lower,
+        "task_upper": -task_down.lower if task_down.worlds else 0.0,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", help="a finished run's folder (its policy/ bundle is played)")
+    p.add_argument(
+        "--stage",
+        action="append",
+        default=[],
+        help="a learned stage to check (repeatable; default: every learned stage "
+        f"with a {OPTION!r} option)",
+    )
+    p.add_argument("--worlds", type=int, default=400, help="confirm worlds to play")
+    p.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        help="skip this many confirm worlds (a second check on other worlds)",
+    )
+    p.add_argument(
+        "--run-seed",
+        type=int,
+        default=None,
+        help="whose confirm worlds (default: the run's [run] seed, config.json)",
+    )
+    p.add_argument("--jobs", type=int, default=2, help="worker processes")
+    p.add_argument("--json", default="", help="write the rows and per-world outcomes here")
+    args = p.parse_args()
+    try:
+        bundle = load_bundle(args.run_dir)
+    except BundleError as exc:
+        print(f"bench_confirm: {exc}", file=sys.stderr)
+        return 2
+    names = args.stage or checkable(bundle)
+    missing = [n for n in names if own_code(bundle, n) is None]
+    if not names or missing:
+        print(
+            f"bench_confirm: {args.run_dir}: no learned stage with a {OPTION!r} option "
+            f"to check{' named ' + ', '.join(missing) if missing else ''} (learned: "
+            f"{[s.subtask.name for s in bundle.stages if s.policy_path] or 'none'})",
+            file=sys.stderr,
+        )
+        return 2
+    run_seed = args.run_seed
+    if run_seed is None:
+        config = Path(args.run_dir) / "config.json"
+        try:
+            run_seed = int(json.loads(config.read_text())["run"]["seed"])
+        except (OSError, ValueError, KeyError, TypeError):
+            print(
+                f"bench_confirm: no [run] seed readable in {config}; pass --run-seed",
+                file=sys.stderr,
+            )
+            return 2
+    worlds = confirm_seeds(run_seed)
+    if not 0 <= args.first < args.first + args.worlds <= len(worlds):
+        print(
+            f"bench_confirm: --first + --worlds must stay within {len(worlds):,} worlds",
+            file=sys.stderr,
+        )
+        return 2
+    seeds = list(worlds[args.first : args.first + args.worlds])
+    print(
+        f"run {bundle.manifest.get('run', '?')}: checking {', '.join(names)} on "
+        f"{len(seeds)} confirm worlds {seeds[0]:,}–{seeds[-1]:,}, {args.jobs} processes",
+        flush=True,
+    )
+    started = time.perf_counter()
+    chunks = [seeds[i :: args.jobs] for i in range(args.jobs) if seeds[i :: args.jobs]]
+    # Small pieces, so progress shows and both processes stay busy to the end.
+    pieces = [chunk[i : i + 10] for chunk in chunks for i in range(0, len(chunk), 10)]
+    records: list[dict[str, Any]] = []
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
+        futures = [pool.submit(play_worlds, args.run_dir, names, piece) for piece in pieces]
+        for future in concurrent.futures.as_completed(futures):
+            records.extend(future.result())
+            print(
+                f"  {len(records)}/{len(seeds)} worlds, {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    records.sort(key=lambda r: r["seed"])
+    wall = time.perf_counter() - started
+    steps = sum(v["steps"] for r in records for k, v in r.items() if k != "seed")
+    rows = [summary(records, name) for name in names]
+    for row in rows:
+        if row["reached_by_one"]:
+            print(
+                f"note: {row['stage']} was reached by one variant only on "
+                f"{row['reached_by_one']} worlds (left out of the pairs)"
+            )
+    print(
+        f"\n{len(seeds)} worlds, {steps:,} env steps (every episode of every variant), "
+        f"{wall:.0f} s\n"
+    )
+    print(
+        "| stage | pairs (reached) | its code | learned | only learned / only code | "
+        "learned − code [95 %] | task: code | task: learned | task: learned − code [95 %] |"
+    )
+    print("|---|---:|---|---|---:|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['stage']} | {row['pairs']} | {rate(row['coded'], row['pairs'])} | "
+            f"{rate(row['learned'], row['pairs'])} | {row['only_learned']} / "
+            f"{row['only_coded']} | {row['difference']:+.3f} [{row['lower']:+.3f}, "
+            f"{row['upper']:+.3f}] | {rate(row['task_coded'], row['worlds'])} | "
+            f"{rate(row['task_learned'], row['worlds'])} | {row['task_difference']:+.3f} "
+            f"[{row['task_lower']:+.3f}, {row['task_upper']:+.3f}] |"
+        )
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(
+            json.dumps(
+                {
+                    "run": bundle.manifest.get("run"),
+                    "run_dir": str(args.run_dir),
+                    "run_seed": run_seed,
+                    "seeds": [seeds[0], seeds[-1]],
+                    "env_steps": steps,
+                    "wall_s": round(wall, 1),
+                    "rows": rows,
+                    "records": records,
+                }
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
