@@ -62,11 +62,12 @@ def checkable(bundle: Bundle) -> list[str]:
     return [s.subtask.name for s in bundle.stages if own_code(bundle, s.subtask.name)]
 
 
-def with_code(bundle: Bundle, name: str) -> Bundle:
-    """``bundle`` with learned stage ``name`` played as the code it learned over."""
+def with_code(bundle: Bundle, name: str, code: str | None = None) -> Bundle:
+    """``bundle`` with learned stage ``name`` played as ``code`` (by default the code it
+    learned over)."""
     from messages.plan import Stage
 
-    code = own_code(bundle, name)
+    code = code or own_code(bundle, name)
     if code is None:
         raise ValueError(f"{name}: not a learned stage with a {OPTION!r} option")
     stages = [Stage(s.subtask, code=code) if s.subtask.name == name else s for s in bundle.stages]
@@ -82,16 +83,19 @@ def stage_outcome(episode: Any, name: str) -> int:
     return int(any(r.success for r in runs))
 
 
-def play_worlds(run_dir: str, names: list[str], seeds: list[int]) -> list[dict[str, Any]]:
+def play_worlds(
+    run_dir: str, names: list[str], seeds: list[int], code: str | None = None
+) -> list[dict[str, Any]]:
     """In a worker process: every world of ``seeds`` played by the bundle as it is and by
-    each ``names`` stage's code variant. One record per world."""
+    each ``names`` stage's code variant (``code``: the one stage's code to play instead
+    of its own). One record per world."""
     import torch
 
     from method.play import play
 
     torch.set_num_threads(1)
     bundle = load_bundle(run_dir)
-    variants = {"learned": bundle, **{name: with_code(bundle, name) for name in names}}
+    variants = {"learned": bundle, **{name: with_code(bundle, name, code) for name in names}}
     records = []
     for seed in seeds:
         record: dict[str, Any] = {"seed": seed}
@@ -152,6 +156,13 @@ def main() -> int:
         help="a learned stage to check (repeatable; default: every learned stage "
         f"with a {OPTION!r} option)",
     )
+    p.add_argument(
+        "--code",
+        default="",
+        metavar="FILE",
+        help="with one --stage: play this code file as the stage's coded variant instead "
+        f"of its {OPTION!r} option (e.g. a later revision from RUN_DIR/code/)",
+    )
     p.add_argument("--worlds", type=int, default=400, help="confirm worlds to play")
     p.add_argument(
         "--first",
@@ -174,12 +185,25 @@ def main() -> int:
         print(f"bench_confirm: {exc}", file=sys.stderr)
         return 2
     names = args.stage or checkable(bundle)
-    missing = [n for n in names if own_code(bundle, n) is None]
+    code = None
+    if args.code:
+        if len(args.stage) != 1:
+            print("bench_confirm: --code needs exactly one --stage", file=sys.stderr)
+            return 2
+        try:
+            code = Path(args.code).read_text()
+        except OSError as exc:
+            print(f"bench_confirm: --code {args.code}: {exc}", file=sys.stderr)
+            return 2
+    learned = [s.subtask.name for s in bundle.stages if s.policy_path]
+    missing = [n for n in names if n not in learned or (code is None and not own_code(bundle, n))]
     if not names or missing:
         print(
-            f"bench_confirm: {args.run_dir}: no learned stage with a {OPTION!r} option "
-            f"to check{' named ' + ', '.join(missing) if missing else ''} (learned: "
-            f"{[s.subtask.name for s in bundle.stages if s.policy_path] or 'none'})",
+            f"bench_confirm: {args.run_dir}: no learned stage with a {OPTION!r} option to "
+            f"check{' named ' + ', '.join(missing) if missing else ''} (learned: "
+            f"{', '.join(learned) or 'none'}). A stage learned over its code has one "
+            "([task] learn_over_code); for another learned stage, name it with --stage "
+            "and give the code to check it against with --code FILE",
             file=sys.stderr,
         )
         return 2
@@ -214,7 +238,7 @@ def main() -> int:
     records: list[dict[str, Any]] = []
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        futures = [pool.submit(play_worlds, args.run_dir, names, piece) for piece in pieces]
+        futures = [pool.submit(play_worlds, args.run_dir, names, piece, code) for piece in pieces]
         for future in concurrent.futures.as_completed(futures):
             records.extend(future.result())
             print(

@@ -340,3 +340,50 @@ def test_the_intervals_are_wilson_and_newcombe() -> None:
     # Wilson's interval never leaves [0, 1], even at 0 or n successes.
     assert wilson(0, 10)[0] == 0.0 and wilson(0, 10)[1] == pytest.approx(0.2775, abs=1e-4)
     assert wilson(10, 10)[1] == 1.0
+
+
+# ---------------------------------------------------------------------- bench_confirm.py
+
+
+def _confirm(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    script = str(ROOT / "benchmarks" / "bench_confirm.py")
+    return subprocess.run(
+        [sys.executable, script, *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_bench_confirm_plays_the_bundle_and_its_coded_variant_on_confirm_worlds(
+    learned_run: Path, tmp_path: Path
+) -> None:
+    """The learned variant is the bundle as `run.py play` plays it, world for world; the
+    coded variant reaches the stage on the same worlds (the stages before it are the same
+    code); the worlds are the run seed's confirm worlds, which no run plays."""
+    from knowledge import library, recipes
+    from method.play import play
+    from method.seeds import confirm_seeds
+
+    # place_table was learned from the first plan, with no code: bench_confirm says what to do.
+    refused = _confirm([str(learned_run), "--worlds", "2"], tmp_path)
+    assert refused.returncode == 2 and "--code FILE" in refused.stderr, refused.stderr
+    assert "learned: place_table" in refused.stderr
+
+    steps = recipes.chain("wood_pickaxe")
+    code = tmp_path / "place_table.py"
+    code.write_text(library.coded_stages(steps[:2])[1].code)
+    out = tmp_path / "confirm.json"
+    args = ["--stage", "place_table", "--code", str(code), "--worlds", "2", "--jobs", "1"]
+    done = _confirm([str(learned_run), *args, "--json", str(out)], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| place_table | " in done.stdout
+    got = json.loads(out.read_text())
+    seeds = list(confirm_seeds(0)[:2])
+    assert [r["seed"] for r in got["records"]] == seeds
+    (row,) = got["rows"]
+    assert row["reached_by_one"] == 0 and row["pairs"] >= 1
+    assert got["env_steps"] == sum(
+        r[k]["steps"] for r in got["records"] for k in ("learned", "place_table")
+    )
+    played = [episode for episode, _ in play(load_bundle(learned_run), seeds)]
+    assert [(r["learned"]["success"], r["learned"]["steps"]) for r in got["records"]] == [
+        (int(e.success), e.steps) for e in played
+    ]
