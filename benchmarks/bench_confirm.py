@@ -164,6 +164,7 @@ def main() -> int:
         f"of its {OPTION!r} option (e.g. a later revision from RUN_DIR/code/)",
     )
     p.add_argument("--worlds", type=int, default=400, help="confirm worlds to play")
+    p.add_argument("--quick", action="store_true", help="20 worlds (a look, not a figure)")
     p.add_argument(
         "--first",
         type=int,
@@ -179,6 +180,8 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2, help="worker processes")
     p.add_argument("--json", default="", help="write the rows and per-world outcomes here")
     args = p.parse_args()
+    if args.quick:
+        args.worlds = 20
     try:
         bundle = load_bundle(args.run_dir)
     except BundleError as exc:
