@@ -252,6 +252,20 @@ def write_report(
                 f"| {name} | {coded.success_rate:.2f} | {learned.success_rate:.2f} | {cell} "
                 f"| {better} |"
             )
+        tried = {
+            name: sum(o.mode == "rl" and _versioned(o) for o in by_name[name])
+            for name, _, _ in compared
+        }
+        lines += [
+            "",
+            "These figures come from the worlds the choice was made on: Learned is the best "
+            "of the sub-action's learned versions ("
+            + ", ".join(f"{name}: {n}" for name, n in tried.items())
+            + "), and a learned version enters the final policy only when its comparison "
+            "with the code says it is better. From a source checkout, `python "
+            f"benchmarks/bench_confirm.py {run_dir}` plays the final policy's learned stages "
+            "against the code they learned over on worlds no run plays.",
+        ]
     else:
         lines.append("No sub-action was both coded and learned in this run.")
     failed = failed_rl(report)

@@ -452,3 +452,6 @@ def test_a_step_learned_from_the_start_learns_over_its_own_first_code(tmp_path: 
     text = (run_dir / "report.md").read_text()
     table = text.split("## Coded against learned", 1)[1].split("\n## ", 1)[0]
     assert "| place_table |" in table and " pairs " in table
+    # The table says its worlds chose, and how to check the choice on others.
+    assert "worlds the choice was made on" in table and "place_table: " in table
+    assert "benchmarks/bench_confirm.py " in table and f"{run_dir.name}` plays" in table
