@@ -96,17 +96,15 @@ def play_worlds(
     torch.set_num_threads(1)
     bundle = load_bundle(run_dir)
     variants = {"learned": bundle, **{name: with_code(bundle, name, code) for name in names}}
-    records = []
-    for seed in seeds:
-        record: dict[str, Any] = {"seed": seed}
-        for label, variant in variants.items():
-            ((episode, _),) = play(variant, [seed])
+    records: list[dict[str, Any]] = [{"seed": seed} for seed in seeds]
+    for label, variant in variants.items():
+        # One play() per variant: it loads the stages (a learned one's policy) once.
+        for record, (episode, _) in zip(records, play(variant, seeds), strict=True):
             record[label] = {
                 "success": int(episode.success),
                 "steps": episode.steps,
                 "stages": {n: stage_outcome(episode, n) for n in names},
             }
-        records.append(record)
     return records
 
 

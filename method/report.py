@@ -43,11 +43,6 @@ def _versioned(o: SubActionOutcome) -> bool:
     return bool(o.stage.code or o.stage.policy_path)
 
 
-def _best(outs: list[SubActionOutcome], mode: str) -> float:
-    rates = [o.success_rate for o in outs if o.mode == mode and _versioned(o)]
-    return max(rates) if rates else -1.0
-
-
 def best_rates(report: TaskReport) -> dict[str, dict[str, float]]:
     """Sub-action → mode ("code", "rl") → its best version's success rate, for every
     sub-action the outcomes name; a mode with no version (never tried, or every training
@@ -207,6 +202,13 @@ def write_report(
     by_name: dict[str, list[SubActionOutcome]] = {}
     for o in report.outcomes:
         by_name.setdefault(o.name, []).append(o)
+    rates = best_rates(report)
+
+    def kinds(name: str) -> str:
+        """The Best coded and Best learned cells ("–" for a kind with no version)."""
+        got = rates.get(name, {})
+        return f"{_rate(got.get('code', -1.0))} | {_rate(got.get('rl', -1.0))} |"
+
     for stage in report.stages:
         name = stage.subtask.name
         outs = by_name.get(name, [])
@@ -215,10 +217,7 @@ def write_report(
         # was not chosen: method.compare).
         chosen = [o.success_rate for o in outs if o.stage == stage]
         best = chosen[-1] if chosen else max((o.success_rate for o in outs), default=0.0)
-        lines.append(
-            f"| {name} | {kind} | {best:.2f} | {_rate(_best(outs, 'code'))} | "
-            f"{_rate(_best(outs, 'rl'))} |"
-        )
+        lines.append(f"| {name} | {kind} | {best:.2f} | {kinds(name)}")
     for need in report.needs:
         kind = "learned (PPO)" if need.stage.policy_path else "coded"
         outs = by_name.get(need.stage.subtask.name, [])
@@ -226,7 +225,7 @@ def write_report(
         best = max((o.success_rate for o in outs), default=-1.0)
         lines.append(
             f"| need: {need.stage.subtask.name} ({need.stat} < {need.below:g}) | {kind} | "
-            f"{_rate(best)} | {_rate(_best(outs, 'code'))} | {_rate(_best(outs, 'rl'))} |"
+            f"{_rate(best)} | {kinds(need.stage.subtask.name)}"
         )
     compared = [
         (name, coded, learned)
