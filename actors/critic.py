@@ -23,8 +23,6 @@ from method.paired import below_target
 from runtime.actor import Actor, handles
 from runtime.events import log
 
-"""The verdicts a backend may give; any other reply reads as ``revise``."""
-
 ENDINGS = frozenset({EPISODE_DONE, STEP_BUDGET, TIMEOUT})
 """Episode causes that end whatever is under way: they are the failure of the sub-action
 that was running (or waiting its turn after a need), not of a need."""

@@ -38,6 +38,7 @@ NEEDS: tuple[str, ...] = get_args(NeedStat)
 CHANGES = ("to_rl", "to_code", "redo", "keep")
 OBSERVATIONS: tuple[str, ...] = get_args(ObservationPart)
 VERDICTS: tuple[str, ...] = get_args(Verdict)
+"""The verdicts a backend may give; the critic reads any other reply as ``revise``."""
 DEFAULT_TARGET = 0.9  # SubAction's default success rate
 # A sub-action's episode cap: Crafter episodes last 10,000 steps at most.
 MAX_STEPS_LIMIT = 10_000

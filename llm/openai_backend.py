@@ -111,9 +111,9 @@ LOCAL_CONCURRENT = 1
 REMOTE_CONCURRENT = 16
 """Remote default of ``max_concurrent``: the fast agent's default capacity."""
 REPLY_RESERVE = 1024
+"""Tokens assumed for the reply in the context check when ``max_tokens`` is not sent."""
 MIN_REPLY_TOKENS = 32
 """Fewest tokens worth asking a reply in: less holds no contract's JSON."""
-"""Tokens assumed for the reply in the context check when ``max_tokens`` is not sent."""
 # A server's words for "the prompt does not fit" (llama-cpp-python, llama.cpp, vLLM,
 # Ollama, OpenAI).
 _OVERFLOW = re.compile(

@@ -24,8 +24,6 @@ from typing import Any
 
 from method.paired import wilson_interval
 
-"""The standard normal's 97.5 % quantile: two-sided 95 % intervals."""
-
 
 class CompareError(Exception):
     """A folder that is not a finished run."""

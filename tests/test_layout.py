@@ -75,3 +75,47 @@ def test_the_head_process_never_imports_torch_or_stable_baselines3() -> None:
     )  # fmt: skip
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert not [m for m in loaded if m.split(".")[0] in ("torch", "stable_baselines3")], loaded
+
+
+def stray_docstrings(path: Path, root: Path = ROOT) -> list[str]:
+    """Module- and class-level strings that document nothing: an attribute's docstring
+    belongs right under its assignment, and one anywhere else (left behind when its
+    constant moved, or written above the wrong one) is read as documenting whatever is
+    next to it."""
+    found = []
+
+    def walk(body: list[ast.stmt]) -> None:
+        for before, node in zip(body, body[1:], strict=False):
+            if isinstance(node, ast.ClassDef):
+                walk(node.body)
+            if (
+                isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+                and not isinstance(before, (ast.Assign, ast.AnnAssign))
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+        if body and isinstance(body[0], ast.ClassDef):
+            walk(body[0].body)
+
+    walk(ast.parse(path.read_text(), str(path)).body)
+    return found
+
+
+def test_every_attribute_docstring_sits_under_its_assignment() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    stray = [hit for name in tracked for hit in stray_docstrings(ROOT / name)]
+    assert not stray, "strings that document nothing (move them under their constant):\n" + (
+        "\n".join(stray)
+    )
+
+
+def test_the_docstring_check_sees_a_stray_one(tmp_path: Path) -> None:
+    module = tmp_path / "probe.py"
+    module.write_text(
+        '"""Module."""\n\nimport os\n\n"""Stray."""\n\nA = 1\n"""A\'s."""\n'
+        'class C:\n    """C."""\n\n    x = 1\n    """x\'s."""\n    """Stray in C."""\n'
+    )
+    assert stray_docstrings(module, tmp_path) == ["probe.py:5", "probe.py:14"]

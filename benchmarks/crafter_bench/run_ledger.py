@@ -13,9 +13,9 @@ from method import ledger
 from .protocol import ACHIEVEMENTS, percent, summarize
 
 EPISODE_KINDS = ("code", "train", "final", "video", "play")
-"""(A training line's steps are split further into train, setup and held_out.)"""
 """Kinds of ledger lines (``method/ledger.py``); all count for the scoreboard, ``final``
-lines alone make the final-agent figure."""
+lines alone make the final-agent figure. (A training line's steps are split further into
+train, setup and held_out.)"""
 
 SUMMARY_KEYS = ("env_steps", "wall_s", "final_success", "target")
 """What a run's ``summary.json`` must hold for a variant result."""
