@@ -251,8 +251,10 @@ def write_report(
                 f"| {name} | {coded.success_rate:.2f} | {learned.success_rate:.2f} | {cell} "
                 f"| {better} |"
             )
+        # Learned versions measured: one critique each (an inner loop's outcome holds its
+        # best version only, and a loop may have measured several).
         tried = {
-            name: sum(o.mode == "rl" and _versioned(o) for o in by_name[name])
+            name: sum(c.mode == "rl" for o in by_name[name] for c in o.critiques)
             for name, _, _ in compared
         }
         lines += [

@@ -488,28 +488,33 @@ def test_the_reports_coded_against_learned_cell_is_paired_by_seed():
     assert _paired_cell(coded, tie)[1] == "not measurably different"
 
 
-def test_a_sub_action_whose_training_failed_has_no_learned_version_in_the_report(tmp_path):
-    """An RL inner loop whose every training job failed reports an empty stage: report.md
-    lists no learned version at 0 for it (nor a comparison), and says training failed."""
+def report_md(tmp_path, outcomes: list[SubActionOutcome], stage: Stage) -> str:
+    """report.md of a run with these outcomes and one final stage (diamond.toml's settings,
+    a bare summary)."""
     from helpers import ROOT
 
-    from messages.plan import RunTask, TaskReport
+    from messages.plan import TaskReport
     from method.report import write_report
     from method.settings import load
 
-    coded = outcome("code", [1] * 8 + [0] * 12)
-    coded.seeds.extend(range(100, 120))
-    failed = outcome("rl", [], code="")
     settings = load(str(ROOT / "rlgpt" / "configs" / "diamond.toml"))
     task = RunTask("t", "diamond", 0.3, 1, 10_000, eval_seeds=[2_000_000], code_seeds=[])
-    stage = coded.stage
-    report = TaskReport([], [coded, failed], 0.0, 1, [], "iterations", stages=[stage])
+    report = TaskReport([], outcomes, 0.0, 1, [], "iterations", stages=[stage])
     summary = {
         "backend": "offline", "model_calls": 0, "model_calls_replayed": 0, "tokens_in": 0,
         "tokens_out": 0, "wall_s": 1.0, "wall_limit_reached": False, "env_steps": 10,
         "env_steps_by_kind": {"code": 10}, "final_success_interval": [0.0, 0.8],
     }  # fmt: skip
-    text = write_report(tmp_path, settings, task, report, summary, []).read_text()
+    return write_report(tmp_path, settings, task, report, summary, []).read_text()
+
+
+def test_a_sub_action_whose_training_failed_has_no_learned_version_in_the_report(tmp_path):
+    """An RL inner loop whose every training job failed reports an empty stage: report.md
+    lists no learned version at 0 for it (nor a comparison), and says training failed."""
+    coded = outcome("code", [1] * 8 + [0] * 12)
+    coded.seeds.extend(range(100, 120))
+    failed = outcome("rl", [], code="")
+    text = report_md(tmp_path, [coded, failed], coded.stage)
     assert f"| {NAME} | coded | 0.40 | 0.40 | – |" in text
     table = text.split("## Coded against learned", 1)[1].split("\n## ", 1)[0]
     assert "No sub-action was both coded and learned in this run." in table
@@ -632,3 +637,24 @@ def test_a_bound_is_never_on_the_wrong_side_of_its_estimate():
     lost = compare([1, 1, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0])
     assert lost.difference == -0.375 and lost.lower == -0.375
     assert f"{lost.lower:+.2f}" == f"{lost.difference:+.2f}"
+
+
+def test_the_report_counts_every_learned_version_its_best_was_taken_from(tmp_path):
+    """report.md's coded-against-learned table says how many learned versions the best
+    was taken from: every version the RL loops measured (one critique each), not the
+    number of loops (session 24's runs said 1 for a loop that measured 4)."""
+    from messages.plan import Critique
+
+    coded = outcome("code", [1] * 8 + [0] * 12)
+    learned = outcome("rl", [1] * 10 + [0] * 10)
+    for o in (coded, learned):
+        o.seeds.extend(range(100, 120))
+    coded.critiques.append(Critique(NAME, 1, "code", 0.4, 0.9, 20, "switch"))
+    learned.critiques.extend(
+        Critique(NAME, v, "rl", rate, 0.9, 20, "revise")
+        for v, rate in ((1, 0.3), (2, 0.5), (3, 0.45))
+    )
+    text = report_md(tmp_path, [coded, learned], learned.stage)
+    table = text.split("## Coded against learned", 1)[1].split("\n## ", 1)[0]
+    assert f"| {NAME} | 0.40 | 0.50 |" in table
+    assert f"learned versions ({NAME}: 3)" in table
