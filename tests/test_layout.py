@@ -85,18 +85,17 @@ def stray_docstrings(path: Path, root: Path = ROOT) -> list[str]:
     found = []
 
     def walk(body: list[ast.stmt]) -> None:
-        for before, node in zip(body, body[1:], strict=False):
+        for i, node in enumerate(body):
             if isinstance(node, ast.ClassDef):
                 walk(node.body)
-            if (
-                isinstance(node, ast.Expr)
+            elif (
+                i > 0  # the first string of a body is its own docstring
+                and isinstance(node, ast.Expr)
                 and isinstance(node.value, ast.Constant)
                 and isinstance(node.value.value, str)
-                and not isinstance(before, (ast.Assign, ast.AnnAssign))
+                and not isinstance(body[i - 1], (ast.Assign, ast.AnnAssign))
             ):
                 found.append(f"{path.relative_to(root)}:{node.lineno}")
-        if body and isinstance(body[0], ast.ClassDef):
-            walk(body[0].body)
 
     walk(ast.parse(path.read_text(), str(path)).body)
     return found
