@@ -233,7 +233,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="run.py compare",
         description="Compare finished runs from their folders (summary.json): final success "
-        "with its 95 %% interval, Crafter score, achievement rates, env steps, wall time, "
+        "with its 95 % interval, Crafter score, achievement rates, env steps, wall time, "
         "tokens, and each run's difference from the first.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="two or more run folders")

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 from helpers import ROOT
@@ -100,6 +101,24 @@ def test_help_lists_every_command_and_each_command_has_its_own() -> None:
         [*RUN, "--config", "x", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert run.returncode == 0 and "--resume" in run.stdout and "--quiet" in run.stdout
+
+
+def test_no_help_text_shows_a_formatting_escape(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse formats %-placeholders in help strings but prints a description as it is
+    # written, so a "%%" there reached the user (compare's "95 %%"). Every command's help,
+    # and each keys/models action's, is read here as the user sees it.
+    from rlgpt import cli
+
+    helps = [[]] + [[c.name] for c in cli.COMMANDS]
+    helps += [["keys", a] for a in ("init", "add", "revoke", "list")]
+    helps += [["models", a] for a in ("list", "fetch")]
+    for argv in helps:
+        with pytest.raises(SystemExit) as stop:
+            cli.main([*argv, "--help"])
+        assert stop.value.code == 0, argv
+        text = capsys.readouterr().out
+        assert "usage:" in text, argv
+        assert "%%" not in text and "%(" not in text, (argv, text)
 
 
 # ------------------------------------------------------------- a pipe, --quiet
