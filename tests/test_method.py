@@ -20,9 +20,22 @@ from method import ledger
 
 RUN = [sys.executable, str(ROOT / "run.py")]
 
+# What every run here shares: quick heartbeats, two environment actors and a learner.
+ACTORS = """
+[runtime]
+heartbeat_interval = 0.5
+heartbeat_timeout = 10.0
+
+[actors.environment]
+count = 2
+
+[actors.learner]
+count = 1
+"""
+
 # A short task with everything in it: three steps from the recipe data, one learned
 # with PPO from the first plan, code versions critiqued, a final evaluation and video.
-SMALL = """
+SMALL = f"""
 [run]
 name = "small"
 seed = 0
@@ -42,21 +55,11 @@ learn = ["place_table"]
 env_steps = 8000
 play_to_budget = true
 
-[runtime]
-heartbeat_interval = 0.5
-heartbeat_timeout = 10.0
-
 # In the learner's own process, as before auto turned workers on from 2 envs: starting
 # them costs this small run seconds, and tests/test_env_workers.py covers them.
 [training]
 env_workers = "off"
-
-[actors.environment]
-count = 2
-
-[actors.learner]
-count = 1
-"""
+{ACTORS}"""
 
 
 def _events(run_dir: Path) -> list[dict]:
@@ -322,7 +325,7 @@ def test_openai_backend_drives_a_run_over_http_and_survives_bad_replies(tmp_path
         assert fake.count == sum(c["attempts"] for c in calls)
 
 
-LESSONS = """
+LESSONS = f"""
 [run]
 name = "lessons"
 seed = 0
@@ -342,17 +345,7 @@ code_episodes = 8
 eval_episodes = 4
 episode_steps = 1500
 env_steps = 20000
-
-[runtime]
-heartbeat_interval = 0.5
-heartbeat_timeout = 10.0
-
-[actors.environment]
-count = 2
-
-[actors.learner]
-count = 1
-"""
+{ACTORS}"""
 
 
 def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path) -> None:
@@ -385,7 +378,7 @@ def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path
     assert "offline_lessons" in backend
 
 
-OVER_CODE = """
+OVER_CODE = f"""
 [run]
 name = "over-code"
 seed = 0
@@ -406,22 +399,12 @@ env_steps = 40000
 learn = ["place_table"]
 learn_over_code = true
 
-[runtime]
-heartbeat_interval = 0.5
-heartbeat_timeout = 10.0
-
 [training]
 env_workers = "off"
 
 [training.ppo]
 n_steps = 64
-
-[actors.environment]
-count = 2
-
-[actors.learner]
-count = 1
-"""
+{ACTORS}"""
 
 
 def test_a_step_learned_from_the_start_learns_over_its_own_first_code(tmp_path: Path) -> None:
