@@ -67,6 +67,9 @@ def statistics(review: Review) -> dict[str, Any]:
     failed = [e for e in result.episodes if not e.success and e.reached(sub.name)]
     failed = failed or [e for e in result.episodes if not e.success]
     rate, got = result.stage_rate(sub.name)
+    if review.grown:  # the worlds its comparison grew into count as much as the first ones
+        rate = (rate * got + sum(review.grown)) / (got + len(review.grown))
+        got += len(review.grown)
     causes = collections.Counter(failure_of(e, sub.name)[0] for e in failed)
     stats: dict[str, Any] = {
         "subaction": {

@@ -117,6 +117,10 @@ class Review:
     """The code reviewed (coded versions), so a failure line can be quoted."""
     train: TrainResult | None = None
     """For a learned version: the training job's result."""
+    grown: list[int] = field(default_factory=list)
+    """Its outcomes (1 success, 0 failure) on the further worlds its paired comparison grew
+    into after ``result`` (:meth:`actors.fast.FastAgent._settle`), one per world that
+    reached the sub-action: the critic's success rate is over these and ``result``'s."""
 
 
 @message("plan.critique")

@@ -255,6 +255,22 @@ def test_offline_critic_accepts_a_stage_not_measurably_under_its_target(
     assert reply.data["verdict"] == verdict
 
 
+def test_critic_rates_a_version_on_its_first_and_its_grown_worlds_together() -> None:
+    # 4 of 4 on the loop's first worlds, 6 of the 12 its paired comparison grew into:
+    # 10 of 16 (0.625), measurably under 0.9, where the first four alone said 1.0.
+    sub = SubAction("collect_iron", Subtask("collect_iron", goal={"iron": 1}), target=0.9)
+    ok = StageRun("collect_iron", True, 50, "success")
+    result = RolloutResult(sub.subtask, [_episode(s, True, [ok]) for s in range(4)], 1, 200, "e")
+    alone = statistics(Review(sub, 1, "rl", result, revisions_left=1))
+    assert (alone["success_rate"], alone["reached"], alone["measurably_below"]) == (1.0, 4, False)
+    grown = [1, 0] * 6
+    stats = statistics(Review(sub, 1, "rl", result, revisions_left=1, grown=grown))
+    assert (stats["success_rate"], stats["reached"]) == (0.625, 16)
+    assert stats["measurably_below"] is True
+    assert trio.run(OfflineBackend().call, "critic", "review", alone).data["verdict"] == "accept"
+    assert trio.run(OfflineBackend().call, "critic", "review", stats).data["verdict"] != "accept"
+
+
 @pytest.mark.parametrize(
     ("accept", "mode", "cause", "left", "verdict"),
     [

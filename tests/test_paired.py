@@ -575,7 +575,10 @@ def measured_against(tmp_path, incumbent: str, version: Stage, sub: SubAction) -
     fast = EvaluatingFast(tmp_path, decide=16)
 
     async def critic(to: str, review: object) -> Critique:  # the critic's answer: a fake
+        fast.reviews.append(review)
         return Critique(NAME, review.version, review.mode, 0.0, 0.9, 4, "accept")
+
+    fast.reviews = []
 
     fast.agent.ask = critic
     loop = _InnerLoop()
@@ -629,6 +632,19 @@ def test_a_learned_version_no_better_than_the_code_is_not_played_again(tmp_path)
     fast, loop = measured_against(tmp_path, "v2", learned("v1"), sub)
     assert fast.played == [("v1", FOUR), ("v2", FOUR)]  # behind: nothing to grow
     assert outcome_of(sub, loop).incumbent_seeds == FOUR
+    assert fast.reviews[0].grown == []  # judged on its four worlds: there were no others
+
+
+def test_the_critic_reviews_a_version_on_every_world_its_comparison_grew_into(tmp_path):
+    """A learned v2 grown against the code from its 4 worlds to 16: the critic gets its
+    outcomes on the 12 further worlds too, not only on the loop's first 4 (session 25: a
+    learned make_stone_pickaxe accepted at 0.97 on its 37 first worlds, 0.85 on all 512)."""
+    sub = SubAction(NAME, Subtask(name=NAME), mode="rl")
+    fast, _ = measured_against(tmp_path, "v1", learned("v2"), sub)
+    (review,) = fast.reviews
+    further = range(500_004, 500_016)
+    assert sorted(review.grown) == sorted(int(PLAYS["v2"](s)) for s in further)
+    assert len(review.result.episodes) == len(FOUR)
 
 
 def test_a_bound_is_never_on_the_wrong_side_of_its_estimate():
