@@ -113,3 +113,17 @@ def wood_policy(path: Path) -> Path:
     finally:
         vec.close()
     return path
+
+
+# What every run of the tests shares: quick heartbeats, two environment actors and a learner.
+ACTORS = """
+[runtime]
+heartbeat_interval = 0.5
+heartbeat_timeout = 10.0
+
+[actors.environment]
+count = 2
+
+[actors.learner]
+count = 1
+"""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ACTORS, ROOT
 
 from method import ledger
 from method.bundle import BundleError, load_bundle
@@ -27,7 +27,7 @@ LABELLED_SIZE = (64 * SCALE, 64 * SCALE + BANNER_PX)
 # The smallest run with every part in it: three steps of the recipe chain, one of them
 # learned with PPO (a few hundred steps: the coded place_table option makes it quick),
 # a final evaluation on 4 unseen worlds, the video, the report.
-TINY = """
+TINY = f"""
 [run]
 name = "tiny"
 seed = 0
@@ -48,17 +48,7 @@ env_steps = 5000
 
 [training]
 train_worlds = 4
-
-[runtime]
-heartbeat_interval = 0.5
-heartbeat_timeout = 10.0
-
-[actors.environment]
-count = 2
-
-[actors.learner]
-count = 1
-"""
+{ACTORS}"""
 
 # A second run to compare with: code only, and episodes capped at 150 steps, so that one
 # of the final evaluation's worlds (seed 2000002, 161 steps above) fails: the report's

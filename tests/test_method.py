@@ -13,25 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ACTORS, ROOT
 
 from envs.crafter_world import STEP_TALLY_ENV, tallied_steps
 from method import ledger
 
 RUN = [sys.executable, str(ROOT / "run.py")]
-
-# What every run here shares: quick heartbeats, two environment actors and a learner.
-ACTORS = """
-[runtime]
-heartbeat_interval = 0.5
-heartbeat_timeout = 10.0
-
-[actors.environment]
-count = 2
-
-[actors.learner]
-count = 1
-"""
 
 # A short task with everything in it: three steps from the recipe data, one learned
 # with PPO from the first plan, code versions critiqued, a final evaluation and video.
