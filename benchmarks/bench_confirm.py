@@ -6,6 +6,9 @@ run never played.
                                                                learned over its code,
                                                                400 worlds, 2 processes
     python benchmarks/bench_confirm.py RUN_DIR --stage make_iron_pickaxe --worlds 800
+    python benchmarks/bench_confirm.py RUN_DIR --stage collect_diamond --setup library
+                                                               the stages before it as the
+                                                               library's complete code
 
 A run keeps a learned version over its code when their paired comparison, on the run's
 *code* worlds, says the learned one is better (``method.paired.compare``); report.md
@@ -74,6 +77,29 @@ def with_code(bundle: Bundle, name: str, code: str | None = None) -> Bundle:
     return dataclasses.replace(bundle, stages=stages)
 
 
+def with_library_setup(bundle: Bundle, name: str) -> Bundle:
+    """``bundle`` with every stage before ``name`` played as the skill library's complete
+    code for that step (what ``offline_first = "full"`` writes first, as the shipped
+    ``diamond.toml`` plays it), learned ones included; ``name`` and the stages after it as
+    they are. For a deep stage that few worlds reach behind a run's weak earlier code."""
+    from knowledge import library, recipes, revisions
+    from messages.plan import Stage
+
+    names = [s.subtask.name for s in bundle.stages]
+    if name not in names:
+        raise ValueError(f"{name}: not a stage of this bundle ({', '.join(names)})")
+    stages = []
+    for stage in bundle.stages[: names.index(name)]:
+        sub = stage.subtask
+        step = recipes.achievement_step(sub.achievement or sub.name)
+        if sub.goal:
+            step = dataclasses.replace(step, goal=dict(sub.goal))
+        code = library.code_for(step, revisions.best_params(step, survive=False))
+        stages.append(Stage(sub, code=code))
+    stages += bundle.stages[names.index(name) :]
+    return dataclasses.replace(bundle, stages=stages)
+
+
 def stage_outcome(episode: Any, name: str) -> int:
     """1 if stage ``name`` ran and its test held in one of its runs, 0 if it ran and never
     did, NOT_REACHED if the episode never got to it."""
@@ -84,17 +110,25 @@ def stage_outcome(episode: Any, name: str) -> int:
 
 
 def play_worlds(
-    run_dir: str, names: list[str], seeds: list[int], code: str | None = None
+    run_dir: str,
+    names: list[str],
+    seeds: list[int],
+    code: str | None = None,
+    library_setup: bool = False,
 ) -> list[dict[str, Any]]:
     """In a worker process: every world of ``seeds`` played by the bundle as it is and by
     each ``names`` stage's code variant (``code``: the one stage's code to play instead
-    of its own). One record per world."""
+    of its own; ``library_setup``: the stages before the one stage, in both variants, as
+    :func:`with_library_setup` plays them). One record per world."""
     import torch
 
     from method.play import play
 
     torch.set_num_threads(1)
     bundle = load_bundle(run_dir)
+    if library_setup:
+        (name,) = names
+        bundle = with_library_setup(bundle, name)
     variants = {"learned": bundle, **{name: with_code(bundle, name, code) for name in names}}
     records: list[dict[str, Any]] = [{"seed": seed} for seed in seeds]
     for label, variant in variants.items():
@@ -161,6 +195,15 @@ def main() -> int:
         help="with one --stage: play this code file as the stage's coded variant instead "
         f"of its {OPTION!r} option (e.g. a later revision from RUN_DIR/code/)",
     )
+    p.add_argument(
+        "--setup",
+        choices=("run", "library"),
+        default="run",
+        help="with one --stage: 'library' plays every stage before it as the skill "
+        "library's complete code, in both variants, so that more worlds reach a deep "
+        "stage (the check is then of the stage from those starts, not of the run's "
+        "whole policy); default 'run', the bundle's own stages",
+    )
     p.add_argument("--worlds", type=int, default=400, help="confirm worlds to play")
     p.add_argument("--quick", action="store_true", help="20 worlds (a look, not a figure)")
     p.add_argument(
@@ -196,6 +239,13 @@ def main() -> int:
         except OSError as exc:
             print(f"bench_confirm: --code {args.code}: {exc}", file=sys.stderr)
             return 2
+    if args.setup == "library" and len(args.stage) != 1:
+        print(
+            "bench_confirm: --setup library needs exactly one --stage (the stages before "
+            "it are the ones replaced)",
+            file=sys.stderr,
+        )
+        return 2
     learned = [s.subtask.name for s in bundle.stages if s.policy_path]
     missing = [n for n in names if n not in learned or (code is None and not own_code(bundle, n))]
     if not names or missing:
@@ -232,6 +282,13 @@ def main() -> int:
         f"{len(seeds)} confirm worlds {seeds[0]:,}–{seeds[-1]:,}, {args.jobs} processes",
         flush=True,
     )
+    library_setup = args.setup == "library"
+    if library_setup:
+        print(
+            f"setup: every stage before {names[0]} played as the skill library's complete "
+            "code in both variants (not the run's own policy before it)",
+            flush=True,
+        )
     started = time.perf_counter()
     chunks = [seeds[i :: args.jobs] for i in range(args.jobs) if seeds[i :: args.jobs]]
     # Small pieces, so progress shows and both processes stay busy to the end.
@@ -239,7 +296,10 @@ def main() -> int:
     records: list[dict[str, Any]] = []
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        futures = [pool.submit(play_worlds, args.run_dir, names, piece, code) for piece in pieces]
+        futures = [
+            pool.submit(play_worlds, args.run_dir, names, piece, code, library_setup)
+            for piece in pieces
+        ]
         for future in concurrent.futures.as_completed(futures):
             records.extend(future.result())
             print(
@@ -285,6 +345,7 @@ def main() -> int:
                     "run_dir": str(args.run_dir),
                     "run_seed": run_seed,
                     "seeds": [seeds[0], seeds[-1]],
+                    "setup": args.setup,
                     "env_steps": steps,
                     "wall_s": round(wall, 1),
                     "rows": rows,

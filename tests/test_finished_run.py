@@ -5,6 +5,7 @@ job's curves, and ``run.py compare`` over two runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -377,3 +378,80 @@ def test_bench_confirm_plays_the_bundle_and_its_coded_variant_on_confirm_worlds(
     assert [(r["learned"]["success"], r["learned"]["steps"]) for r in got["records"]] == [
         (int(e.success), e.steps) for e in played
     ]
+
+
+def test_bench_confirm_library_setup_plays_the_stages_before_the_checked_one_as_library_code(
+    learned_run: Path, tmp_path: Path
+) -> None:
+    """`--setup library`: every stage before the checked one (a learned one included) is
+    the skill library's complete code in both variants; the checked stage and the ones
+    after it stay the bundle's. It needs exactly one --stage."""
+    from knowledge import library, recipes, revisions
+    from method.play import play
+    from method.seeds import confirm_seeds
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_confirm
+
+    bundle = load_bundle(learned_run)
+    setup = bench_confirm.with_library_setup(bundle, "make_wood_pickaxe")
+    for stage, kept in zip(setup.stages[:2], bundle.stages[:2], strict=True):
+        step = recipes.achievement_step(stage.subtask.achievement or stage.subtask.name)
+        if stage.subtask.goal:
+            step = dataclasses.replace(step, goal=dict(stage.subtask.goal))
+        assert stage.subtask == kept.subtask
+        assert stage.code == library.code_for(step, revisions.best_params(step, survive=False))
+        assert not stage.policy_path
+    assert bundle.stages[1].policy_path  # place_table was learned: now it is code
+    assert setup.stages[2] is bundle.stages[2]
+    with pytest.raises(ValueError, match="not a stage"):
+        bench_confirm.with_library_setup(bundle, "collect_diamond")
+
+    two = ["--stage", "place_table", "--stage", "collect_wood", "--setup", "library"]
+    refused = _confirm([str(learned_run), *two, "--worlds", "2"], tmp_path)
+    assert refused.returncode == 2 and "exactly one --stage" in refused.stderr
+
+    code = tmp_path / "place_table.py"
+    code.write_text(library.coded_stages(recipes.chain("wood_pickaxe")[:2])[1].code)
+    out = tmp_path / "confirm.json"
+    args = ["--stage", "place_table", "--code", str(code), "--setup", "library"]
+    done = _confirm(
+        [str(learned_run), *args, "--worlds", "2", "--jobs", "1", "--json", str(out)], tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "skill library's complete code" in done.stdout
+    got = json.loads(out.read_text())
+    assert got["setup"] == "library"
+    seeds = list(confirm_seeds(0)[:2])
+    played = [e for e, _ in play(bench_confirm.with_library_setup(bundle, "place_table"), seeds)]
+    assert [(r["learned"]["success"], r["learned"]["steps"]) for r in got["records"]] == [
+        (int(e.success), e.steps) for e in played
+    ]
+
+
+def test_bench_confirm_play_worlds_applies_the_library_setup_it_is_asked_for(
+    learned_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker plays the library setup when told to, and only then (a recording
+    wrapper round the real function: the stages before place_table are already library
+    code in this run, so the episodes alone cannot tell)."""
+    from method.seeds import confirm_seeds
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_confirm
+
+    calls: list[str] = []
+    real = bench_confirm.with_library_setup
+
+    def recording(bundle, name):  # noqa: ANN001, ANN202
+        calls.append(name)
+        return real(bundle, name)
+
+    monkeypatch.setattr(bench_confirm, "with_library_setup", recording)
+    seeds = list(confirm_seeds(0)[:1])
+    code = load_bundle(learned_run).stages[0].code  # any code plays as place_table's variant
+    plain = bench_confirm.play_worlds(str(learned_run), ["place_table"], seeds, code)
+    assert calls == []
+    setup = bench_confirm.play_worlds(str(learned_run), ["place_table"], seeds, code, True)
+    assert calls == ["place_table"]
+    assert [r["seed"] for r in plain] == [r["seed"] for r in setup] == seeds
