@@ -82,7 +82,7 @@ def with_library_setup(bundle: Bundle, name: str) -> Bundle:
     code for that step (what ``offline_first = "full"`` writes first, as the shipped
     ``diamond.toml`` plays it), learned ones included; ``name`` and the stages after it as
     they are. For a deep stage that few worlds reach behind a run's weak earlier code."""
-    from knowledge import library, recipes, revisions
+    from knowledge import library
     from messages.plan import Stage
 
     names = [s.subtask.name for s in bundle.stages]
@@ -91,11 +91,8 @@ def with_library_setup(bundle: Bundle, name: str) -> Bundle:
     stages = []
     for stage in bundle.stages[: names.index(name)]:
         sub = stage.subtask
-        step = recipes.achievement_step(sub.achievement or sub.name)
-        if sub.goal:
-            step = dataclasses.replace(step, goal=dict(sub.goal))
-        code = library.code_for(step, revisions.best_params(step, survive=False))
-        stages.append(Stage(sub, code=code))
+        step = library.subtask_step(sub.name, sub.achievement, sub.goal)
+        stages.append(Stage(sub, code=library.complete_code(step)))
     stages += bundle.stages[names.index(name) :]
     return dataclasses.replace(bundle, stages=stages)
 

@@ -11,6 +11,9 @@ recipe tables the prelude consults, written in from Crafter's data
 
 - :func:`code_for` — the source for a step and params; :func:`step_code` by
   achievement name.
+- :func:`subtask_step` — the step for a plan's sub-action (its goal counts written in);
+  :func:`complete_params` / :func:`complete_code` — the step's complete template as a
+  stage of a plan plays it (what ``offline_first = "full"`` writes first).
 - :func:`policy_source` — the prelude with a given ``main`` (the survival stages use it).
 - :func:`coded_stages` — coded stages for a list of steps at the final quality.
 """
@@ -214,6 +217,28 @@ def step_code(name: str, params: Params | None = None) -> str:
     return code_for(achievement_step(name), params)
 
 
+def subtask_step(name: str, achievement: str = "", goal: dict | None = None) -> Step:
+    """The library's step for a plan's sub-action ``name`` (or its ``achievement``), with
+    the plan's ``goal`` counts in place of the step's own when it gives any."""
+    step = achievement_step(achievement or name)
+    if goal:
+        step = dataclasses.replace(step, goal=dict(goal))
+    return step
+
+
+def complete_params(step: Step) -> Params:
+    """The library's final settings for ``step`` as a stage of a plan: no survival code of
+    its own (the task planner's needs keep the vitals up around every stage)."""
+    return best_params(step, survive=False)
+
+
+def complete_code(step: Step) -> str:
+    """The complete template for ``step`` as a stage of a plan plays it
+    (:func:`complete_params`): what the offline fast agent writes first with
+    ``offline_first = "full"``."""
+    return code_for(step, complete_params(step))
+
+
 def coded_stages(steps: list[Step], by_achievement: bool = False) -> list:
     """Coded stages for ``steps`` at the library's final quality, with the tests the
     planner gives them: the goal inventory when there is one, else the achievement
@@ -231,6 +256,5 @@ def coded_stages(steps: list[Step], by_achievement: bool = False) -> list:
             achievement="" if goal else step.achievement,
             max_steps=int(step.max_steps),
         )
-        code = code_for(step, best_params(step, survive=False))
-        out.append(Stage(subtask, code=code))
+        out.append(Stage(subtask, code=complete_code(step)))
     return out

@@ -82,12 +82,9 @@ are what its options cannot decide for it (crafting and placing come as options)
 
 def _step(sub: dict[str, Any]) -> Any:
     """The library's step for a sub-action, with the plan's goal counts."""
-    from knowledge import recipes
+    from knowledge import library
 
-    step = recipes.achievement_step(sub["achievement"] or sub["name"])
-    if sub.get("goal"):
-        step = dataclasses.replace(step, goal=dict(sub["goal"]))
-    return step
+    return library.subtask_step(sub["name"], sub["achievement"], sub.get("goal"))
 
 
 class OfflineBackend:
@@ -234,7 +231,7 @@ class OfflineBackend:
                 if self.lessons:
                     params, note = learned_params(params, note, req.get("lessons") or [])
             else:  # the planner's needs keep the vitals up: no survival code of its own
-                params = revisions.best_params(step, survive=False)
+                params = library.complete_params(step)
                 note = "the library's complete template for the step"
             code = library.code_for(step, params)
             return {

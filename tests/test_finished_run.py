@@ -5,7 +5,6 @@ job's curves, and ``run.py compare`` over two runs."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -386,7 +385,12 @@ def test_bench_confirm_library_setup_plays_the_stages_before_the_checked_one_as_
     """`--setup library`: every stage before the checked one (a learned one included) is
     the skill library's complete code in both variants; the checked stage and the ones
     after it stay the bundle's. It needs exactly one --stage."""
-    from knowledge import library, recipes, revisions
+    import trio
+
+    from actors.fast import code_request
+    from knowledge import library, recipes
+    from llm.offline import OfflineBackend
+    from messages.plan import SubAction
     from method.play import play
     from method.seeds import confirm_seeds
 
@@ -395,12 +399,13 @@ def test_bench_confirm_library_setup_plays_the_stages_before_the_checked_one_as_
 
     bundle = load_bundle(learned_run)
     setup = bench_confirm.with_library_setup(bundle, "make_wood_pickaxe")
+    full = OfflineBackend(first="full")
     for stage, kept in zip(setup.stages[:2], bundle.stages[:2], strict=True):
-        step = recipes.achievement_step(stage.subtask.achievement or stage.subtask.name)
-        if stage.subtask.goal:
-            step = dataclasses.replace(step, goal=dict(stage.subtask.goal))
+        # What the fast agent writes first with offline_first = "full", asked as a run asks.
+        request = code_request(SubAction(kept.subtask.name, kept.subtask), 1, None, None)
+        first = trio.run(full.call, "fast", "code", request).data["code"]
         assert stage.subtask == kept.subtask
-        assert stage.code == library.code_for(step, revisions.best_params(step, survive=False))
+        assert stage.code == first
         assert not stage.policy_path
     assert bundle.stages[1].policy_path  # place_table was learned: now it is code
     assert setup.stages[2] is bundle.stages[2]
