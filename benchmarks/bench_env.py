@@ -19,18 +19,27 @@ primitive actions, world resets included:
 (d1) and (d2) send the seeds as 4 jobs per actor, so the broker evens out episodes of
 unequal length. World generation is timed in every path (the world cache is off).
 
-Each path runs several rounds interleaved with the others and keeps its fastest: other
-load on a shared machine only slows a path down. Goals (from the project's issue):
-(d2) ≥ 1.7 × (d1), and the actor path per process (d1) ≥ 0.9 × the bare loop (a).
-Not a test: it prints numbers and exits 0.
+Each path runs several rounds and keeps its fastest: other load on a shared machine only
+slows a path down. The paths the goals compare, (a), (d1) and (d2), run side by side, one
+round of each in turn (in a rotating order) in one head with two environment actors: (a)
+in a thread of the head's process while the actors idle, (d1) with its jobs sent to one
+actor by name (each in turn), (d2) with them split over both. This machine's speed
+drifts over minutes, and timing the paths minutes apart swung (d2)/(d1) between 1.31 and
+2.11 on the same code (session 28). The ratios are printed for the fastest rounds and
+round by round.
+
+Goals (from the project's issue): (d2) ≥ 1.7 × (d1), and the actor path per process
+(d1) ≥ 0.9 × the bare loop (a). Not a test: it prints numbers and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -61,6 +70,7 @@ def run(skills):
     while True:
         yield random.choice(actions)
 """
+A, D1, D2 = "a  bare CrafterWorld loop", "d1 1 environment actor", "d2 2 environment actors"
 # An impossible goal: every episode runs to its cap (or the player's death).
 ENDLESS = {"diamond": 99}
 
@@ -129,25 +139,49 @@ def sandboxed(seeds: list[int], cap: int) -> int:
     return rollouts.run(request(seeds, cap), lambda episode: None).steps
 
 
-def through_actors(seeds: list[int], cap: int, count: int, rounds: int) -> list[tuple[int, float]]:
-    """(steps, seconds) per round for the rollouts through ``count`` actor processes,
-    timed from the request to the merged result (actor start-up excluded)."""
+def side_by_side(seeds: list[int], cap: int, rounds: int) -> dict[str, list[tuple[int, float]]]:
+    """(steps, seconds) per round for (a), (d1) and (d2), side by side in one head with
+    two environment actors, in turn in a rotating order: (a) in a thread of this process
+    (the actors idle), (d1)'s jobs all to one actor by name (environment-0 and -1 in
+    turn), (d2)'s split over both; (d1) and (d2) timed from the request to the merged
+    result (actor start-up excluded)."""
     runs = Path(tempfile.mkdtemp(prefix="bench-env-"))
     settings = Settings(
         run=RunSettings(name="bench", runs_dir=str(runs)),
         runtime=RuntimeSettings(),
-        actors={"environment": ActorSettings(count=count)},
+        actors={"environment": ActorSettings(count=2)},
         source="<bench>",
     )
-    out: list[tuple[int, float]] = []
+    out: dict[str, list[tuple[int, float]]] = {A: [], D1: [], D2: []}
+
+    async def one_actor(head: Head, to: str) -> int:
+        # Several small jobs, as (d2) sends per actor; the broker queues them for ``to``.
+        req, steps = request(seeds, cap), []
+
+        async def part(chunk: list[int]) -> None:
+            result = await head.client.ask(to, dataclasses.replace(req, seeds=chunk))
+            if result.actor_id != to:
+                raise SystemExit(f"(d1): a job for {to} was answered by {result.actor_id}")
+            steps.append(result.steps)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(part, seeds[i::4])
+        return sum(steps)
 
     async def driver(head: Head) -> dict:
-        await head.wait_for("environment", count)
-        for _ in range(rounds):
-            started = time.perf_counter()
-            # Several small jobs per actor, so the broker evens out unequal episodes.
-            result = await rollout_split(head.client, request(seeds, cap), parts=4 * count)
-            out.append((result.steps, time.perf_counter() - started))
+        await head.wait_for("environment", 2)
+        for r in range(rounds):
+            order = [A, D1, D2][r % 3 :] + [A, D1, D2][: r % 3]
+            for path in order:
+                started = time.perf_counter()
+                if path == A:  # in a thread: the head keeps answering heartbeats
+                    steps = await trio.to_thread.run_sync(bare, seeds, cap)
+                elif path == D1:
+                    steps = await one_actor(head, f"environment-{r % 2}")
+                else:
+                    steps = (await rollout_split(head.client, request(seeds, cap), parts=8)).steps
+                out[path].append((steps, time.perf_counter() - started))
         return {}
 
     run_id, run_dir = new_run_dir(settings)
@@ -163,6 +197,10 @@ def timed(fn, *args) -> tuple[int | None, float]:
     return steps, time.perf_counter() - started
 
 
+def _rounds(ratios: list[float]) -> str:
+    return f"{', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer episodes (< 1 min)")
@@ -176,11 +214,11 @@ def main() -> int:
     print(f"{episodes} episodes (seeds {seeds[0]}..{seeds[-1]}), cap {cap} steps, random actions\n")
     CrafterWorld().reset(0)  # compile Crafter's world generator once, outside every timing
     # Other load on a shared machine only ever slows a path down, so each path runs
-    # ``rounds`` times, interleaved with the others, and keeps its fastest round.
+    # ``rounds`` times, interleaved with the others, and keeps its fastest round; the
+    # compared paths twice as many (their rounds are short).
     rounds = 2 if args.quick else 3
     local = {
         "a0 stock crafter.Env": stock,
-        "a  bare CrafterWorld loop": bare,
         "b  RL-interface env": rl_env,
         "c  sandboxed coded policy": sandboxed,
     }
@@ -188,23 +226,32 @@ def main() -> int:
     for _ in range(rounds):
         for name, fn in local.items():
             trials[name].append(timed(fn, seeds, cap))
-    trials["d1 1 environment actor"] = through_actors(seeds, cap, 1, rounds)
-    trials["d2 2 environment actors"] = through_actors(seeds, cap, 2, rounds)
+    trials.update(side_by_side(seeds, cap, 2 * rounds))
+    trials = {name: trials[name] for name in ("a0 stock crafter.Env", A, *list(local)[1:], D1, D2)}
     rows = {name: max(runs, key=lambda r: (r[0] or 0) / r[1]) for name, runs in trials.items()}
     rate = {k: (s / t if s else None) for k, (s, t) in rows.items()}
-    base = rate["a  bare CrafterWorld loop"]
+    base = rate[A]
     print(f"{'path':<28} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs (a)':>7}")
     for name, (steps, secs) in rows.items():
         if steps is None:
             print(f"{name:<28} {'n/a (envs.rl_env missing)':>34}")
             continue
         print(f"{name:<28} {steps:>8} {secs:>8.2f} {rate[name]:>9.0f} {rate[name] / base:>7.2f}")
-    scale = rate["d2 2 environment actors"] / rate["d1 1 environment actor"]
-    per_proc = rate["d1 1 environment actor"] / base
-    print(f"\n(d2)/(d1) = {scale:.2f}  (goal >= 1.7: {'met' if scale >= 1.7 else 'MISSED'})")
+
+    def by_round(top: str, bottom: str) -> list[float]:
+        pairs = zip(trials[bottom], trials[top], strict=True)
+        return [(s2 / t2) / (s1 / t1) for (s1, t1), (s2, t2) in pairs]
+
+    scale, per_proc = rate[D2] / rate[D1], rate[D1] / base
+    paired = {"d2/d1": by_round(D2, D1), "d1/a": by_round(D1, A)}
+    print("\nratios of the fastest rounds, then round by round (the same round's paths)")
+    print(f"(d2)/(d1) = {scale:.2f}  (goal >= 1.7: {'met' if scale >= 1.7 else 'MISSED'})")
+    print(f"  {_rounds(paired['d2/d1'])}")
     print(f"(d1)/(a)  = {per_proc:.2f}  (goal >= 0.9: {'met' if per_proc >= 0.9 else 'MISSED'})")
+    print(f"  {_rounds(paired['d1/a'])}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "rate": rate}, indent=2))
+        record = {"rows": rows, "rate": rate, "rounds": trials, "by_round": paired}
+        Path(args.json).write_text(json.dumps(record, indent=2))
     return 0
 
 
