@@ -173,7 +173,7 @@ def _episode(args: tuple) -> dict[str, Any]:
         if mode == "templates":  # the templates' own survival (Params.survive)
             policy = compose(steps, best_params, False)
         else:
-            policy = compose(steps, lambda s: best_params(s, survive=False), mode == "composer")
+            policy = compose(steps, library.complete_params, mode == "composer")
     else:
         step_name, which, params = payload
         chain = recipes.chain(which)

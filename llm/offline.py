@@ -335,9 +335,9 @@ def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, st
     the cause, the search itself is made stronger (what answers a search that gave up or
     ran out of steps), since a sub-action that succeeds sooner is exposed less. None when
     nothing changes."""
-    from knowledge import revisions
+    from knowledge import library
 
-    best = revisions.best_params(step, survive=False)
+    best = library.complete_params(step)
     for other in (cause, *(c for c in SEARCH_CAUSES if c != cause)):
         revised = _revise_one(step, params, other, detail)
         if revised is None:
@@ -413,13 +413,13 @@ def _towards(old: Any, new: Any, best: Any) -> bool:
 
 
 def _revise_one(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, str] | None:
-    from knowledge import revisions
+    from knowledge import library, revisions
 
     first = revisions.revise(step, params, cause, detail)
     if first is None:
         return None
     revised, reason = first
-    best = revisions.best_params(step, survive=False)  # the composer keeps the vitals up
+    best = library.complete_params(step)  # the composer keeps the vitals up
     if revised.survive and not params.survive:
         # The task planner's survival needs keep the vitals up around every stage: a
         # stage's own survival code would only fight them for the player's time.
