@@ -139,19 +139,45 @@ def sandboxed(seeds: list[int], cap: int) -> int:
     return rollouts.run(request(seeds, cap), lambda episode: None).steps
 
 
+def _head(count: int, driver) -> None:
+    """Run ``driver(head)`` in a head with ``count`` environment actor processes."""
+    runs = Path(tempfile.mkdtemp(prefix="bench-env-"))
+    settings = Settings(
+        run=RunSettings(name="bench", runs_dir=str(runs)),
+        runtime=RuntimeSettings(),
+        actors={"environment": ActorSettings(count=count)},
+        source="<bench>",
+    )
+    run_id, run_dir = new_run_dir(settings)
+    code = trio.run(run_head, settings, run_dir, run_id, driver, "error")
+    if code != 0:
+        raise SystemExit(f"actor run failed ({code}); see {run_dir}/events.jsonl")
+
+
+def through_actors(seeds: list[int], cap: int, count: int, rounds: int) -> list[tuple[int, float]]:
+    """(steps, seconds) per round for the rollouts split over ``count`` actor processes
+    (4 jobs per actor, so the broker evens out unequal episodes), timed from the request
+    to the merged result (actor start-up excluded). ``bench_scaling.py``'s actor path."""
+    out: list[tuple[int, float]] = []
+
+    async def driver(head: Head) -> dict:
+        await head.wait_for("environment", count)
+        for _ in range(rounds):
+            started = time.perf_counter()
+            result = await rollout_split(head.client, request(seeds, cap), parts=4 * count)
+            out.append((result.steps, time.perf_counter() - started))
+        return {}
+
+    _head(count, driver)
+    return out
+
+
 def side_by_side(seeds: list[int], cap: int, rounds: int) -> dict[str, list[tuple[int, float]]]:
     """(steps, seconds) per round for (a), (d1) and (d2), side by side in one head with
     two environment actors, in turn in a rotating order: (a) in a thread of this process
     (the actors idle), (d1)'s jobs all to one actor by name (environment-0 and -1 in
     turn), (d2)'s split over both; (d1) and (d2) timed from the request to the merged
     result (actor start-up excluded)."""
-    runs = Path(tempfile.mkdtemp(prefix="bench-env-"))
-    settings = Settings(
-        run=RunSettings(name="bench", runs_dir=str(runs)),
-        runtime=RuntimeSettings(),
-        actors={"environment": ActorSettings(count=2)},
-        source="<bench>",
-    )
     out: dict[str, list[tuple[int, float]]] = {A: [], D1: [], D2: []}
 
     async def one_actor(head: Head, to: str) -> int:
@@ -184,10 +210,7 @@ def side_by_side(seeds: list[int], cap: int, rounds: int) -> dict[str, list[tupl
                 out[path].append((steps, time.perf_counter() - started))
         return {}
 
-    run_id, run_dir = new_run_dir(settings)
-    code = trio.run(run_head, settings, run_dir, run_id, driver, "error")
-    if code != 0:
-        raise SystemExit(f"actor run failed ({code}); see {run_dir}/events.jsonl")
+    _head(2, driver)
     return out
 
 

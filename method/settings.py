@@ -246,8 +246,9 @@ class TrainingSettings:
     learner's, kept for the learner's life (:mod:`envs.env_workers`: a job's envs use
     as many cores as it has envs, and the worlds' starts stay cached for later jobs);
     ``off`` — all in the learner's own process (one core); ``auto`` (the default) —
-    ``on`` when the job has 2 or more envs (``[task] train_envs``) and the head's
-    machine a usable core for each, else ``off`` (a job training alone then steps on
+    ``on`` when the job has 2 or more envs (``[task] train_envs``), the head's
+    machine 2 or more usable cores and at most 2 envs per core
+    (:func:`actors.fast.env_workers`), else ``off`` (a job training alone then steps on
     as many cores as it has envs: :data:`actors.fast.AUTO_WORKERS_MIN_ENVS`).
     Either way a job's episodes, counted steps and trained weights are the same."""
     ppo: PPOSettings = field(

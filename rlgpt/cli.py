@@ -80,7 +80,8 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         default="diamond.toml",
-        help="TOML file, or a name in rlgpt/configs/ (diamond, crafter); default: diamond",
+        help="TOML file, or a name in rlgpt/configs/ (diamond, crafter, diamond-local); "
+        "default: diamond",
     )
     parser.add_argument(
         "--resume", default="", metavar="RUN_DIR", help="continue a run whose head was stopped"

@@ -35,3 +35,39 @@ def test_the_bare_loop_and_one_and_two_actors_play_every_step_of_every_round() -
     for path, runs in rounds.items():
         assert [steps for steps, _ in runs] == [90] * 4, path
         assert all(seconds > 0 for _, seconds in runs)
+
+
+def test_bench_scaling_times_bare_loops_and_actors_at_one_worker(tmp_path: Path) -> None:
+    """benchmarks/bench_scaling.py end to end at one worker: its actor path (bench_env's
+    ``through_actors``) plays every step of its worlds (3 worlds to a 30-step cap) and
+    the bare loop runs; the figures land in its JSON."""
+    out = tmp_path / "scaling.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_scaling.py", "--workers", "1", "--seconds", "1",
+         "--episodes", "3", "--cap", "30", "--rounds", "1", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["workers"] == 1 and row["actor_steps"] == 90
+    assert row["bare"] > 0 and row["actors"] > 0
+    assert "| 1 |" in done.stdout
+
+
+def test_every_benchmark_script_imports_and_has_a_main() -> None:
+    """Each benchmarks/*.py imports (its own imports of other benchmarks included: a
+    helper renamed in one must not break another) and defines ``main``."""
+    check = (
+        "import importlib, sys, pathlib\n"
+        "sys.path.insert(0, 'benchmarks')\n"
+        "for path in sorted(pathlib.Path('benchmarks').glob('*.py')):\n"
+        "    module = importlib.import_module(path.stem)\n"
+        "    assert callable(getattr(module, 'main', None)), path\n"
+        "    print('ok', path.name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+    assert done.stdout.split() == [w for n in names for w in ("ok", n)]
