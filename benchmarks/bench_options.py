@@ -6,7 +6,7 @@ resumable option, and with and without SMDP discounting, against the coded versi
                                                         2 envs, 40 held-out worlds
     python benchmarks/bench_options.py --sub collect_iron --steps 16384
     python benchmarks/bench_options.py --quick          1,024 decisions, 10 worlds
-    python benchmarks/bench_options.py --sub collect_iron \
+    python benchmarks/bench_options.py --sub collect_iron \\
         --variants menu/plain,menu+own/plain,prims --greedy --select 40
                                                         the ablation table's rows
 
