@@ -269,10 +269,12 @@ def test_a_learned_stage_acts_mid_episode_between_coded_stages(world, wood_polic
 
 def test_an_unusable_policy_fails_its_stage_with_policy_unusable(world, wood_policy) -> None:
     stage = learned_wood(wood_policy)
-    cases = {
-        "sha": dataclasses.replace(stage, policy_sha256="0" * 64),
-        "missing": dataclasses.replace(stage, policy_path="/nonexistent/policy.zip"),
-        "no_config": dataclasses.replace(stage, config=None),
+    cases = {  # each with what its detail must say
+        "does not match sha256": dataclasses.replace(stage, policy_sha256="0" * 64),
+        "no policy at /nonexistent/policy.zip": dataclasses.replace(
+            stage, policy_path="/nonexistent/policy.zip"
+        ),
+        "needs the RL config": dataclasses.replace(stage, config=None),
     }
     for case, bad in cases.items():
         episode = run_composed(world, [TABLE, bad], [], GOAL, 0, wall_s=30)
@@ -280,7 +282,7 @@ def test_an_unusable_policy_fails_its_stage_with_policy_unusable(world, wood_pol
         run = episode.stages[1]
         assert (run.cause, run.learned, run.steps) == ("policy_unusable", True, 0), case
         assert episode.cause == "policy_unusable", case
-    assert "sha256" in run.detail or "config" in run.detail
+        assert case in run.detail, (case, run.detail)
 
 
 def test_a_learned_stage_whose_zip_carries_a_pickle_loads_without_running_it(

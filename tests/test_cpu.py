@@ -3,11 +3,12 @@ reaped children all count; processes outside the tree do not."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
-from runtime.cpu import available_cores, tree_cpu_seconds
+from runtime.cpu import available_cores, tree_cpu_seconds, usable_cores
 
 # Burns about `s` seconds of CPU, in a grandchild when asked.
 BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() < end: pass\n"
@@ -47,4 +48,7 @@ def test_a_process_outside_the_tree_does_not_count() -> None:
 
 
 def test_cores() -> None:
-    assert 1 <= available_cores() <= 4096
+    """The cores this process may run on, lowered by a cgroup quota if any: at least one
+    and never more than its affinity allows."""
+    assert available_cores() == usable_cores()[0]
+    assert 1 <= available_cores() <= len(os.sched_getaffinity(0))

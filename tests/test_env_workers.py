@@ -177,9 +177,14 @@ def test_a_job_trained_in_workers_is_the_job_trained_in_one_process(tmp_path: Pa
         learner = _learner_here(tmp_path / str(subproc))
         try:
             results[subproc] = learner.train(req, "cpu", threading.Event(), "nobody")
+            # Worker processes exactly when the job asks for them: one per env.
+            workers = learner._env_workers
+            if subproc:
+                assert workers is not None and len(workers) == 2
+            else:
+                assert workers is None
         finally:
             if learner._env_workers is not None:
-                assert len(learner._env_workers) == 2
                 learner._env_workers.close()
     here, there = results[False], results[True]
     assert not here.failure and not there.failure

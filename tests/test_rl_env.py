@@ -559,8 +559,12 @@ def test_ppo_learns_for_256_steps_on_vector_envs(subproc):
     vec = make_vec_env(collect_wood_with_coded(), n_envs=2, seed=0, subproc=subproc)
     try:
         model = PPO("MultiInputPolicy", vec, n_steps=64, batch_size=64, n_epochs=1, seed=0)
+        before = [p.detach().clone() for p in model.policy.parameters()]
         model.learn(256)
-        assert model.num_timesteps >= 256
+        # Two rollouts of 64 steps in 2 envs, and the updates moved the policy.
+        assert model.num_timesteps == 256
+        after = list(model.policy.parameters())
+        assert any(not (a == b).all() for a, b in zip(after, before, strict=True))
     finally:
         vec.close()
 
