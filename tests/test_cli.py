@@ -229,18 +229,23 @@ def test_an_actor_waiting_for_an_absent_broker_sleeps_and_stops_on_sigterm(
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "RLGPT_CONSOLE_LEVEL": "info"},  # the mark is an info event
     )
-    waiting = threading.Event()
+    waiting, ended, said = threading.Event(), threading.Event(), []
 
     def read() -> None:  # drains stderr; the first unanswered registration is the mark
         for line in proc.stderr:
+            said.append(line)
             if "broker_unreachable" in line:
                 waiting.set()
+        ended.set()
 
     threading.Thread(target=read, daemon=True).start()
     try:
         # Imports done and the first registration unanswered, however loaded the machine.
-        assert waiting.wait(timeout=120), "the actor never tried to register"
+        deadline = time.monotonic() + 120
+        while not waiting.wait(timeout=0.5):
+            assert not ended.is_set() and time.monotonic() < deadline, "".join(said)[-3000:]
         before = _cpu_seconds(proc.pid)
         time.sleep(2.0)
         assert _cpu_seconds(proc.pid) - before < 0.3, "waiting actor burns CPU"
@@ -248,6 +253,7 @@ def test_an_actor_waiting_for_an_absent_broker_sleeps_and_stops_on_sigterm(
         assert proc.wait(timeout=10) == 0
     finally:
         proc.kill()
+        proc.wait(timeout=30)
 
 
 def test_keys_command_writes_a_usable_layout(tmp_path: Path) -> None:
