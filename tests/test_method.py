@@ -137,6 +137,10 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     assert tallied_steps(tally) == summary["env_steps"]
     by_kind = summary["env_steps_by_kind"]
     assert sum(by_kind.values()) == summary["env_steps"]
+    # What the budget counted is what the worlds took (see the learn-over-code run below
+    # for evaluations answered from the journal).
+    assert summary["env_steps_code"] == by_kind["code"]
+    assert summary["env_steps_training"] == sum(by_kind[k] for k in ("train", "setup", "held_out"))
     assert by_kind["setup"] > 0 and by_kind["train"] > 0 and by_kind["held_out"] > 0
     assert f"{summary['env_steps']:,}** world steps in all" in text
     # stats.jsonl holds every episode (training ones too): Crafter's own formula on it
@@ -425,3 +429,8 @@ def test_a_step_learned_from_the_start_learns_over_its_own_first_code(tmp_path: 
     # The table says its worlds chose, and how to check the choice on others.
     assert "worlds the choice was made on" in table and "place_table: " in table
     assert "benchmarks/bench_confirm.py " in table and f"{run_dir.name}` plays" in table
+    # The code's evaluation asked again on the same worlds (as the incumbent) is answered
+    # from the journal without a world step: the budget counts it as the ledger does, once.
+    assert [e for e in events if e["event"] == "job_replayed" and e["kind"] == "RolloutResult"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps_code"] == summary["env_steps_by_kind"]["code"]
