@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import read_events, wait_until, wait_until_blocking
+from helpers import missing_here, read_events, wait_until, wait_until_blocking
 
 from llm import models
 from llm.errors import ModelReplyError
@@ -50,9 +50,7 @@ def require(model: str) -> Path:
             return models.resolve(model)
         except models.ModelError as exc:
             problem = str(exc)
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must have the local model server and {model}: {problem}")
-    pytest.skip(problem)
+    missing_here(f"the local model server and {model}: {problem}")
 
 
 def served(endpoint: Endpoint) -> list[str]:

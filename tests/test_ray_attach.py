@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers import ROOT, alive, free_port, make_settings, read_events, wait_until_blocking
+from helpers import (
+    ROOT,
+    alive,
+    free_port,
+    make_settings,
+    missing_here,
+    read_events,
+    wait_until_blocking,
+)
 from test_learner import TINY_PPO, request
 
 from messages.train import TrainResult
@@ -39,10 +47,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
     try:
         import ray  # noqa: F401
     except ImportError:
-        problem = "Ray is not installed (the optional extra: pip install -e '.[ray]')"
-        if os.environ.get("CI") == "true":  # .ci/run installs the extra
-            pytest.fail(f"CI must have Ray: {problem}")
-        pytest.skip(problem)
+        missing_here("Ray is not installed (the optional extra: pip install -e '.[ray]')")
     temp = Path("/tmp") / f"rt{os.getpid()}"  # Ray's socket paths must stay short
     ray_bin = Path(sys.executable).parent / "ray"
     head = subprocess.Popen(
