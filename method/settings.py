@@ -310,6 +310,13 @@ def check_settings(s: MethodSettings) -> None:
         )  # fmt: skip
     _check_target(s)
     _check_learn(s)
+    if s.agents.offline_lessons and s.agents.offline_first != "simplest":
+        raise ConfigError(
+            s.source, "agents.offline_lessons", 'offline_first = "simplest" beside it',
+            f"offline_first = {s.agents.offline_first!r}", "the full template already holds "
+            'every lesson, so this switch would do nothing: add offline_first = "simplest" '
+            "or remove offline_lessons",
+        )  # fmt: skip
     if s.agents.backend == "openai":
         _check_openai(s)
     if s.agents.backend == "local" and 0 < s.agents.n_ctx < 512:

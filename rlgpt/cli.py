@@ -27,6 +27,7 @@ stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from messages.codec import DEFAULT_MAX_FRAME
+from runtime.config import MAX_FRAME, MIN_FRAME
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,7 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connect", required=True, help="broker endpoint (tcp://HOST:PORT)")
     parser.add_argument("--name", default="", help="actor id (default: the broker picks)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--capacity", type=int, default=1, help="jobs worked on at once")
+    parser.add_argument("--capacity", type=number(int, 1), default=1, help="jobs worked on at once")
     parser.add_argument(
         "--keys", default="",
         help="keys folder (CURVE): the head's keys_dir, or RUN_DIR/keys for a head listening"
@@ -267,7 +269,8 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
         "refuse a head of another run",
     )  # fmt: skip
     parser.add_argument(
-        "--wait", type=float, default=None, metavar="SECONDS",
+        "--wait", type=number(float, 0, what="seconds, 0 or more (0: for ever)"), default=None,
+        metavar="SECONDS",
         help=f"give up when no head has answered within SECONDS (attach: default "
         f"{ATTACH_WAIT_S:g}; 0: wait for ever); with --ray, also how long Ray may take to "
         "place them",
@@ -286,9 +289,39 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
         "--console", default="lines", choices=["lines", "json"], help=argparse.SUPPRESS
     )
     parser.add_argument(
-        "--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME, help="largest message accepted"
+        "--max-frame-bytes",
+        # From 4 KiB (the head gives its own actors its config's cap; a config file's
+        # check asks for 4 MiB or more, tests give less) to the config's largest.
+        type=number(int, 4096, MAX_FRAME),
+        default=DEFAULT_MAX_FRAME,
+        help=f"largest message accepted (default {DEFAULT_MAX_FRAME:,}; a learned policy "
+        f"needs up to {MIN_FRAME:,})",
     )
     parser.add_argument("--quiet", action="store_true", help="console shows warnings only")
+
+
+def number(kind: type, low: float, high: float = math.inf, what: str = "") -> Callable:
+    """An argparse type: a finite ``kind`` from ``low`` to ``high``; anything else is
+    refused (status 2) saying what is expected."""
+
+    def shown(value: float) -> str:
+        return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+    expected = what or (
+        f"at least {shown(low)}" if high == math.inf else f"{shown(low)} to {shown(high)}"
+    )
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
 
 
 ATTACH_WAIT_S = 600.0
@@ -310,17 +343,19 @@ def attach_arguments(parser: argparse.ArgumentParser) -> None:
         "--ray", default="", metavar="ADDRESS",
         help="a Ray cluster's address (HOST:PORT as `ray start --head` printed, or auto)",
     )  # fmt: skip
-    ray.add_argument("--count", type=int, default=1, help="how many to start (default 1)")
     ray.add_argument(
-        "--gpus-per-learner", type=float, default=0.0, metavar="G",
+        "--count", type=number(int, 1), default=1, help="how many to start (default 1)"
+    )
+    ray.add_argument(
+        "--gpus-per-learner", type=number(float, 0), default=0.0, metavar="G",
         help="GPUs Ray reserves for each (default 0; with G > 0, --device defaults to cuda)",
     )  # fmt: skip
     ray.add_argument(
-        "--cpus-per-learner", type=float, default=1.0, metavar="C",
+        "--cpus-per-learner", type=number(float, 0), default=1.0, metavar="C",
         help="CPUs Ray reserves for each (default 1)",
     )  # fmt: skip
     ray.add_argument(
-        "--max-restarts", type=int, default=3, metavar="R",
+        "--max-restarts", type=number(int, 0), default=3, metavar="R",
         help="start one again at most R times after it crashed or its node died (default 3)",
     )  # fmt: skip
 

@@ -208,11 +208,19 @@ def _key_name(args: argparse.Namespace) -> str:
     return getattr(args, "key_name", "") or "client"
 
 
+def placement_limit(wait: float | None) -> float:
+    """Seconds Ray may take to place every copy, from ``--wait``: not given,
+    PLACE_TIMEOUT_S; 0, for ever (as ``attach`` itself reads 0)."""
+    if wait is None:
+        return PLACE_TIMEOUT_S
+    return wait if wait > 0 else float("inf")
+
+
 def _place(ray, hosts: list, args: argparse.Namespace) -> None:
     """Wait until Ray has started every copy; print where each went and how long the
     whole placement took."""
     started = time.monotonic()
-    limit = args.wait or PLACE_TIMEOUT_S
+    limit = placement_limit(args.wait)
     pending = {host.where.remote(): i for i, host in enumerate(hosts)}
     while pending:
         left = limit - (time.monotonic() - started)

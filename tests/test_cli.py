@@ -210,6 +210,31 @@ def test_attach_refuses_a_device_this_machine_lacks(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "expected cpu, cuda or cuda:N" in bad.stderr
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "expect"),
+    [
+        ("--wait", "nan", "expected seconds, 0 or more (0: for ever), found 'nan'"),
+        ("--wait", "-3", "expected seconds, 0 or more"),  # was: "no head answered within -3 s"
+        ("--capacity", "0", "expected at least 1, found '0'"),  # was: a learner taking no job
+        ("--max-frame-bytes", "0", "expected 4,096 to 1,073,741,824"),
+        ("--count", "0", "expected at least 1"),
+        ("--gpus-per-learner", "-1", "expected at least 0"),
+        ("--max-restarts", "two", "expected at least 0, found 'two'"),
+    ],
+)
+def test_attach_refuses_a_number_out_of_range_naming_the_flag(
+    capsys: pytest.CaptureFixture, flag: str, value: str, expect: str
+) -> None:
+    from rlgpt.cli import build_parser
+
+    with pytest.raises(SystemExit) as stopped:
+        build_parser("run.py").parse_args(
+            ["attach", "learner", "--connect", "tcp://127.0.0.1:1", flag, value]
+        )
+    assert stopped.value.code == 2
+    assert f"argument {flag}: {expect}" in capsys.readouterr().err
+
+
 def test_attach_to_a_remote_host_without_keys_is_refused(tmp_path: Path) -> None:
     done = _run(["attach", "probe", "--connect", "tcp://192.0.2.1:5555"], cwd=tmp_path)
     assert done.returncode == 2 and "--keys" in done.stderr

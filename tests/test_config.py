@@ -61,6 +61,17 @@ def test_a_field_check_names_the_file_the_key_and_the_fix(
     assert expect in _refused(tmp_path, text)
 
 
+def test_offline_lessons_without_the_simplest_templates_is_refused_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    # The full template holds every lesson: the switch alone would silently do nothing.
+    message = _refused(tmp_path, "[agents]\noffline_lessons = true\n")
+    assert 'agents.offline_lessons: expected offline_first = "simplest" beside it' in message
+    assert "found offline_first = 'full'" in message and "remove offline_lessons" in message
+    both = '[agents]\noffline_first = "simplest"\noffline_lessons = true\n'
+    assert _load(tmp_path, both).agents.offline_lessons is True
+
+
 def test_a_choice_check_suggests_the_closest_choice(tmp_path: Path) -> None:
     assert "did you mean 'checkup'?" in _refused(tmp_path, "[run]\ndriver = 'checkp'\n")
 

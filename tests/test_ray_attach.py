@@ -341,6 +341,15 @@ def test_each_copy_runs_the_attach_with_every_flag_it_was_given(tmp_path: Path) 
     assert json.loads(keys_text)["server_public"]
 
 
+def test_wait_bounds_ray_placement_and_zero_waits_for_ever() -> None:
+    # README: --wait's 0 means for ever, for the placement as for each copy's attach.
+    from rlgpt.ray_attach import PLACE_TIMEOUT_S, placement_limit
+
+    assert placement_limit(None) == PLACE_TIMEOUT_S == 600
+    assert placement_limit(0) == float("inf")
+    assert placement_limit(30) == 30 and placement_limit(1200.5) == 1200.5
+
+
 def test_the_launcher_stops_waiting_for_a_ray_that_does_not_let_go(monkeypatch) -> None:
     """A named fake of Ray whose shutdown hangs (a hang cannot be had from a real cluster
     on demand): the launcher's way out gives up after its limit instead of hanging."""
