@@ -319,10 +319,24 @@ def check_settings(s: MethodSettings) -> None:
         )  # fmt: skip
     if s.agents.backend == "openai":
         _check_openai(s)
-    if s.agents.backend == "local" and 0 < s.agents.n_ctx < 512:
+    if s.agents.backend in ("local", "openai") and 0 < s.agents.n_ctx < 512:
         raise ConfigError(
             s.source, "agents.n_ctx", "tokens from 512 to 131072, or 0 (8192)",
             str(s.agents.n_ctx), "no prompt of ours fits in less than 512: set n_ctx = 8192",
+        )  # fmt: skip
+    n_ctx = s.agents.n_ctx or (LOCAL_N_CTX if s.agents.backend == "local" else 0)
+    if s.agents.backend in ("local", "openai") and 0 < n_ctx <= s.agents.max_tokens:
+        # Every call would be refused before it is sent: no room left for the prompt.
+        raise ConfigError(
+            s.source, "agents.max_tokens", f"fewer tokens than the context (n_ctx {n_ctx})",
+            str(s.agents.max_tokens), f"a reply of max_tokens must leave room for the prompt: "
+            f"set max_tokens to {n_ctx // 4} or less, or raise n_ctx",
+        )  # fmt: skip
+    if s.training.ppo.n_steps * s.task.train_envs < 2:
+        raise ConfigError(
+            s.source, "training.ppo.n_steps", "n_steps × [task] train_envs of 2 or more",
+            f"{s.training.ppo.n_steps} × {s.task.train_envs}", "PPO needs at least two "
+            "steps per rollout: raise n_steps (the default is 256)",
         )  # fmt: skip
     if s.agents.backend == "local" and not s.agents.model:
         raise ConfigError(

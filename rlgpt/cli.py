@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from messages.codec import DEFAULT_MAX_FRAME
-from runtime.config import MAX_FRAME, MIN_FRAME
+from runtime.config import MAX_CAPACITY, MAX_FRAME, MIN_FRAME
 
 
 @dataclass(frozen=True)
@@ -242,7 +242,9 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connect", required=True, help="broker endpoint (tcp://HOST:PORT)")
     parser.add_argument("--name", default="", help="actor id (default: the broker picks)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--capacity", type=number(int, 1), default=1, help="jobs worked on at once")
+    parser.add_argument(
+        "--capacity", type=number(int, 1, MAX_CAPACITY), default=1, help="jobs worked on at once"
+    )
     parser.add_argument(
         "--keys", default="",
         help="keys folder (CURVE): the head's keys_dir, or RUN_DIR/keys for a head listening"
@@ -279,7 +281,7 @@ def actor_arguments(parser: argparse.ArgumentParser) -> None:
     # this way: never on a command line or in the environment, which `ps` shows).
     parser.add_argument("--keys-stdin", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--events-queue", type=int, default=None, metavar="N",
+        "--events-queue", type=number(int, 1), default=None, metavar="N",
         help="without --run-dir the events go to the head: how many to keep while it is"
         " unreachable, the oldest dropped and counted past that (default 10,000)",
     )  # fmt: skip
@@ -389,8 +391,14 @@ def cmd_actor(args: argparse.Namespace) -> int:
     except (ValueError, DeviceError, KeysMissing) as exc:
         print(f"{command} error: {exc}", file=sys.stderr)
         return 2
-    if args.events_queue is not None and args.events_queue < 1:
-        print(f"{command} error: --events-queue must be at least 1", file=sys.stderr)
+    if args.run_dir and not (Path(args.run_dir) / "config.json").is_file():
+        # A mistyped folder would be made and its events kept there, not in the run's log.
+        print(
+            f"{command} error: --run-dir {args.run_dir} is not a run's folder (no config.json "
+            "in it); name the head's run folder, or leave --run-dir out to send the events to "
+            "the head",
+            file=sys.stderr,
+        )
         return 2
     if curve is None and not is_loopback(args.connect):
         print(
@@ -637,6 +645,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
                 print(f"{e.name:<{width}}  {e.state:<10}  {e.public:<40}  {here}")
     except security.KeysMissing as exc:
         print(f"keys error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a folder that cannot be written or read
+        print(f"keys error: {folder}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return 0
 

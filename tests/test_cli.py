@@ -215,7 +215,7 @@ def test_attach_refuses_a_device_this_machine_lacks(tmp_path: Path) -> None:
     [
         ("--wait", "nan", "expected seconds, 0 or more (0: for ever), found 'nan'"),
         ("--wait", "-3", "expected seconds, 0 or more"),  # was: "no head answered within -3 s"
-        ("--capacity", "0", "expected at least 1, found '0'"),  # was: a learner taking no job
+        ("--capacity", "0", "expected 1 to 256, found '0'"),  # was: a learner taking no job
         ("--max-frame-bytes", "0", "expected 4,096 to 1,073,741,824"),
         ("--count", "0", "expected at least 1"),
         ("--gpus-per-learner", "-1", "expected at least 0"),
@@ -233,6 +233,28 @@ def test_attach_refuses_a_number_out_of_range_naming_the_flag(
         )
     assert stopped.value.code == 2
     assert f"argument {flag}: {expect}" in capsys.readouterr().err
+
+
+def test_attach_with_a_run_dir_that_is_no_run_is_refused_and_makes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from rlgpt.cli import main
+
+    typo = tmp_path / "runs" / "demo-l"  # the run is demo-1: events would be kept apart
+    code = main(["attach", "probe", "--connect", "tcp://127.0.0.1:1", "--run-dir", str(typo)])
+    assert code == 2 and not typo.exists()
+    assert f"--run-dir {typo} is not a run's folder (no config.json" in capsys.readouterr().err
+
+
+def test_keys_in_a_folder_that_cannot_be_made_exit_2_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from rlgpt.cli import main
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["keys", "--dir", str(blocker / "keys")]) == 2  # was: a traceback
+    assert f"keys error: {blocker / 'keys'}: Not a directory" in capsys.readouterr().err
 
 
 def test_attach_to_a_remote_host_without_keys_is_refused(tmp_path: Path) -> None:

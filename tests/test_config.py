@@ -72,6 +72,31 @@ def test_offline_lessons_without_the_simplest_templates_is_refused_naming_the_fi
     assert _load(tmp_path, both).agents.offline_lessons is True
 
 
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        # Every job failed in SB3 (n_steps * n_envs must be above 1), the run went on.
+        (
+            "[task]\ntrain_envs = 1\n[training.ppo]\nn_steps = 1\n",
+            "training.ppo.n_steps: expected n_steps × [task] train_envs of 2 or more, found 1 × 1",
+        ),
+        # Every model call was refused before it was sent (no room for a prompt).
+        (
+            '[agents]\nbackend = "local"\nmodel = "m.gguf"\nmax_tokens = 8192\n',
+            "agents.max_tokens: expected fewer tokens than the context (n_ctx 8192), found 8192",
+        ),
+        (
+            '[agents]\nbackend = "local"\nmodel = "m.gguf"\nn_ctx = 2048\n',
+            "set max_tokens to 512 or less, or raise n_ctx",
+        ),
+    ],
+)
+def test_settings_that_fail_every_job_or_call_are_refused_at_start(
+    tmp_path: Path, text: str, expect: str
+) -> None:
+    assert expect in _refused(tmp_path, text)
+
+
 def test_a_choice_check_suggests_the_closest_choice(tmp_path: Path) -> None:
     assert "did you mean 'checkup'?" in _refused(tmp_path, "[run]\ndriver = 'checkp'\n")
 
