@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from method.bundle import Bundle, BundleError, load_bundle  # noqa: E402
 from method.paired import NOT_REACHED, compare, wilson_interval  # noqa: E402
-from method.seeds import confirm_seeds  # noqa: E402
+from method.seeds import RUN_SEEDS, confirm_seeds  # noqa: E402
+from rlgpt.cli import number, output_file  # noqa: E402
 
 OPTION = "stage_code"
 """The option a learned stage's own code is offered as (:mod:`knowledge.options`)."""
@@ -201,22 +202,25 @@ def main() -> int:
         "stage (the check is then of the stage from those starts, not of the run's "
         "whole policy); default 'run', the bundle's own stages",
     )
-    p.add_argument("--worlds", type=int, default=400, help="confirm worlds to play")
+    p.add_argument("--worlds", type=number(int, 1), default=400, help="confirm worlds to play")
     p.add_argument("--quick", action="store_true", help="20 worlds (a look, not a figure)")
     p.add_argument(
         "--first",
-        type=int,
+        type=number(int, 0),
         default=0,
         help="skip this many confirm worlds (a second check on other worlds)",
     )
     p.add_argument(
         "--run-seed",
-        type=int,
+        # Outside the run seeds' table the confirm worlds would overlap other ranges.
+        type=number(int, RUN_SEEDS.start, RUN_SEEDS.stop - 1),
         default=None,
         help="whose confirm worlds (default: the run's [run] seed, config.json)",
     )
-    p.add_argument("--jobs", type=int, default=2, help="worker processes")
-    p.add_argument("--json", default="", help="write the rows and per-world outcomes here")
+    p.add_argument("--jobs", type=number(int, 1, 64), default=2, help="worker processes")
+    p.add_argument(
+        "--json", type=output_file, default=None, help="write the rows and per-world outcomes here"
+    )
     args = p.parse_args()
     if args.quick:
         args.worlds = 20

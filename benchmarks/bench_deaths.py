@@ -37,6 +37,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent.parent
 EPISODE_STEPS = 10_000
 RECENT = 100
+PLAYED = ("envs/composite.py", "knowledge/skill_prelude.py", "knowledge/library.py")
+"""Files a --root tree must hold: the code the workers import from it."""
 """Steps before death whose hits are listed."""
 BEFORE = 3
 """The vitals shown are those this many steps before death."""
@@ -263,6 +265,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.compare:
         compare(*args.compare)
         return
+    # Checked here, not by importing the project's argument types: this process forks
+    # the workers, which must import --root's code, not modules this one imported.
+    if args.seeds < 1 or args.first < 0 or args.jobs < 1:
+        parser.error("--seeds and --jobs must be at least 1, --first at least 0")
+    missing = [f for f in PLAYED if not (Path(args.root) / f).is_file()]
+    if missing:  # the workers would import this tree's code instead, under --root's name
+        parser.error(f"--root {args.root}: not a tree of this project (no {missing[0]})")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        parser.error(f"--out {args.out}: its folder does not exist (checked before playing)")
     seeds = [args.seed_base + k for k in range(args.first, args.first + args.seeds)]
     pool = concurrent.futures.ProcessPoolExecutor(
         args.jobs, initializer=_init, initargs=[args.root]
@@ -295,6 +306,8 @@ def compare(before_path: str, after_path: str) -> None:
     after = {r["seed"]: r for r in json.loads(Path(after_path).read_text())}
     seeds = sorted(set(before) & set(after))
     n = len(seeds)
+    if not n:
+        raise SystemExit(f"bench_deaths: {before_path} and {after_path} share no world")
     for label, runs in (("before", before), ("after", after)):
         summary([runs[s] for s in seeds], label)
     a = [int(before[s]["success"]) for s in seeds]

@@ -250,12 +250,16 @@ def partial_summary(run_dir: Path, wall_s: float, cpu_s: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from rlgpt.cli import number, output_file
+
     parser.add_argument("--config", type=Path, default=ROOT / "rlgpt/configs/diamond.toml")
     parser.add_argument("--quick", action="store_true", help="a small run instead (~2 min)")
-    parser.add_argument("--limit-s", type=float, default=20.0, help="bare-loop seconds")
+    parser.add_argument(
+        "--limit-s", type=number(float, 0.1), default=20.0, help="bare-loop seconds"
+    )
     parser.add_argument(
         "--pool",
-        type=int,
+        type=number(int, 0),
         default=0,
         help="bare loop: reset into a pool of this many worlds (cache restores) instead of "
         "a fresh world every episode (0, the default)",
@@ -263,12 +267,12 @@ def main() -> int:
     parser.add_argument("--limit-only", action="store_true", help="measure the limit, no run")
     parser.add_argument(
         "--max-s",
-        type=float,
+        type=number(float, 0),
         default=0.0,
         help="stop the run after this many seconds and report what it booked by then "
         "(0, the default: let it finish)",
     )
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=output_file, help="also write the figures here")
     args = parser.parse_args()
 
     from runtime.cpu import available_cores

@@ -326,6 +326,16 @@ def number(kind: type, low: float, high: float = math.inf, what: str = "") -> Ca
     return parse
 
 
+def output_file(text: str) -> Path:
+    """An argparse type: a file to write at the end of long work; its folder must exist
+    now, so that a mistyped path is refused before the work rather than after it."""
+    path = Path(text)
+    if path.is_dir() or not path.parent.is_dir():
+        what = "a folder" if path.is_dir() else f"in a folder that does not exist ({path.parent})"
+        raise argparse.ArgumentTypeError(f"{text} is {what}: name a file in an existing folder")
+    return path
+
+
 ATTACH_WAIT_S = 600.0
 """How long ``attach`` waits for a head to answer before it gives up (``--wait``): long
 enough for a head started after its workers (a batch job's head still queued, a model

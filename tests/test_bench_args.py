@@ -1,0 +1,58 @@
+"""Benchmarks refuse bad arguments before their long work, naming the flag: a mistyped
+--root played this tree's code under the other tree's name, --out and --json in a missing
+folder failed only after every episode, a --run-seed outside the table confirmed on worlds
+of other ranges, and --limit-s 0 divided by zero after the whole run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+
+def _bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_bench_deaths_refuses_a_root_that_is_not_a_tree_and_an_out_in_no_folder(
+    tmp_path: Path,
+) -> None:
+    done = _bench("bench_deaths.py", "--root", str(tmp_path), "--seeds", "1")
+    assert done.returncode == 2
+    assert f"--root {tmp_path}: not a tree of this project (no envs/composite.py)" in done.stderr
+    done = _bench("bench_deaths.py", "--seeds", "1", "--out", str(tmp_path / "no" / "x.json"))
+    assert done.returncode == 2 and "its folder does not exist" in done.stderr
+    done = _bench("bench_deaths.py", "--seeds", "0")
+    assert done.returncode == 2 and "--seeds and --jobs must be at least 1" in done.stderr
+
+
+def test_bench_confirm_and_bench_method_refuse_out_of_range_numbers_and_missing_folders(
+    tmp_path: Path,
+) -> None:
+    done = _bench("bench_confirm.py", str(tmp_path), "--run-seed", "50")
+    assert done.returncode == 2
+    assert "argument --run-seed: expected 0 to 49, found '50'" in done.stderr
+    done = _bench("bench_method.py", "--limit-s", "0", "--json", str(tmp_path / "m.json"))
+    assert done.returncode == 2 and "argument --limit-s: expected at least 0.1" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "expect"),
+    [("missing/x.json", "in a folder that does not exist"), (".", "is a folder")],
+)
+def test_an_output_file_must_be_a_file_in_an_existing_folder(
+    tmp_path: Path, name: str, expect: str
+) -> None:
+    import argparse
+
+    from rlgpt.cli import output_file
+
+    assert output_file(str(tmp_path / "x.json")) == tmp_path / "x.json"
+    with pytest.raises(argparse.ArgumentTypeError, match=expect):
+        output_file(str(tmp_path / name))
