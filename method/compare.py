@@ -229,6 +229,10 @@ def plot(runs: list[Run], path: Path) -> Path:
     return path
 
 
+PLOT_SUFFIXES = frozenset((".png", ".pdf", ".svg", ".jpg", ".jpeg", ".webp", ".eps", ".tif"))
+"""Figure files ``--plot`` may name (formats matplotlib's default backend writes)."""
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="run.py compare",
@@ -246,6 +250,13 @@ def main(argv: list[str]) -> int:
     if len(args.runs) < 2:
         print("compare error: give at least two run folders", file=sys.stderr)
         return 2
+    if Path(args.plot).suffix.lower() not in PLOT_SUFFIXES:
+        print(
+            f"compare error: --plot {args.plot}: a figure file ends in one of "
+            f"{', '.join(sorted(PLOT_SUFFIXES))}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         runs = [load_run(r) for r in args.runs]
     except CompareError as exc:
@@ -258,7 +269,11 @@ def main(argv: list[str]) -> int:
     print()
     print(render(table(runs)))
     print()
-    print(f"plot: {plot(runs, Path(args.plot))}")
+    try:
+        print(f"plot: {plot(runs, Path(args.plot))}")
+    except OSError as exc:  # the table above stands; only the figure is missing
+        print(f"compare error: --plot {args.plot}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -52,6 +53,15 @@ def main(argv: list[str]) -> int:
     if args.episodes < 1:
         print("play error: --episodes must be at least 1", file=sys.stderr)
         return 2
+    if args.video and Path(args.video).suffix.lower() != ".gif":
+        print(f"play error: --video {args.video}: the video is a GIF (OUT.gif)", file=sys.stderr)
+        return 2
+    for flag, name in (("--records", args.records), ("--video", args.video)):
+        folder = Path(name).resolve().parent if name else None
+        if folder is not None and not _writable(folder):
+            # Checked before the episodes are played, not after.
+            print(f"play error: {flag} {name}: cannot write in {folder}", file=sys.stderr)
+            return 2
     try:
         bundle = load_bundle(args.run_dir)
     except BundleError as exc:
@@ -82,6 +92,13 @@ def main(argv: list[str]) -> int:
 
         print(f"video: {write_labelled_gif(clips, args.video)}")
     return 0
+
+
+def _writable(folder: Path) -> bool:
+    """The folder exists and this user may write in it, or it can be made."""
+    while not folder.exists():
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
 def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> Iterator[tuple[Any, Any]]:

@@ -315,6 +315,26 @@ def test_compare_prints_both_runs_and_their_difference(
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_play_and_compare_refuse_files_they_cannot_write_before_their_work(
+    learned_run: Path, coded_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from method import compare, play
+
+    blocker = tmp_path / "file"  # a file where a folder would have to be
+    blocker.write_text("")
+    # Was: every episode played, then a traceback at the write.
+    assert play.main([str(learned_run), "--records", str(blocker / "e.jsonl")]) == 2
+    assert f"--records {blocker / 'e.jsonl'}: cannot write in {blocker}" in capsys.readouterr().err
+    assert play.main([str(learned_run), "--video", str(tmp_path / "v.mp4")]) == 2
+    assert "the video is a GIF (OUT.gif)" in capsys.readouterr().err
+    runs = [str(learned_run), str(coded_run)]
+    assert compare.main([*runs, "--plot", str(tmp_path / "c.txt")]) == 2  # was: ValueError
+    assert "a figure file ends in one of .eps, .jpeg" in capsys.readouterr().err
+    assert compare.main([*runs, "--plot", str(blocker / "c.png")]) == 1  # the table printed
+    out, err = capsys.readouterr()
+    assert "final success" in out and f"compare error: --plot {blocker / 'c.png'}: " in err
+
+
 def test_compare_refuses_a_folder_that_is_not_a_finished_run(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
