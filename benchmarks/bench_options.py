@@ -268,19 +268,25 @@ def worlds(first: int, held_out: int, select: int) -> tuple[list[int], list[int]
 
 
 def main() -> None:
+    # Checked numbers: a negative --eval or --select put selection worlds among the
+    # training worlds below EVAL_SEED.
+    from rlgpt.cli import number, output_file
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sub", default="make_stone_pickaxe", help="the learned sub-action")
     parser.add_argument("--target", default="diamond",
                         help="the plan --sub is a step of (e.g. eat_plant)")  # fmt: skip
-    parser.add_argument("--steps", type=int, default=8192, help="PPO decisions per job")
-    parser.add_argument("--envs", type=int, default=2, help="vectorised envs")
-    parser.add_argument("--eval", type=int, default=40, help="held-out worlds")
+    parser.add_argument("--steps", type=number(int, 1), default=8192, help="PPO decisions per job")
+    parser.add_argument("--envs", type=number(int, 1), default=2, help="vectorised envs")
+    parser.add_argument("--eval", type=number(int, 1), default=40, help="held-out worlds")
     parser.add_argument("--seed", type=int, default=0, help="policy seed")
     parser.add_argument("--worlds-from", type=int, default=EVAL_SEED, metavar="SEED",
                         help=f"first held-out world (default {EVAL_SEED:,}; selection "
                         "worlds follow the held-out ones); a fresh range for a run that "
                         "checks an earlier one")  # fmt: skip
-    parser.add_argument("--gamma", type=float, default=PPOSettings().gamma, help="PPO's γ")
+    parser.add_argument(
+        "--gamma", type=number(float, 0, 1), default=PPOSettings().gamma, help="PPO's γ"
+    )
     parser.add_argument(
         "--variants", default="menu,menu+own,menu/plain,menu+own/plain",
         help="comma-separated: menu, +own (the stage's code as an option), +map (the "
@@ -294,14 +300,14 @@ def main() -> None:
                         help="the stage's own code (the coded version and the option "
                         "stage_code): the library's final code or its bare first "
                         "template")  # fmt: skip
-    parser.add_argument("--prior", type=float, default=0.9,
+    parser.add_argument("--prior", type=number(float, 0, 0.99), default=0.9,
                         help="+prior's code_prior (default 0.9)")  # fmt: skip
     parser.add_argument("--greedy", action="store_true",
                         help="also play each policy with its most likely actions")  # fmt: skip
-    parser.add_argument("--select", type=int, default=0, metavar="N",
+    parser.add_argument("--select", type=number(int, 0), default=0, metavar="N",
                         help="pick a version by the method's rule on N other worlds")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="1,024 decisions, 10 worlds")
-    parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--json", type=output_file, help="write the rows here")
     parser.add_argument("--summarise", type=Path, nargs="+", metavar="JSON",
                         help="print the table of these runs (--json files of one "
                         "sub-action, one policy seed each) and exit")  # fmt: skip

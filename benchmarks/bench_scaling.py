@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_env import through_actors  # noqa: E402
 from bench_method import bare_limit  # noqa: E402
 
+from rlgpt.cli import number, output_file  # noqa: E402
 from runtime import events  # noqa: E402
 from runtime.cpu import available_cores  # noqa: E402
 
@@ -47,16 +48,27 @@ from runtime.cpu import available_cores  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker counts, comma-separated")
-    parser.add_argument("--seconds", type=float, default=6.0, help="bare-loop seconds per count")
-    parser.add_argument("--episodes", type=int, default=16, help="episodes per actor per round")
-    parser.add_argument("--cap", type=int, default=1000, help="steps per episode at most")
-    parser.add_argument("--rounds", type=int, default=2, help="actor rounds; the best is kept")
+    parser.add_argument(
+        "--seconds", type=number(float, 0.1), default=6.0, help="bare-loop seconds per count"
+    )
+    parser.add_argument(
+        "--episodes", type=number(int, 1), default=16, help="episodes per actor per round"
+    )
+    parser.add_argument(
+        "--cap", type=number(int, 1), default=1000, help="steps per episode at most"
+    )
+    parser.add_argument(
+        "--rounds", type=number(int, 1), default=2, help="actor rounds; the best is kept"
+    )
     parser.add_argument("--quick", action="store_true", help="2 s loops, 1 round, cap 300")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=output_file, help="also write the figures here")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.rounds, args.cap = 2.0, 1, 300
-    counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    try:
+        counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    except ValueError:
+        counts = []
     if not counts or min(counts) < 1:
         parser.error(f"--workers {args.workers!r}: expected positive integers, e.g. 1,2,4")
     cores = available_cores()

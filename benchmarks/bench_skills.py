@@ -291,11 +291,7 @@ def part_chain(
 ) -> None:
     chain = recipes.chain(target)
     final = chain[-1].achievement
-    labels = {
-        "none": "without survival",
-        "composer": "with survival stages interleaved by the composer",
-        "templates": "with the templates' own survival (Params.survive)",
-    }
+    labels = CHAIN_MODES
     for mode in modes:
         tasks = [("chain", (target, mode), s, EPISODE_STEPS, final) for s in seeds]
         started = time.perf_counter()
@@ -559,6 +555,14 @@ def part_speed(seeds: list[int], repeats: int, baseline: str) -> None:
     )
 
 
+CHAIN_MODES = {
+    "none": "without survival",
+    "composer": "with survival stages interleaved by the composer",
+    "templates": "with the templates' own survival (Params.survive)",
+}
+"""The chain part's survival modes (``--modes``) and their table labels."""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -586,6 +590,12 @@ def main(argv: list[str] | None = None) -> None:
         help="chain survival modes: none, composer, templates (comma-separated)",
     )
     args = parser.parse_args(argv)
+    modes = tuple(m.strip() for m in args.modes.split(","))
+    unknown = sorted(set(modes) - set(CHAIN_MODES))
+    if unknown:  # was: played as "none", then a KeyError at the table
+        parser.error(f"--modes: {', '.join(unknown)} unknown; choose from {', '.join(CHAIN_MODES)}")
+    if args.seeds < 1 or args.repeats < 1 or args.jobs < 1:
+        parser.error("--seeds, --repeats and --jobs must be at least 1")
     base = args.seed_base
     if base is None:
         composed = ("composite", "curriculum", "speed")
@@ -596,7 +606,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.part in ("revise", "all"):
         part_revise(args.target, seeds[: max(4, args.seeds // 2)], args.jobs)
     if args.part in ("chain", "all"):
-        part_chain(args.target, seeds, args.jobs, tuple(args.modes.split(",")))
+        part_chain(args.target, seeds, args.jobs, modes)
     if args.part == "composite":
         part_composite(seeds, args.jobs, args.verbose)
     if args.part == "curriculum":

@@ -43,6 +43,24 @@ def test_bench_confirm_and_bench_method_refuse_out_of_range_numbers_and_missing_
 
 
 @pytest.mark.parametrize(
+    ("script", "args", "expect"),
+    [
+        # Was: selection worlds below the held-out range, where the learner trains.
+        ("bench_options.py", ("--eval", "-5", "--select", "3"), "argument --eval: expected at"),
+        # Was: every episode played as "none", then a KeyError at the table.
+        ("bench_skills.py", ("--part", "chain", "--modes", "composr"), "--modes: composr unknown"),
+        ("bench_scaling.py", ("--workers", "2,x"), "--workers '2,x': expected positive integers"),
+        ("bench_scaling.py", ("--rounds", "0"), "argument --rounds: expected at least 1"),
+    ],
+)
+def test_more_benchmarks_refuse_bad_numbers_and_names_before_their_work(
+    script: str, args: tuple, expect: str
+) -> None:
+    done = _bench(script, *args)
+    assert done.returncode == 2 and expect in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
     ("name", "expect"),
     [("missing/x.json", "in a folder that does not exist"), (".", "is a folder")],
 )
