@@ -31,12 +31,15 @@ import collections
 import concurrent.futures
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 EPISODE_STEPS = 10_000
 RECENT = 100
+PROGRESS = 50
+"""Worlds between two progress lines (standard error)."""
 PLAYED = ("envs/composite.py", "knowledge/skill_prelude.py", "knowledge/library.py")
 """Files a --root tree must hold: the code the workers import from it."""
 """Steps before death whose hits are listed."""
@@ -278,8 +281,19 @@ def main(argv: list[str] | None = None) -> None:
     pool = concurrent.futures.ProcessPoolExecutor(
         args.jobs, initializer=_init, initargs=[args.root]
     )
-    with pool:
-        results = list(pool.map(episode, seeds, chunksize=1))
+    started = time.perf_counter()
+    results = []
+    with pool:  # in seed order; progress every PROGRESS worlds (1,000 take ~10 minutes)
+        for result in pool.map(episode, seeds, chunksize=1):
+            results.append(result)
+            if len(results) % PROGRESS == 0 or len(results) == len(seeds):
+                done = sum(bool(r["success"]) for r in results)
+                print(
+                    f"  {len(results)}/{len(seeds)} worlds, {done} diamonds, "
+                    f"{time.perf_counter() - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if args.verbose:
         for r in results:
             if "death" in r:

@@ -5,6 +5,7 @@ of other ranges, and --limit-s 0 divided by zero after the whole run."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,24 @@ def test_bench_deaths_refuses_a_root_that_is_not_a_tree_and_an_out_in_no_folder(
     assert done.returncode == 2 and "its folder does not exist" in done.stderr
     done = _bench("bench_deaths.py", "--seeds", "0")
     assert done.returncode == 2 and "--seeds and --jobs must be at least 1" in done.stderr
+
+
+def test_bench_deaths_plays_worlds_alike_in_one_or_two_processes_and_compares_them(
+    tmp_path: Path,
+) -> None:
+    # Its paired screens rest on this: the same world plays the same, whichever process.
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    for out, jobs in ((one, "1"), (two, "2")):
+        done = _bench("bench_deaths.py", "--seed-base", "9000000", "--seeds", "3",
+                      "--jobs", jobs, "--out", str(out))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "  3/3 worlds, " in done.stderr  # the progress line
+    first, second = json.loads(one.read_text()), json.loads(two.read_text())
+    assert [r["seed"] for r in first] == [9_000_000, 9_000_001, 9_000_002]
+    assert first == second and all(r["steps"] > 0 for r in first)
+    done = _bench("bench_deaths.py", "--compare", str(one), str(two))
+    wins = sum(bool(r["success"]) for r in first)
+    assert f"## paired on 3 worlds: before {wins}/3, after {wins}/3" in done.stdout
 
 
 def test_bench_confirm_and_bench_method_refuse_out_of_range_numbers_and_missing_folders(
