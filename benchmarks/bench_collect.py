@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from rlgpt.cli import number  # noqa: E402
 
 
 def decisions_per_s(config, collect: str, workers, steps: int) -> float:
@@ -45,8 +46,8 @@ def decisions_per_s(config, collect: str, workers, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=4096, help="PPO decisions per case")
+    parser.add_argument("--rounds", type=number(int, 1), default=2)
+    parser.add_argument("--steps", type=number(int, 1), default=4096, help="PPO decisions per case")
     parser.add_argument("--quick", action="store_true", help="1 round of 1,024 decisions")
     args = parser.parse_args()
     if args.quick:

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 import trio  # noqa: E402
 
 from messages.control import Probe  # noqa: E402
+from rlgpt.cli import number  # noqa: E402
 from runtime import events  # noqa: E402
 from runtime.config import RunSettings, RuntimeSettings, Settings  # noqa: E402
 from runtime.forward import EventForwarder  # noqa: E402
@@ -147,7 +148,9 @@ def in_sender(count: int, folder: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="20,000 events")
-    parser.add_argument("--events", type=int, default=0, help="events to send (default 100,000)")
+    parser.add_argument(
+        "--events", type=number(int, 0), default=0, help="events to send (default 100,000)"
+    )
     parser.add_argument("--json", default="", help="also write the results here")
     args = parser.parse_args()
     count = args.events or (20_000 if args.quick else 100_000)

@@ -28,6 +28,7 @@ import trio  # noqa: E402
 
 from llm import models  # noqa: E402
 from llm.local_server import LocalServer, LocalServerError  # noqa: E402
+from rlgpt.cli import number  # noqa: E402
 
 SUBACTION = {
     "name": "collect_wood", "description": "collect one wood from a tree", "goal": {"wood": 1},
@@ -85,8 +86,12 @@ async def bench(model: str, threads: int, n_ctx: int, calls: list, modes: list[s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="a fetched model's name")
-    parser.add_argument("--threads", type=int, default=1, help="server threads (0: every core)")
-    parser.add_argument("--n-ctx", type=int, default=8192, help="server context in tokens")
+    parser.add_argument(
+        "--threads", type=number(int, 0), default=1, help="server threads (0: every core)"
+    )
+    parser.add_argument(
+        "--n-ctx", type=number(int, 512), default=8192, help="server context in tokens"
+    )
     parser.add_argument("--quick", action="store_true", help="critic/review only")
     parser.add_argument(
         "--json-mode", default="schema", choices=["schema", "object", "off", "all"],

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import trio  # noqa: E402
 
 from llm.prompts import PromptSet, estimate_tokens  # noqa: E402
+from rlgpt.cli import number  # noqa: E402
 
 
 def built_requests(target: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -94,8 +95,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="diamond")
     parser.add_argument("--calls", type=Path, help="a run's calls.jsonl")
-    parser.add_argument("--n-ctx", type=int, default=8192)
-    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--n-ctx", type=number(int, 512), default=8192)
+    parser.add_argument("--max-tokens", type=number(int, 1), default=2048)
     args = parser.parse_args()
     requests = recorded_requests(args.calls) if args.calls else built_requests(args.target)
     prompts = PromptSet()

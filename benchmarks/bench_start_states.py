@@ -46,6 +46,7 @@ from knowledge import library, options, recipes  # noqa: E402
 from knowledge.survival import survival_needs  # noqa: E402
 from messages.task import CodedAction, RLConfig  # noqa: E402
 from messages.train import TrainRequest  # noqa: E402
+from rlgpt.cli import number  # noqa: E402
 
 RL_PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do"]
 """The offline fast agent's primitives for a learned sub-action (llm/offline.py)."""
@@ -185,10 +186,12 @@ every item gained); its setup is the first version's, so it shares the starts.""
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sub", default="make_stone_pickaxe", help="the learned sub-action")
-    parser.add_argument("--steps", type=int, default=4096, help="PPO decisions per job")
-    parser.add_argument("--envs", type=int, default=2, help="vectorised envs")
-    parser.add_argument("--repeats", type=int, default=2, help="pairs (off, on) to run")
-    parser.add_argument("--versions", type=int, default=2, help="jobs per run (versions)")
+    parser.add_argument("--steps", type=number(int, 1), default=4096, help="PPO decisions per job")
+    parser.add_argument("--envs", type=number(int, 1), default=2, help="vectorised envs")
+    parser.add_argument("--repeats", type=number(int, 1), default=2, help="pairs (off, on) to run")
+    parser.add_argument(
+        "--versions", type=number(int, 1), default=2, help="jobs per run (versions)"
+    )
     parser.add_argument("--quick", action="store_true", help="1,024 decisions, one pair")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()

@@ -70,6 +70,10 @@ def test_bench_confirm_and_bench_method_refuse_out_of_range_numbers_and_missing_
         ("bench_skills.py", ("--part", "chain", "--modes", "composr"), "--modes: composr unknown"),
         ("bench_scaling.py", ("--workers", "2,x"), "--workers '2,x': expected positive integers"),
         ("bench_scaling.py", ("--rounds", "0"), "argument --rounds: expected at least 1"),
+        # Was: learn(0), then a division by zero (bench_collect); a 120 s wait (bench_events).
+        ("bench_collect.py", ("--steps", "0"), "argument --steps: expected at least 1"),
+        ("bench_events.py", ("--events", "-5"), "argument --events: expected at least 0"),
+        ("bench_start_states.py", ("--versions", "0"), "argument --versions: expected at"),
     ],
 )
 def test_more_benchmarks_refuse_bad_numbers_and_names_before_their_work(
