@@ -66,8 +66,13 @@ FOOD_BELOW = 6  # −1 per ~25 steps: 100 steps to find a cow (+6 each)
 FOOD_UNTIL = 8
 ENERGY_BELOW = 3  # −1 per ~30 steps: 90 steps to find a nook
 ENERGY_UNTIL = 9
-HEALTH_BELOW = 6  # 3 zombie hits from 0: get away, wall in, rest
-HEALTH_UNTIL = 8
+# Below HEALTH_BELOW (at 4: two zombie hits from death) get away, wall in and rest until
+# HEALTH_UNTIL. 5 and 7, not 6 and 8: fewer, shorter retreats (they die on the walk to a
+# nook; deaths in them 150 -> 128 of 1,000 worlds) — a paired +4.8 % [+2.2, +7.2] and
+# +6.0 % [+3.2, +8.7] diamonds on two sets of 1,000 development worlds (BENCHMARKS.md,
+# session 30).
+HEALTH_BELOW = 5
+HEALTH_UNTIL = 7
 # Night (Crafter's daylight < 0.45 for ~120 of every 300 steps): zombies spawn on grass
 # chunks at 2-3 per chunk and hit sleepers for 7, so the night is spent walled in,
 # sleeping; drink/food are topped up first so that they last until dawn (~120 steps).
