@@ -38,11 +38,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent.parent
 EPISODE_STEPS = 10_000
 RECENT = 100
+"""Steps before death whose hits are listed."""
 PROGRESS = 50
 """Worlds between two progress lines (standard error)."""
 PLAYED = ("envs/composite.py", "knowledge/skill_prelude.py", "knowledge/library.py")
 """Files a --root tree must hold: the code the workers import from it."""
-"""Steps before death whose hits are listed."""
 BEFORE = 3
 """The vitals shown are those this many steps before death."""
 

@@ -401,12 +401,13 @@ def cmd_actor(args: argparse.Namespace) -> int:
     except (ValueError, DeviceError, KeysMissing) as exc:
         print(f"{command} error: {exc}", file=sys.stderr)
         return 2
-    if args.run_dir and not (Path(args.run_dir) / "config.json").is_file():
-        # A mistyped folder would be made and its events kept there, not in the run's log.
+    if args.run_dir and not Path(args.run_dir).is_dir():
+        # A mistyped folder would be made and the actor's events kept there, apart from
+        # the run's log (on another machine an existing folder of its own is fine).
         print(
-            f"{command} error: --run-dir {args.run_dir} is not a run's folder (no config.json "
-            "in it); name the head's run folder, or leave --run-dir out to send the events to "
-            "the head",
+            f"{command} error: --run-dir {args.run_dir} is not a folder; name the head's run "
+            "folder (or an existing folder of this machine's own), or leave --run-dir out to "
+            "send the events to the head",
             file=sys.stderr,
         )
         return 2

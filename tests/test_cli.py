@@ -235,7 +235,7 @@ def test_attach_refuses_a_number_out_of_range_naming_the_flag(
     assert f"argument {flag}: {expect}" in capsys.readouterr().err
 
 
-def test_attach_with_a_run_dir_that_is_no_run_is_refused_and_makes_nothing(
+def test_attach_with_a_run_dir_that_does_not_exist_is_refused_and_makes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from rlgpt.cli import main
@@ -243,7 +243,7 @@ def test_attach_with_a_run_dir_that_is_no_run_is_refused_and_makes_nothing(
     typo = tmp_path / "runs" / "demo-l"  # the run is demo-1: events would be kept apart
     code = main(["attach", "probe", "--connect", "tcp://127.0.0.1:1", "--run-dir", str(typo)])
     assert code == 2 and not typo.exists()
-    assert f"--run-dir {typo} is not a run's folder (no config.json" in capsys.readouterr().err
+    assert f"--run-dir {typo} is not a folder; name the head's run" in capsys.readouterr().err
 
 
 def test_keys_in_a_folder_that_cannot_be_made_exit_2_naming_it(
