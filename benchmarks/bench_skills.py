@@ -64,6 +64,7 @@ from knowledge import library, recipes  # noqa: E402
 from knowledge.revisions import Params, best_params, first_params, revise  # noqa: E402
 from knowledge.survival import survival_needs, survival_stages  # noqa: E402
 from messages.causes import POLICY_FINISHED, STEP_BUDGET, SUCCESS  # noqa: E402
+from rlgpt.cli import number  # noqa: E402
 
 SEED_BASE = 50_000
 """Seeds SEED_BASE … SEED_BASE+N-1: never used while developing the skills."""
@@ -291,13 +292,12 @@ def part_chain(
 ) -> None:
     chain = recipes.chain(target)
     final = chain[-1].achievement
-    labels = CHAIN_MODES
     for mode in modes:
         tasks = [("chain", (target, mode), s, EPISODE_STEPS, final) for s in seeds]
         started = time.perf_counter()
         results = _map(jobs, tasks)
         wall = time.perf_counter() - started
-        label = labels[mode]
+        label = CHAIN_MODES[mode]
         wins = sum(r["success"] for r in results)
         print(
             f"\n## chain({target!r}) composed, {label}: {wins}/{len(results)} = "
@@ -571,19 +571,19 @@ def main(argv: list[str] | None = None) -> None:
         default="all",
     )
     parser.add_argument("--target", default="diamond")
-    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--seeds", type=number(int, 1), default=20)
     parser.add_argument(
         "--seed-base",
         type=int,
         help=f"default {SEED_BASE}; composite and curriculum: {COMPOSED_SEED_BASE}",
     )
     parser.add_argument("--verbose", action="store_true", help="one line per episode")
-    parser.add_argument("--repeats", type=int, default=6, help="speed: old/new pairs")
+    parser.add_argument("--repeats", type=number(int, 1), default=6, help="speed: old/new pairs")
     parser.add_argument(
         "--baseline", default=SPEED_BASELINE, help="speed: the commit to compare against"
     )
     parser.add_argument("--quick", action="store_true", help="speed: 2 seeds, 2 repeats")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=number(int, 1), default=os.cpu_count() or 1)
     parser.add_argument(
         "--modes",
         default="none,composer,templates",
@@ -594,8 +594,6 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(modes) - set(CHAIN_MODES))
     if unknown:  # was: played as "none", then a KeyError at the table
         parser.error(f"--modes: {', '.join(unknown)} unknown; choose from {', '.join(CHAIN_MODES)}")
-    if args.seeds < 1 or args.repeats < 1 or args.jobs < 1:
-        parser.error("--seeds, --repeats and --jobs must be at least 1")
     base = args.seed_base
     if base is None:
         composed = ("composite", "curriculum", "speed")
