@@ -55,6 +55,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rlgpt.cli import output_file  # noqa: E402
+
 ROUNDS = ("first evaluation", "draw round", "comparison round")
 
 
@@ -245,9 +247,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--timeline", action="store_true", help="print the idle stretches")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=output_file, help="also write the figures here")
     args = parser.parse_args()
-    figures = analyse(args.run_dir)
+    events = args.run_dir / "events.jsonl"
+    if not events.is_file():
+        parser.error(
+            f"{events}: no such file: RUN_DIR must be a run's folder (runs/<id>, the one "
+            "holding its events.jsonl)"
+        )
+    try:
+        figures = analyse(args.run_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        # A log cut off mid-line (a killed run) or another program's file.
+        print(f"bench_idle: {events}: cannot be read as a run's event log: {exc}", file=sys.stderr)
+        return 1
     if args.timeline:
         for s in figures["stretches"]:
             print(

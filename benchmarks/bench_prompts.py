@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import trio  # noqa: E402
 
+from knowledge import recipes  # noqa: E402
 from llm.prompts import PromptSet, estimate_tokens  # noqa: E402
 from rlgpt.cli import number  # noqa: E402
 
@@ -36,7 +37,6 @@ def built_requests(target: str) -> list[tuple[str, str, dict[str, Any]]]:
     from actors.critic import statistics
     from actors.fast import _world_actions, code_request, rl_request
     from actors.slow import needs_table, plan_request, revise_request
-    from knowledge import recipes
     from knowledge.options import options_for
     from llm.offline import OfflineBackend
     from messages.plan import Critique, Plan, Review, RunTask, SubAction, SubActionOutcome
@@ -83,11 +83,18 @@ def built_requests(target: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def recorded_requests(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every request of a run's ``calls.jsonl``; ValueError naming the line that is not
+    one (a log cut off mid-line, another program's file)."""
     out = []
-    for line in path.read_text().splitlines():
+    for number_, line in enumerate(path.read_text().splitlines(), 1):
         if line.strip():
-            record = json.loads(line)
-            out.append((record["role"], record["purpose"], record["request"]))
+            try:
+                record = json.loads(line)
+                out.append((record["role"], record["purpose"], record["request"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(
+                    f"{path} line {number_}: not a recorded call ({type(exc).__name__}: {exc})"
+                ) from None
     return out
 
 
@@ -98,7 +105,18 @@ def main() -> None:
     parser.add_argument("--n-ctx", type=number(int, 512), default=8192)
     parser.add_argument("--max-tokens", type=number(int, 1), default=2048)
     args = parser.parse_args()
-    requests = recorded_requests(args.calls) if args.calls else built_requests(args.target)
+    if args.calls is None:
+        try:
+            recipes.chain(args.target)
+        except KeyError as exc:
+            parser.error(f"--target {args.target}: {exc.args[0]} (name an item, e.g. diamond)")
+    elif not args.calls.is_file():
+        parser.error(f"--calls {args.calls}: no such file (a run's calls.jsonl, runs/<id>/)")
+    try:
+        requests = recorded_requests(args.calls) if args.calls else built_requests(args.target)
+    except ValueError as exc:
+        parser.exit(1, f"bench_prompts: {exc}\n")
+
     prompts = PromptSet()
     print(f"| call | version | system | user | total | fits {args.n_ctx} with {args.max_tokens} |")
     print("|---|---|---|---|---|---|")

@@ -97,3 +97,22 @@ def test_an_output_file_must_be_a_file_in_an_existing_folder(
     assert output_file(str(tmp_path / "x.json")) == tmp_path / "x.json"
     with pytest.raises(argparse.ArgumentTypeError, match=expect):
         output_file(str(tmp_path / name))
+
+
+def test_bench_idle_and_bench_prompts_name_a_missing_or_unreadable_input(tmp_path: Path) -> None:
+    # Was: a traceback each (FileNotFoundError, JSONDecodeError, KeyError).
+    done = _bench("bench_idle.py", str(tmp_path / "no-run"))
+    assert done.returncode == 2
+    assert "no-run/events.jsonl: no such file: RUN_DIR must be a run's folder" in done.stderr
+    (tmp_path / "events.jsonl").write_text('{"ts": "2026-11-29T21:00:00Z", "event": "x"}\n{"ts')
+    done = _bench("bench_idle.py", str(tmp_path))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "events.jsonl: cannot be read as a run's event log" in done.stderr
+    done = _bench("bench_prompts.py", "--calls", str(tmp_path / "calls.jsonl"))
+    assert done.returncode == 2 and "calls.jsonl: no such file" in done.stderr
+    (tmp_path / "calls.jsonl").write_text('\n{"role": "fast", "purpose": "code"}\n')
+    done = _bench("bench_prompts.py", "--calls", str(tmp_path / "calls.jsonl"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "calls.jsonl line 2: not a recorded call (KeyError: 'request')" in done.stderr
+    done = _bench("bench_prompts.py", "--target", "nope")
+    assert done.returncode == 2 and "--target nope: nothing in Crafter's data gives" in done.stderr
