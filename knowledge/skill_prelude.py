@@ -66,12 +66,13 @@ FOOD_BELOW = 6  # −1 per ~25 steps: 100 steps to find a cow (+6 each)
 FOOD_UNTIL = 8
 ENERGY_BELOW = 3  # −1 per ~30 steps: 90 steps to find a nook
 ENERGY_UNTIL = 9
-# Below HEALTH_BELOW (at 4: two zombie hits from death) get away, wall in and rest until
-# HEALTH_UNTIL. 5 and 7, not 6 and 8: fewer, shorter retreats (they die on the walk to a
-# nook; deaths in them 150 -> 128 of 1,000 worlds) — a paired +4.8 % [+2.2, +7.2] and
-# +6.0 % [+3.2, +8.7] diamonds on two sets of 1,000 development worlds (BENCHMARKS.md,
-# session 30).
-HEALTH_BELOW = 5
+# Below HEALTH_BELOW get away, wall in and rest until HEALTH_UNTIL (the retreat). 0: never.
+# Every step back measured better: 6 and 8 → 5 and 7 (session 30), and no retreat at all
+# (with WEAK 0), a paired +5.7 % [+2.9, +8.4] and +3.8 % [+1.0, +6.5] diamonds on two sets of
+# 1,000 development worlds (BENCHMARKS.md, session 31): the walk to a nook at low health
+# was the deadliest thing the player did (about 2.5 deaths per 1,000 steps), and health
+# comes back by itself while food, drink and energy last.
+HEALTH_BELOW = 0
 HEALTH_UNTIL = 7
 # Night (Crafter's daylight < 0.45 for ~120 of every 300 steps): zombies spawn on grass
 # chunks at 2-3 per chunk and hit sleepers for 7, so the night is spent walled in,
@@ -86,8 +87,8 @@ DAWN = 0.85
 # development worlds, BENCHMARKS.md, session 21).
 CRITICAL = 3
 # Health at or below which a trip for drink or food that is not critical gives way to
-# the retreat (zombies hit for 2: two hits from death).
-WEAK = 4
+# the retreat. 0: never (there is no retreat, see HEALTH_BELOW).
+WEAK = 0
 # Refill on the way when the source is in view: cheap, and it keeps the emergencies
 # (a long trip to water or cows, maybe at night) rare.
 TOP_UP_DRINK = 6
