@@ -177,3 +177,11 @@ class Need:
     """What restores it (drink water, eat a cow, sleep in a shelter)."""
     until: float = 0.0
     """The stage ends once ``stat`` reaches this (0: when the stage's own test holds)."""
+
+    def label(self) -> str:
+        """``name (stat < below)`` for tables; a need that can never start (``below`` 0 or
+        less: no statistic goes under 0) says it is off, e.g. the shipped retreat."""
+        name = self.stage.subtask.name
+        if self.below <= 0:
+            return f"{name} ({self.stat}: off)"
+        return f"{name} ({self.stat} < {self.below:g})"

@@ -224,8 +224,7 @@ def write_report(
         # A need is measured only when it was a sub-action of its own: "–", not 0, else.
         best = max((o.success_rate for o in outs), default=-1.0)
         lines.append(
-            f"| need: {need.stage.subtask.name} ({need.stat} < {need.below:g}) | {kind} | "
-            f"{_rate(best)} | {kinds(need.stage.subtask.name)}"
+            f"| need: {need.label()} | {kind} | {_rate(best)} | {kinds(need.stage.subtask.name)}"
         )
     compared = [
         (name, coded, learned)

@@ -167,8 +167,7 @@ def _policy_text(report: TaskReport, summary: dict[str, Any]) -> str:
         for st in report.stages
     ]
     rows += [
-        f"| need: {n.stage.subtask.name} ({n.stat} < {n.below:g}) |"
-        f" {'learned (PPO)' if n.stage.policy_path else 'coded'} |"
+        f"| need: {n.label()} | {'learned (PPO)' if n.stage.policy_path else 'coded'} |"
         for n in report.needs
     ]
     head = (

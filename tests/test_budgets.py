@@ -89,8 +89,12 @@ def test_a_need_never_measured_as_a_sub_action_shows_no_rate(tmp_path) -> None:
     from messages.task import Need, Stage, Subtask
 
     drink = Need("drink", 5, Stage(Subtask("drink_water"), code="x"))
-    text = _report(tmp_path, "iterations", needs=[drink])
+    # The shipped retreat's threshold is 0 (knowledge/skill_prelude.py): it never starts,
+    # which its row says instead of "health < 0".
+    retreat = Need("health", 0, Stage(Subtask("retreat"), code="x"))
+    text = _report(tmp_path, "iterations", needs=[drink, retreat])
     assert "| need: drink_water (drink < 5) | coded | – | – | – |" in text
+    assert "| need: retreat (health: off) | coded | – | – | – |" in text
 
 
 def test_the_report_heads_a_curriculum_run_with_its_score_not_a_bare_0_percent(tmp_path) -> None:
