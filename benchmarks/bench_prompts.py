@@ -110,13 +110,14 @@ def main() -> None:
             recipes.chain(args.target)
         except KeyError as exc:
             parser.error(f"--target {args.target}: {exc.args[0]} (name an item, e.g. diamond)")
-    elif not args.calls.is_file():
-        parser.error(f"--calls {args.calls}: no such file (a run's calls.jsonl, runs/<id>/)")
-    try:
-        requests = recorded_requests(args.calls) if args.calls else built_requests(args.target)
-    except ValueError as exc:
-        parser.exit(1, f"bench_prompts: {exc}\n")
-
+        requests = built_requests(args.target)
+    else:
+        if not args.calls.is_file():
+            parser.error(f"--calls {args.calls}: no such file (a run's calls.jsonl, runs/<id>/)")
+        try:
+            requests = recorded_requests(args.calls)
+        except ValueError as exc:
+            parser.exit(1, f"bench_prompts: {exc}\n")
     prompts = PromptSet()
     print(f"| call | version | system | user | total | fits {args.n_ctx} with {args.max_tokens} |")
     print("|---|---|---|---|---|---|")

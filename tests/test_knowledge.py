@@ -371,8 +371,8 @@ def test_survival_trips_give_way_at_night_and_when_hurt():
     assert stages["shelter"].below >= skill_prelude.NIGHT_BELOW
     drink = compile_policy(stages["drink_water"].source)
 
-    def first_action(obs):
-        return next(iter(drink(Skills(obs, constants.actions))), None)
+    def first_action(obs, policy=drink):
+        return next(iter(policy(Skills(obs, constants.actions))), None)
 
     # By day, low drink: it heads for the water in view.
     assert first_action(_survival_obs(1.0, drink=3.0)) == "move_right"
@@ -390,14 +390,8 @@ def test_survival_trips_give_way_at_night_and_when_hurt():
     source = stages["drink_water"].source
     assert "\nWEAK = 0\n" in source
     weak = compile_policy(source.replace("\nWEAK = 0\n", "\nWEAK = 4\n"))
-    assert (
-        next(iter(weak(Skills(_survival_obs(1.0, drink=3.0, health=3.0), constants.actions))), None)
-        is None
-    )
-    assert (
-        next(iter(weak(Skills(_survival_obs(1.0, drink=3.0), constants.actions))), None)
-        == "move_right"
-    )
+    assert first_action(_survival_obs(1.0, drink=3.0, health=3.0), weak) is None
+    assert first_action(_survival_obs(1.0, drink=3.0), weak) == "move_right"
 
 
 # ---------------------------------------------------------------------- deaths (real worlds)
