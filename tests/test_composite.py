@@ -232,6 +232,10 @@ def test_attach_takes_over_a_running_episode_without_resetting(world) -> None:
         for name in info["achievements"]:
             counts[name] = counts.get(name, 0) + 1
     assert counts == {"collect_wood": 1}
+    for action in skills.approach("tree", 20):  # to a tree, facing it
+        obs, _, _, info = world.step(action)
+        skills._observe(obs, info)
+    assert skills.facing_tile() == "tree" and not info["achievements"]
     position, walked = obs.position, skills.steps()
     encoded = env.attach(world, obs, skills, achievements=counts)
     assert env.observation_space.contains(encoded)
@@ -241,14 +245,13 @@ def test_attach_takes_over_a_running_episode_without_resetting(world) -> None:
     # Same world, same player: nothing was reset; the earlier wood is not this success.
     assert env.observation.position == position and skills.steps() == walked + 1
     assert (reward, terminated, truncated, info["steps"]) == (0.0, False, False, 1)
+    # Still facing the tree: the option chops a second log, the first success since the attach.
     _, reward, terminated, _, info = env.step(env.action_names.index("chop_tree"))
-    if info["achievements"]:  # still facing a tree: the option chops a second log
-        assert terminated and reward == 1.0
-    for _ in range(5):
-        if terminated or truncated:
-            break
-        _, _, terminated, truncated, info = env.step(noop)
-    assert terminated or truncated  # the cap counts from the attach: 5 steps
+    assert info["achievements"] == ("collect_wood",) and terminated and reward == 1.0
+    # Attached again (the step cap counts from each attach): noops until the cap, 5 steps.
+    env.attach(world, env.observation, skills, achievements=dict(counts, collect_wood=2))
+    ends = [env.step(noop)[2:4] for _ in range(5)]  # (terminated, truncated)
+    assert ends == [(False, False)] * 4 + [(False, True)]
 
 
 def test_a_learned_stage_acts_mid_episode_between_coded_stages(world, wood_policy) -> None:
