@@ -273,6 +273,7 @@ class CrafterWorld:
         view[cy0 - y0 : cy1 - y0, cx0 - x0 : cx1 - x0] = world._mat_map[cx0:cx1, cy0:cy1].T
         creatures = []
         ripe = []
+        missiles = []
         window = world._obj_map[cx0:cx1, cy0:cy1]
         for ix, iy in zip(*np.nonzero(window), strict=True):
             obj = world._objects[window[ix, iy]]
@@ -282,6 +283,8 @@ class CrafterWorld:
             creatures.append((type(obj).__name__.lower(), dx, dy))
             if getattr(obj, "ripe", False):
                 ripe.append((dx, dy))
+            if isinstance(obj, crafter.objects.Arrow):
+                missiles.append((dx, dy, int(obj.facing[0]), int(obj.facing[1])))
         creatures.sort(key=lambda c: (abs(c[1]) + abs(c[2]), c[2], c[1]))
         inv = player.inventory
         return Observation(
@@ -295,4 +298,5 @@ class CrafterWorld:
             names=self._names,
             sleeping=bool(player.sleeping),
             ripe=tuple(sorted(ripe, key=lambda d: (abs(d[0]) + abs(d[1]), d[1], d[0]))),
+            missiles=tuple(sorted(missiles, key=lambda m: (abs(m[0]) + abs(m[1]), m[1], m[0]))),
         )

@@ -44,6 +44,7 @@ DIRECTIONS: dict[Pos, str] = {
     (0, -1): "move_up",
     (0, 1): "move_down",
 }
+MOVES: dict[str, Pos] = {action: d for d, action in DIRECTIONS.items()}
 
 # How far to look for a goal before giving up on planning: a few times Crafter's
 # 64×64 map edge, so a goal anywhere on the known map is found.
@@ -207,6 +208,26 @@ class Navigator:
 
     # ------------------------------------------------------------------ walking
 
+    def struck(self, pos: Pos) -> bool:
+        """Whether a missile in view flies into ``pos`` on the next step (the player
+        moves first, then the missile: standing there then costs health)."""
+        px, py = self.obs.position
+        for dx, dy, fx, fy in self.obs.missiles:
+            if (px + dx + fx, py + dy + fy) == pos:
+                return True
+        return False
+
+    def shield(self, action: str) -> str:
+        """``action``, or 'noop' when it would step into a missile's next tile (waiting
+        one step lets the missile pass)."""
+        d = MOVES.get(action)
+        if d is None or not self.obs.missiles:
+            return action
+        target = add(self.obs.position, d)
+        if self.passable(target) and self.struck(target):
+            return "noop"
+        return action
+
     def walk(
         self,
         key: object,
@@ -234,7 +255,7 @@ class Navigator:
                 action = self.explore_action(toward)
             if action is None:
                 return False
-            yield action
+            yield self.shield(action)
         return goal(self.obs.position, self.obs.facing)
 
     def follow(
@@ -250,7 +271,7 @@ class Navigator:
                 if not self._plan_valid():
                     return False
                 action = self._plan_action()
-            yield action
+            yield self.shield(action)
         return not self._plan
 
     def explore_action(self, toward: str | None = None) -> str | None:

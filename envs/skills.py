@@ -325,7 +325,7 @@ class Skills:
             action = self._threat_action() or self._nav.explore_action(toward)
             if action is None:
                 return False
-            yield action
+            yield self._nav.shield(action)
         return True
 
     # ------------------------------------------------------------------ interaction
@@ -545,6 +545,9 @@ class Skills:
                 if (dx, dy) == (fx, fy):
                     return "do"
                 return DIRECTIONS[(dx, dy)]  # occupied: moving towards it only turns
+        dodge = self._dodge_action()
+        if dodge is not None:
+            return dodge
         # A zombie two tiles straight ahead steps next to us and hits at once: a stone
         # in between blocks its straight approach.
         ahead = (fx, fy)
@@ -554,6 +557,27 @@ class Skills:
                 if kind == "zombie" and (dx, dy) == (2 * fx, 2 * fy):
                     if self._obs.tile(*ahead) in where and self._obs.creature_at(*ahead) is None:
                         return "place_stone"
+        return None
+
+    def _dodge_action(self) -> str | None:
+        """A missile about to enter the player's tile: the step onto a free tile none
+        enters, across its flight if possible (the player moves before the missile
+        does, so it flies past)."""
+        pos = self._obs.position
+        if not self._obs.missiles or not self._nav.struck(pos):
+            return None
+        flights = [
+            (fx, fy) for dx, dy, fx, fy in self._obs.missiles if (dx + fx, dy + fy) == (0, 0)
+        ]
+        moves = sorted(
+            DIRECTIONS.items(), key=lambda m: any(m[0][0] * fx + m[0][1] * fy for fx, fy in flights)
+        )
+        for d, action in moves:
+            target = add(pos, d)
+            if not self._nav.passable(target) or self._memory.get(target) in self._rules.deadly:
+                continue
+            if not self._nav.struck(target):
+                return action
         return None
 
     def _nook_at(self, pos: Pos, facing: Pos | None, diggable: frozenset[str]) -> Pos | None:

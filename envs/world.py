@@ -48,6 +48,10 @@ class Observation:
     ripe: tuple[tuple[int, int], ...] = ()
     """(dx, dy) of every ripe plant in the view: Crafter draws a ripe plant apart from a
     growing one, and only a ripe one can be eaten."""
+    missiles: tuple[tuple[int, int, int, int], ...] = ()
+    """(dx, dy, fx, fy) of every missile in the view and the way it flies (Crafter draws
+    an arrow pointing along its flight): on the next step it enters (dx+fx, dy+fy)
+    and hurts whoever stands there."""
 
     @property
     def center(self) -> tuple[int, int]:

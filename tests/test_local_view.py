@@ -24,6 +24,7 @@ OBSERVATION_FIELDS = {
     "names",
     "sleeping",
     "ripe",
+    "missiles",
 }
 
 
@@ -57,6 +58,9 @@ def test_an_observation_holds_the_local_view_and_nothing_of_the_map() -> None:
             assert abs(dx) <= VIEW_COLS // 2 and abs(dy) <= VIEW_ROWS // 2
         # Ripe plants are plants in the view (Crafter draws them apart).
         assert set(obs.ripe) <= {(dx, dy) for kind, dx, dy in obs.creatures if kind == "plant"}
+        # Missiles are arrows in the view (Crafter draws each pointing where it flies).
+        arrows = {(dx, dy) for kind, dx, dy in obs.creatures if kind == "arrow"}
+        assert {(dx, dy) for dx, dy, _, _ in obs.missiles} == arrows
         # Position is relative to where the episode started, not world coordinates.
         assert isinstance(obs.position, tuple) and len(obs.position) == 2
     assert seen[0].position == (0, 0)

@@ -327,8 +327,8 @@ offline_accept = "at_target"
 offline_lessons = true
 
 [task]
-task = "make a stone pickaxe"
-target = "stone_pickaxe"
+task = "make an iron pickaxe"
+target = "iron_pickaxe"
 success_target = 0.5
 iterations = 1
 revisions = 1
@@ -338,12 +338,18 @@ episode_steps = 1500
 env_steps = 20000
 {ACTORS}"""
 
+# The boolean settings a revision may teach, as the fast agent's note names them.
+TAUGHT_FLAGS = ("secure", "dig", "fight", "survive", "guarded", "arm")
+
 
 def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path) -> None:
     # A real run from the simplest templates with offline_lessons: a revision of an early
     # step turns settings on, and the first version of each step built on it is written
     # with them (the fast agent passes the lessons of the steps in WorkOn.before), its
-    # note naming the cause and the step, its code carrying the settings.
+    # note naming the cause and the step, its code carrying the settings. The iron chain
+    # (ten steps) so that an early step's first version fails: which one, and so which
+    # settings it teaches, depends on the worlds (session 33's arrow dodge let the stone
+    # chain's collect_wood pass, which taught dig and explore before).
     config = tmp_path / "lessons.toml"
     config.write_text(LESSONS)
     proc = _start(tmp_path, "--config", str(config), "--quiet")
@@ -362,7 +368,12 @@ def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path
         if e["subaction"] in later and e["version"] == 1:
             assert "with what this run's critiques taught" in e["note"] and taught in e["note"]
     code = (run_dir / "code" / f"{later[0]}-it1-v1.py").read_text()
-    assert "DIG = True" in code and "PATIENCE = 100" in code  # taught; its own patience bare
+    note = next(e["note"] for e in written if e["subaction"] == later[0] and e["version"] == 1)
+    flags = [f for f in TAUGHT_FLAGS if f"{f} (after " in note]
+    assert flags, note
+    for flag in flags:
+        assert f"{flag.upper()} = True" in code, flag
+    assert "PATIENCE = 100" in code  # its own patience bare
     backend = next(
         line for line in (run_dir / "report.md").read_text().splitlines() if "Backend" in line
     )

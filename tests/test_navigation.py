@@ -36,12 +36,14 @@ from messages.task import Subtask
 # e95a8c0), which gives e95a8c0's recorded walks exactly at ddacaaa. Re-recorded the same
 # way at 7520478 (survival's CRITICAL 2 → 3 changes the walks; grid and dict agree), at
 # 533738c (the retreat below health 5 until 7, not 6 until 8; grid and dict agree), and in
-# session 31 (no retreat: worlds 2 and 4 now end with a diamond; grid and dict agree).
+# session 31 (no retreat: worlds 2 and 4 now end with a diamond; grid and dict agree), and in
+# session 33 (walks step out of arrows' way: world 3 now dies, 1 and 4 take longer; world 2
+# unchanged; grid and dict agree).
 RECORDED = {
-    1: (721, "success", {"collect_coal": 1, "collect_diamond": 1, "collect_drink": 25, "collect_iron": 1, "collect_stone": 42, "collect_wood": 17, "defeat_zombie": 2, "eat_cow": 5, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 1, "place_stone": 3, "place_table": 2, "wake_up": 6}, "87a60436614a498a"),
+    1: (972, "success", {"collect_coal": 2, "collect_diamond": 1, "collect_drink": 34, "collect_iron": 1, "collect_stone": 42, "collect_wood": 17, "defeat_skeleton": 1, "defeat_zombie": 3, "eat_cow": 6, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 1, "place_stone": 5, "place_table": 2, "wake_up": 9}, "605ac529f5fc4cc2"),
     2: (654, "success", {"collect_coal": 2, "collect_diamond": 1, "collect_drink": 25, "collect_iron": 2, "collect_stone": 28, "collect_wood": 14, "defeat_zombie": 3, "eat_cow": 4, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 1, "place_stone": 3, "place_table": 2, "wake_up": 4}, "0878bc6929a7cce5"),
-    3: (730, "success", {"collect_coal": 2, "collect_diamond": 1, "collect_drink": 24, "collect_iron": 1, "collect_stone": 39, "collect_wood": 17, "defeat_skeleton": 3, "defeat_zombie": 7, "eat_cow": 4, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 2, "place_stone": 2, "place_table": 2, "wake_up": 5}, "19b70193b9f3bc2c"),
-    4: (1290, "success", {"collect_coal": 2, "collect_diamond": 1, "collect_drink": 47, "collect_iron": 2, "collect_stone": 30, "collect_wood": 19, "defeat_skeleton": 2, "defeat_zombie": 6, "eat_cow": 7, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 2, "place_stone": 4, "place_table": 2, "wake_up": 10}, "b70a15036ab8e1ca"),
+    3: (932, "episode_done", {"collect_coal": 4, "collect_drink": 29, "collect_iron": 1, "collect_stone": 29, "collect_wood": 14, "defeat_skeleton": 1, "defeat_zombie": 10, "eat_cow": 4, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 1, "place_stone": 4, "place_table": 3, "wake_up": 7}, "47ef3e8ee32fc66f"),
+    4: (1336, "success", {"collect_coal": 2, "collect_diamond": 1, "collect_drink": 48, "collect_iron": 3, "collect_stone": 37, "collect_wood": 18, "defeat_skeleton": 1, "defeat_zombie": 9, "eat_cow": 8, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 2, "place_stone": 7, "place_table": 2, "wake_up": 9}, "470b990afebadcd2"),
 }  # fmt: skip
 
 

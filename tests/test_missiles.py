@@ -1,0 +1,101 @@
+"""Arrows in the real Crafter game: the observation shows where each flies, and a guarded
+player steps out of an arrow's way (or waits for it to pass) instead of taking 2 health.
+
+Skeletons' arrows were a third of the health the diamond chain lost (BENCHMARKS.md,
+"Arrows"): its walks stepped into tiles an arrow was about to enter.
+"""
+
+from __future__ import annotations
+
+import crafter.objects
+
+from envs.crafter_world import CrafterWorld
+from envs.skills import Skills
+
+
+def _world(arrows: dict, seed: int = 7101, radius: int = 5) -> CrafterWorld:
+    """A real Crafter world at noon, cleared to grass around the player, with ``arrows``
+    (offset → the way it flies) added."""
+    world = CrafterWorld()
+    world.reset(seed)
+    env = world._env
+    env._step = 150  # full daylight: no zombie spawns near the player
+    env._update_time()
+    player = env._player
+    px, py = int(player.pos[0]), int(player.pos[1])
+    for dx in range(-radius, radius + 1):
+        for dy in range(-radius, radius + 1):
+            pos = (px + dx, py + dy)
+            obj = env._world[pos][1]
+            if obj is not None and obj is not player:
+                env._world.remove(obj)
+            if (dx, dy) != (0, 0):
+                env._world[pos] = "grass"
+    for (dx, dy), facing in arrows.items():
+        env._world.add(crafter.objects.Arrow(env._world, (px + dx, py + dy), facing))
+    player.inventory["health"] = 9
+    return world
+
+
+def _play(world: CrafterWorld, policy, steps: int, guard: bool = True):
+    """Drive ``policy(skills)`` for up to ``steps`` steps; (actions, health, position)."""
+    skills = Skills(world._observe(), world.action_names)
+    skills.guard(guard)
+    actions = []
+    for action in policy(skills):
+        obs, _, done, info = world.step(action)
+        skills._observe(obs, info)
+        actions.append(action)
+        if done or len(actions) >= steps:
+            break
+    return actions, skills.status()["health"], skills.position()
+
+
+def test_the_observation_shows_where_each_arrow_flies():
+    world = _world({(2, 0): (-1, 0), (0, -3): (0, 1)})
+    assert world._observe().missiles == ((2, 0, -1, 0), (0, -3, 0, 1))
+    obs, *_ = world.step("noop")
+    assert obs.missiles == ((1, 0, -1, 0), (0, -2, 0, 1))  # one tile along each flight
+    assert ("arrow", 1, 0) in obs.creatures
+
+
+def test_a_guarded_player_steps_across_an_arrow_about_to_hit_it():
+    # The arrow next to the player flies into its tile on this step, along the row the
+    # walk goes: walking ahead of it only puts the hit off until the player stops.
+    def policy(skills):
+        yield from skills.walk_to(-4, 0, patience=20)
+        yield "noop"
+        yield "noop"
+
+    actions, health, _ = _play(_world({(1, 0): (-1, 0)}), policy, 30)
+    assert actions[0] in ("move_up", "move_down")  # across the flight, not along it
+    assert health == 9
+    # Unguarded, the same walk keeps ahead of the arrow, stops, and takes it.
+    actions, health, _ = _play(_world({(1, 0): (-1, 0)}), policy, 30, guard=False)
+    assert actions[0] == "move_left"
+    assert health == 7
+
+
+def test_a_walk_waits_one_step_for_an_arrow_to_cross_its_path():
+    # The walk's next tile (1, 0) is where the arrow flies next: wait, then go on.
+    world = _world({(1, -1): (0, 1)})
+    skills = Skills(world._observe(), world.action_names)
+    skills.guard(False)  # walks wait for arrows whether or not the player fights
+    walk = skills.walk_to(4, 0, patience=20)
+    assert next(walk) == "noop"
+    obs, *_ = world.step("noop")
+    skills._observe(obs, {})
+    assert (1, 0, 0, 1) in obs.missiles  # it did fly into the tile the walk would enter
+    actions = []
+    try:
+        action = next(walk)
+        while True:
+            obs, *_ = world.step(action)
+            skills._observe(obs, {})
+            actions.append(action)
+            action = walk.send(None)
+    except StopIteration as stop:
+        assert stop.value is True
+    assert len(actions) <= 5  # around the arrow (it holds its tile a step) or after it
+    assert skills.status()["health"] == 9
+    assert skills.position() == (3, 0)
