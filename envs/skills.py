@@ -573,10 +573,8 @@ class Skills:
             DIRECTIONS.items(), key=lambda m: any(m[0][0] * fx + m[0][1] * fy for fx, fy in flights)
         )
         for d, action in moves:
-            target = add(pos, d)
-            if not self._nav.passable(target) or self._memory.get(target) in self._rules.deadly:
-                continue
-            if not self._nav.struck(target):
+            target = add(pos, d)  # passable: walkable (never lava), no creature there
+            if self._nav.passable(target) and not self._nav.struck(target):
                 return action
         return None
 

@@ -10,13 +10,16 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 import trio
 
 from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings
 from runtime.head import Head, new_run_dir, run_head
+
+if TYPE_CHECKING:
+    from envs.crafter_world import CrafterWorld
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root (``run.py``, ``rlgpt/configs/``)."""
@@ -138,3 +141,47 @@ def missing_here(problem: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI must be able to run this: {problem}")
     pytest.skip(problem)
+
+
+def edited_world(
+    seed: int,
+    walls: dict,
+    creatures: dict,
+    inventory: dict,
+    radius: int = 4,
+    step: int = 0,
+    ground: str = "grass",
+    world: CrafterWorld | None = None,
+) -> CrafterWorld:
+    """A real Crafter world (reset by ``seed``) edited around the player: ``walls`` and
+    ``creatures`` map offsets to a material / a creature class name, ``inventory`` sets
+    items and vitals. The square of ``radius`` around the player (64: the whole map) is
+    cleared to ``ground`` first; the clock is set to ``step`` (Crafter's daylight follows it).
+    ``world``: edit this one (already reset), else a new one."""
+    import crafter.objects
+
+    from envs.crafter_world import CrafterWorld
+
+    if world is None:
+        world = CrafterWorld()
+        world.reset(seed)
+    env = world._env
+    env._step = step
+    env._update_time()
+    player = env._player
+    px, py = int(player.pos[0]), int(player.pos[1])
+    width, height = env._world.area
+    for dx in range(max(-radius, -px), min(radius, width - 1 - px) + 1):
+        for dy in range(max(-radius, -py), min(radius, height - 1 - py) + 1):
+            pos = (px + dx, py + dy)
+            obj = env._world[pos][1]
+            if obj is not None and obj is not player:
+                env._world.remove(obj)
+            if (dx, dy) != (0, 0):
+                env._world[pos] = walls.get((dx, dy), ground)
+    for (dx, dy), name in creatures.items():
+        cls = getattr(crafter.objects, name)
+        args = (player,) if name in ("Zombie", "Skeleton") else ()
+        env._world.add(cls(env._world, (px + dx, py + dy), *args))
+    player.inventory.update(inventory)
+    return world

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from crafter import constants
+from helpers import edited_world
 
 import sandbox
 from envs.crafter_world import CrafterWorld
@@ -397,48 +398,6 @@ def test_survival_trips_give_way_at_night_and_when_hurt():
 # ---------------------------------------------------------------------- deaths (real worlds)
 
 
-def _edited_world(
-    seed: int,
-    walls: dict,
-    creatures: dict,
-    inventory: dict,
-    radius: int = 4,
-    step: int = 0,
-    ground: str = "grass",
-    world: CrafterWorld | None = None,
-):
-    """A real Crafter world (reset by ``seed``) edited around the player: ``walls`` and
-    ``creatures`` map offsets to a material / a creature class name, ``inventory`` sets
-    items and vitals. The square of ``radius`` around the player (64: the whole map) is
-    cleared to ``ground`` first; the clock is set to ``step`` (Crafter's daylight follows it).
-    ``world``: edit this one (already reset), else a new one."""
-    import crafter.objects
-
-    if world is None:
-        world = CrafterWorld()
-        world.reset(seed)
-    env = world._env
-    env._step = step
-    env._update_time()
-    player = env._player
-    px, py = int(player.pos[0]), int(player.pos[1])
-    width, height = env._world.area
-    for dx in range(max(-radius, -px), min(radius, width - 1 - px) + 1):
-        for dy in range(max(-radius, -py), min(radius, height - 1 - py) + 1):
-            pos = (px + dx, py + dy)
-            obj = env._world[pos][1]
-            if obj is not None and obj is not player:
-                env._world.remove(obj)
-            if (dx, dy) != (0, 0):
-                env._world[pos] = walls.get((dx, dy), ground)
-    for (dx, dy), name in creatures.items():
-        cls = getattr(crafter.objects, name)
-        args = (player,) if name in ("Zombie", "Skeleton") else ()
-        env._world.add(cls(env._world, (px + dx, py + dy), *args))
-    player.inventory.update(inventory)
-    return world
-
-
 def _drive(world, source: str, steps: int) -> list[str]:
     """Run policy ``source`` on ``world`` as it stands for ``steps`` steps; the actions."""
     obs = world._observe()
@@ -461,13 +420,13 @@ def test_a_walled_in_player_waits_for_the_zombie_outside_to_go():
     # critical) walked into them (a common death of the diamond policy).
     stages = {s.name: s for s in survival.survival_stages()}
     held = {"wood_pickaxe": 1, "stone": 1, "drink": 3}
-    world = _edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, held)
+    world = edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, held)
     assert _drive(world, stages["drink_water"].source, 6) == ["noop"] * 6
     # With no hostile outside, the same stage digs out for water at once.
-    world = _edited_world(7001, STONE_RING, {}, held)
+    world = edited_world(7001, STONE_RING, {}, held)
     assert "noop" not in _drive(world, stages["drink_water"].source, 6)
     # A critical drink goes out whatever waits there.
-    world = _edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, dict(held, drink=1))
+    world = edited_world(7001, STONE_RING, {(2, 0): "Zombie"}, dict(held, drink=1))
     assert "noop" not in _drive(world, stages["drink_water"].source, 3)
 
 
@@ -477,13 +436,13 @@ def test_a_trip_for_water_gives_way_when_night_falls_on_the_way():
     # between legs of LEG steps and gives way to the shelter once it is dark.
     stages = {s.name: s for s in survival.survival_stages()}
     held = {"drink": 4}
-    world = _edited_world(7002, {}, {}, held, radius=64, step=140)
+    world = edited_world(7002, {}, {}, held, radius=64, step=140)
     assert world._observe().daylight > skill_prelude.NIGHT_BELOW
     actions = _drive(world, stages["drink_water"].source, 100)
     assert len(actions) <= skill_prelude.LEG + 5
     assert world._observe().daylight < skill_prelude.NIGHT_BELOW
     # By day the same trip goes on searching.
-    world = _edited_world(7002, {}, {}, held, radius=64, step=0)
+    world = edited_world(7002, {}, {}, held, radius=64, step=0)
     assert len(_drive(world, stages["drink_water"].source, 100)) == 100
 
 
@@ -493,7 +452,7 @@ def test_a_player_walled_in_by_water_drinks_without_stepping_out():
     stages = {s.name: s for s in survival.survival_stages()}
     walls = {**STONE_RING, (1, 0): "water"}
     held = {"wood_pickaxe": 1, "stone": 1, "health": 5, "drink": 3, "energy": 9}
-    world = _edited_world(7003, walls, {}, held)
+    world = edited_world(7003, walls, {}, held)
     start = world._observe().position
     _drive(world, stages["retreat"].source, 12)
     obs = world._observe()
@@ -513,7 +472,7 @@ def test_the_night_in_the_shelter_lasts_until_zombies_stop_spawning():
     class Dusk(CrafterWorld):
         def reset(self, seed=None):
             super().reset(seed)
-            _edited_world(seed, STONE_RING, {}, {"wood_pickaxe": 1}, radius=64, step=270,
+            edited_world(seed, STONE_RING, {}, {"wood_pickaxe": 1}, radius=64, step=270,
                           ground="sand", world=self)  # fmt: skip
             return self._observe()
 

@@ -8,32 +8,20 @@ Skeletons' arrows were a third of the health the diamond chain lost (BENCHMARKS.
 from __future__ import annotations
 
 import crafter.objects
+from helpers import edited_world
 
 from envs.crafter_world import CrafterWorld
 from envs.skills import Skills
 
 
-def _world(arrows: dict, seed: int = 7101, radius: int = 5) -> CrafterWorld:
-    """A real Crafter world at noon, cleared to grass around the player, with ``arrows``
-    (offset → the way it flies) added."""
-    world = CrafterWorld()
-    world.reset(seed)
+def _world(arrows: dict, seed: int = 7101) -> CrafterWorld:
+    """A real Crafter world at noon (no zombie spawns), cleared to grass around the player
+    at full health, with ``arrows`` (offset → the way it flies) added."""
+    world = edited_world(seed, {}, {}, {"health": 9}, radius=5, step=150)
     env = world._env
-    env._step = 150  # full daylight: no zombie spawns near the player
-    env._update_time()
-    player = env._player
-    px, py = int(player.pos[0]), int(player.pos[1])
-    for dx in range(-radius, radius + 1):
-        for dy in range(-radius, radius + 1):
-            pos = (px + dx, py + dy)
-            obj = env._world[pos][1]
-            if obj is not None and obj is not player:
-                env._world.remove(obj)
-            if (dx, dy) != (0, 0):
-                env._world[pos] = "grass"
+    px, py = (int(v) for v in env._player.pos)
     for (dx, dy), facing in arrows.items():
         env._world.add(crafter.objects.Arrow(env._world, (px + dx, py + dy), facing))
-    player.inventory["health"] = 9
     return world
 
 
