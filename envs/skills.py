@@ -284,6 +284,12 @@ class Skills:
         hostile = self._rules.hostile
         return tuple(c for c in self._obs.creatures if c[0] in hostile)
 
+    def arrows(self) -> tuple[tuple[int, int, int, int], ...]:
+        """(dx, dy, fx, fy) of every arrow in view, nearest first: it flies along (fx, fy)
+        and enters (dx + fx, dy + fy) on the next step, so one with dx + fx == dy + fy == 0
+        hits the player there unless it moves off its line (or waits out of its way)."""
+        return tuple(self._obs.missiles)
+
     def sleeping(self) -> bool:
         """Whether the player is asleep (it ignores actions until it wakes)."""
         return bool(self._obs.sleeping)

@@ -87,3 +87,16 @@ def test_a_walk_waits_one_step_for_an_arrow_to_cross_its_path():
     assert len(actions) <= 5  # around the arrow (it holds its tile a step) or after it
     assert skills.status()["health"] == 9
     assert skills.position() == (3, 0)
+
+
+def test_model_written_code_reads_the_arrows_in_view():
+    # Skills.arrows() is what a policy (the model's code included) sees of them: the
+    # same list as the observation, one tile further along after a step.
+    world = _world({(2, 0): (-1, 0), (0, -3): (0, 1)})
+    skills = Skills(world._observe(), world.action_names)
+    assert skills.arrows() == ((2, 0, -1, 0), (0, -3, 0, 1))
+    obs, *_ = world.step("noop")
+    skills._observe(obs, {})
+    assert skills.arrows() == ((1, 0, -1, 0), (0, -2, 0, 1))
+    hits = [a for a in skills.arrows() if (a[0] + a[2], a[1] + a[3]) == (0, 0)]
+    assert hits == [(1, 0, -1, 0)]  # the one next to the player flies into it next
