@@ -180,8 +180,9 @@ def scores(
 ) -> dict[str, Any]:
     """Env steps and Crafter scores from the run's episode ledger: every world step the
     run took, by kind; the score over every episode the run stepped within ``budget``
-    env steps (the scoreboard protocol, :func:`method.ledger.scoreboard`) and over the
-    final evaluation alone. Writes the ledger's episodes as ``rollouts/stats.jsonl``,
+    env steps (the scoreboard protocol, :func:`method.ledger.scoreboard`), the same
+    episodes' by the kind that booked them (:func:`method.ledger.scoreboard_by_kind`), and
+    over the final evaluation alone. Writes the ledger's episodes as ``rollouts/stats.jsonl``,
     from which Crafter's own ``read_metrics`` gets the same score."""
     from crafter import constants
 
@@ -201,6 +202,10 @@ def scores(
         "scoreboard_episodes": board["episodes"],
         "scoreboard_steps": board["steps"],
         "score_all_episodes": round(board["score"], 2),
+        "scoreboard_by_kind": {
+            kind: group | {"score": round(group["score"], 2)}
+            for kind, group in ledger.scoreboard_by_kind(lines, names, budget).items()
+        },
         "score_final": round(ledger.crafter_score(report.achievements, names), 2),
         "final_achievements": dict(report.achievements),
         "final_ledger_episodes": final["episodes"],

@@ -303,6 +303,43 @@ def scoreboard(
     return {"episodes": len(kept), "steps": steps, "rates": rates, "score": score}
 
 
+def scoreboard_by_kind(
+    lines: Iterable[Mapping[str, Any]], achievements: Sequence[str], budget: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """The :func:`scoreboard`'s episodes (the same ones: booking order, up to ``budget``)
+    grouped by the ``kind`` of the line that booked them, each group with its own episodes,
+    steps and Crafter score: where the scoreboard's figure comes from (a run's code
+    evaluations and training episodes end early, its final policy plays whole episodes).
+    ``{kind: {"episodes", "steps", "score"}}`` in order of first appearance."""
+    groups: dict[str, list[Mapping[str, int]]] = {}
+    steps_of: dict[str, int] = {}
+    steps = 0
+    for line in lines:
+        kind = str(line.get("kind", ""))
+        for length, _, counts in episodes([line]):
+            if budget is not None and steps + length > budget:
+                return _kind_scores(groups, steps_of, achievements)
+            steps += length
+            groups.setdefault(kind, []).append(counts)
+            steps_of[kind] = steps_of.get(kind, 0) + length
+    return _kind_scores(groups, steps_of, achievements)
+
+
+def _kind_scores(
+    groups: Mapping[str, list[Mapping[str, int]]],
+    steps_of: Mapping[str, int],
+    achievements: Sequence[str],
+) -> dict[str, dict[str, Any]]:
+    return {
+        kind: {
+            "episodes": len(kept),
+            "steps": steps_of[kind],
+            "score": crafter_score(success_rates(kept, achievements), achievements),
+        }
+        for kind, kept in groups.items()
+    }
+
+
 def write_stats(run_dir: Path, achievements: Sequence[str]) -> Path:
     """Write every booked episode to ``run_dir``'s ``rollouts/stats.jsonl`` in Crafter's
     ``Recorder`` format, in booking order (replacing what workers wrote as they went:

@@ -110,6 +110,22 @@ def test_ledger_reader_on_a_synthetic_run(tmp_path, train):
     assert r["env_steps"] == 1500 and r["wall_s"] == 12.5 and r["final_success"] == 0.5
     assert r["episode_kinds"] == {"code": 1, "train": 2, "final": 2}
     assert r["seeds"]["final"] == [100, 101]
+    # The same scoreboard episodes by kind, each kind scored over its own episodes.
+    by_kind = r["scoreboard_by_kind"]
+    assert list(by_kind) == ["code", "train", "final"]
+    assert [(g["episodes"], g["steps"]) for g in by_kind.values()] == [(1, 300), (2, 700), (2, 500)]
+    assert by_kind["code"]["score"] == pytest.approx(crafter_score({"collect_wood": 100.0}))
+    assert by_kind["train"]["score"] == pytest.approx(
+        crafter_score({"collect_wood": 50.0, "eat_cow": 50.0})
+    )
+    assert by_kind["final"]["score"] == pytest.approx(final["score"])
+    # Within a smaller budget, only the episodes the scoreboard keeps: the finals are cut.
+    cut = bc.ledger_result(episodes, summary, budget=1000)
+    assert cut["scoreboard"]["episodes"] == 3
+    assert {k: g["episodes"] for k, g in cut["scoreboard_by_kind"].items()} == {
+        "code": 1,
+        "train": 2,
+    }
 
 
 @pytest.mark.parametrize(
@@ -198,6 +214,21 @@ def test_markdown_keeps_published_anchors_apart():
     for a in A:
         assert f"| {a} |" in measured
     assert "`" + bc.bar(30.0) + "`" in measured
+
+
+def test_markdown_shows_where_a_runs_scoreboard_comes_from():
+    report = _fake_report()
+    by_kind = {
+        "code": {"episodes": 238, "steps": 77_563, "score": 25.3},
+        "play": {"episodes": 191, "steps": 401_199, "score": 84.0},
+    }
+    report["results"]["code"]["scoreboard_by_kind"] = by_kind
+    text = bc.render_markdown(report)
+    assert (
+        "each kind's Crafter score over its own: code 25.3 % (238 episodes, 77,563 steps), "
+        "play 84.0 % (191 episodes, 401,199 steps)."
+    ) in text
+    assert "by kind" not in bc.render_markdown(_fake_report())  # only where a run has kinds
 
 
 # ---------------------------------------------------------------------- the rlgpt config

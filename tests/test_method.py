@@ -152,6 +152,16 @@ def test_offline_run_plans_codes_learns_and_reports(tmp_path: Path) -> None:
     expected = crafter_read_metrics(stats, budget)
     assert summary["score_all_episodes"] == pytest.approx(expected, abs=0.005)
     assert f"{summary['score_all_episodes']:.1f}% over the" in text
+    # The same scoreboard episodes by the kind that booked them, each kind scored alone.
+    by_kind_score = summary["scoreboard_by_kind"]
+    assert {"code", "train", "play"} <= set(by_kind_score)
+    assert sum(g["episodes"] for g in by_kind_score.values()) == summary["scoreboard_episodes"]
+    assert sum(g["steps"] for g in by_kind_score.values()) == summary["scoreboard_steps"]
+    code_score = by_kind_score["code"]["score"]
+    assert (
+        f"code evaluation {code_score:.1f}% ({by_kind_score['code']['episodes']:,} episodes)"
+        in text
+    )
     # Throughput and how busy the run kept the machine (the whole process tree's CPU).
     assert summary["session_env_steps"] == summary["env_steps"]
     assert not summary["session_resumed"]

@@ -162,6 +162,14 @@ def _variant_section(name: str, r: Mapping[str, Any], several: bool = False) -> 
             f"Episodes by kind: {kinds}. The run's own final success on "
             f"`{r['target']}`: {100 * r['final_success']:.1f} %. Run folder `{r['run_dir']}`."
         )
+    if r.get("scoreboard_by_kind"):
+        parts = ", ".join(
+            f"{kind} {_pct(g['score'])} ({g['episodes']} episodes, {_steps(g['steps'])} steps)"
+            for kind, g in r["scoreboard_by_kind"].items()
+        )
+        extra.append(
+            f"The scoreboard's episodes by kind, each kind's Crafter score over its own: {parts}."
+        )
     if "ppo" in r:
         extra.append("PPO settings: " + ", ".join(f"{k}={v}" for k, v in r["ppo"].items()) + ".")
     if extra:

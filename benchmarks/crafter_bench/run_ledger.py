@@ -82,7 +82,8 @@ def ledger_result(
     lines: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], budget: int
 ) -> dict[str, Any]:
     """A variant result from a run's ledger: scoreboard over every episode within the
-    budget (``method.ledger.scoreboard``, the run's own figure), final agent over the
+    budget (``method.ledger.scoreboard``, the run's own figure), the same episodes split by
+    kind with each kind's own score (``scoreboard_by_kind``), final agent over the
     ``final`` ones."""
     final = [line for line in lines if line["kind"] == "final"]
     kinds = dict.fromkeys(line["kind"] for line in lines)  # in order of first appearance
@@ -101,6 +102,7 @@ def ledger_result(
         "env_steps": int(summary["env_steps"]),
         "wall_s": float(summary["wall_s"]),
         "episode_kinds": {k: ledger.tally(lines, kinds=[k])["episodes"] for k in kinds},
+        "scoreboard_by_kind": ledger.scoreboard_by_kind(lines, ACHIEVEMENTS, budget),
         "final_success": float(summary["final_success"]),
         "target": str(summary["target"]),
         "seeds": {"final": sorted({int(line["seed"]) for line in final})},
