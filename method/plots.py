@@ -1,7 +1,8 @@
 """The report's pictures (matplotlib, written beside ``report.md``):
 
 - ``success.png`` — success per sub-action per iteration as a grid: one row per
-  sub-action in plan order and one for the whole task, one column per iteration, each
+  sub-action in plan order and one for the whole task, a first column with each
+  sub-action's first version (before any revision) and one column per iteration, each
   cell coloured by its rate and labelled with it. A grid reads the same with one
   iteration or twenty, and no line hides another.
 - ``achievements.png`` — the final policy's rate for every achievement of the game
@@ -51,6 +52,16 @@ def report_plots(
     return made
 
 
+def first_rates(report: TaskReport) -> dict[str, float]:
+    """Sub-action → the success of its first version (the first critique of its first
+    inner loop): where the loop started from, before any revision of an iteration."""
+    first: dict[str, float] = {}
+    for o in report.outcomes:
+        if o.name not in first and o.critiques:
+            first[o.name] = o.critiques[0].success_rate
+    return first
+
+
 def _plan_order(report: TaskReport) -> list[str]:
     """Sub-action names in the last plan's order, then any others the history has."""
     names = [s.name for s in report.plans[-1].subactions] if report.plans else []
@@ -65,9 +76,13 @@ def success_grid(report: TaskReport, path: Path) -> Path:
 
     rows = _plan_order(report)
     rows = [r for r in rows if any(r in h for h in report.history)] + ["task"]
-    cols = len(report.history)
+    # The first column is each sub-action's first version, before any revision; then the
+    # version chosen at the end of each iteration.
+    first = first_rates(report)
+    columns = [first, *report.history]
+    cols = len(columns)
     grid = np.full((len(rows), cols), np.nan)
-    for j, rates in enumerate(report.history):
+    for j, rates in enumerate(columns):
         for i, name in enumerate(rows):
             if name in rates:
                 grid[i, j] = rates[name]
@@ -89,8 +104,9 @@ def success_grid(report: TaskReport, path: Path) -> Path:
                 weight="bold" if rows[i] == "task" else "normal",
             )  # fmt: skip
     ax.axhline(len(rows) - 1.5, color="black", linewidth=2)  # the task row apart
-    ax.set_xticks(range(cols), [str(j + 1) for j in range(cols)])
-    ax.set_xlabel("iteration")
+    ax.axvline(0.5, color="black", linewidth=2)  # the first versions apart
+    ax.set_xticks(range(cols), ["v1"] + [str(j) for j in range(1, cols)])
+    ax.set_xlabel("first version, then iteration")
     ax.set_yticks(range(len(rows)), rows)
     ax.tick_params(length=0)
     ax.set_title("Success per sub-action per iteration", fontsize=10)

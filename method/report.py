@@ -307,12 +307,23 @@ def write_report(
     lines += ["## Success per sub-action per iteration", ""]
     names = sorted({k for h in report.history for k in h if k != "task"})
     if report.history:
+        from method.plots import first_rates
+
+        first = first_rates(report)
         lines.append(
-            "| Sub-action | " + " | ".join(f"it {i + 1}" for i in range(len(report.history))) + " |"
+            "From each sub-action's first version (before any revision) to the version "
+            "chosen at the end of each iteration."
         )
-        lines.append("|---|" + "---|" * len(report.history))
+        lines.append("")
+        lines.append(
+            "| Sub-action | first version | "
+            + " | ".join(f"it {i + 1}" for i in range(len(report.history)))
+            + " |"
+        )
+        lines.append("|---|---|" + "---|" * len(report.history))
         for name in names + ["task"]:
-            cells = [f"{h[name]:.2f}" if name in h else "" for h in report.history]
+            cells = [f"{first[name]:.2f}" if name in first else ""]
+            cells += [f"{h[name]:.2f}" if name in h else "" for h in report.history]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",

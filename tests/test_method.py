@@ -388,6 +388,15 @@ def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path
         line for line in (run_dir / "report.md").read_text().splitlines() if "Backend" in line
     )
     assert "offline_lessons" in backend
+    # The report's curve starts from each step's first version: the revised step's first
+    # cell is its v1's success (the Critiques table's), then the version each iteration kept.
+    text = (run_dir / "report.md").read_text()
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    step = first["subaction"]
+    v1 = next(r for r in rows if r[0] == f"| {step}" and r[1] == "1" and r[2] == "code")
+    curve = next(r for r in rows if r[0] == f"| {step}" and len(r) == 3)  # first, it 1
+    assert "| Sub-action | first version | it 1 |" in text
+    assert curve[1] == v1[3]  # the first version's success, as its critique says
 
 
 OVER_CODE = f"""
