@@ -287,7 +287,8 @@ class Skills:
     def arrows(self) -> tuple[tuple[int, int, int, int], ...]:
         """(dx, dy, fx, fy) of every arrow in view, nearest first: it flies along (fx, fy)
         and enters (dx + fx, dy + fy) on the next step, so one with dx + fx == dy + fy == 0
-        hits the player there unless it moves off its line (or waits out of its way)."""
+        hits the player unless it steps off the arrow's line now; a walk should not step
+        into a tile an arrow enters next."""
         return tuple(self._obs.missiles)
 
     def sleeping(self) -> bool:

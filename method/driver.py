@@ -181,9 +181,10 @@ def scores(
     """Env steps and Crafter scores from the run's episode ledger: every world step the
     run took, by kind; the score over every episode the run stepped within ``budget``
     env steps (the scoreboard protocol, :func:`method.ledger.scoreboard`), the same
-    episodes' by the kind that booked them (:func:`method.ledger.scoreboard_by_kind`), and
-    over the final evaluation alone. Writes the ledger's episodes as ``rollouts/stats.jsonl``,
-    from which Crafter's own ``read_metrics`` gets the same score."""
+    episodes grouped by the kind of line that booked them, each group scored over its own
+    (:func:`method.ledger.scoreboard_by_kind`), and over the final evaluation alone.
+    Writes the ledger's episodes as ``rollouts/stats.jsonl``, from which Crafter's own
+    ``read_metrics`` gets the same score."""
     from crafter import constants
 
     names = list(constants.achievements)

@@ -284,6 +284,22 @@ def episodes(lines: Iterable[Mapping[str, Any]]) -> Iterator[tuple[int, float, d
                 yield (int(line["steps"]) if k == 0 else 0), 0.0, counts
 
 
+def _within(
+    lines: Iterable[Mapping[str, Any]], budget: int | None
+) -> Iterator[tuple[str, int, dict[str, int]]]:
+    """The scoreboard's episodes as (kind of the line that booked it, length, achievement
+    counts): booking order, up to the env-step ``budget`` (an episode that would pass it
+    and every one after are left out; None: all)."""
+    steps = 0
+    for line in lines:
+        kind = str(line.get("kind", ""))
+        for length, _, counts in episodes([line]):
+            if budget is not None and steps + length > budget:
+                return
+            steps += length
+            yield kind, length, counts
+
+
 def scoreboard(
     lines: Iterable[Mapping[str, Any]], achievements: Sequence[str], budget: int | None = None
 ) -> dict[str, Any]:
@@ -293,9 +309,7 @@ def scoreboard(
     over them, and :func:`crafter_score` of those rates. ``{"episodes", "steps",
     "rates", "score"}``."""
     kept, steps = [], 0
-    for length, _, counts in episodes(lines):
-        if budget is not None and steps + length > budget:
-            break
+    for _, length, counts in _within(lines, budget):
         steps += length
         kept.append(counts)
     rates = success_rates(kept, achievements)
@@ -313,23 +327,9 @@ def scoreboard_by_kind(
     ``{kind: {"episodes", "steps", "score"}}`` in order of first appearance."""
     groups: dict[str, list[Mapping[str, int]]] = {}
     steps_of: dict[str, int] = {}
-    steps = 0
-    for line in lines:
-        kind = str(line.get("kind", ""))
-        for length, _, counts in episodes([line]):
-            if budget is not None and steps + length > budget:
-                return _kind_scores(groups, steps_of, achievements)
-            steps += length
-            groups.setdefault(kind, []).append(counts)
-            steps_of[kind] = steps_of.get(kind, 0) + length
-    return _kind_scores(groups, steps_of, achievements)
-
-
-def _kind_scores(
-    groups: Mapping[str, list[Mapping[str, int]]],
-    steps_of: Mapping[str, int],
-    achievements: Sequence[str],
-) -> dict[str, dict[str, Any]]:
+    for kind, length, counts in _within(lines, budget):
+        groups.setdefault(kind, []).append(counts)
+        steps_of[kind] = steps_of.get(kind, 0) + length
     return {
         kind: {
             "episodes": len(kept),

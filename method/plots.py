@@ -54,10 +54,16 @@ def report_plots(
 
 def first_rates(report: TaskReport) -> dict[str, float]:
     """Sub-action → the success of its first version (the first critique of its first
-    inner loop): where the loop started from, before any revision of an iteration."""
+    inner loop): where the loop started from, before any revision of an iteration. A
+    sub-action whose first inner loop has no critique (its first training job or model
+    call failed) has none: a later loop's version is not its first."""
     first: dict[str, float] = {}
+    seen: set[str] = set()
     for o in report.outcomes:
-        if o.name not in first and o.critiques:
+        if o.name in seen:
+            continue
+        seen.add(o.name)
+        if o.critiques:
             first[o.name] = o.critiques[0].success_rate
     return first
 
@@ -89,8 +95,7 @@ def success_grid(report: TaskReport, path: Path) -> Path:
     label_w = 0.09 * max(len(r) for r in rows)  # inches for the row names
     width = min(14.0, label_w + 1.0 + 0.7 * max(cols, 3))
     fig, ax = plt.subplots(figsize=(width, 1.2 + 0.4 * len(rows)))
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("#eeeeee")
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#eeeeee")
     ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     for i in range(len(rows)):
         for j in range(cols):

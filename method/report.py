@@ -33,6 +33,13 @@ def _split(by_kind: dict[str, int]) -> str:
     return ", ".join(parts) or "none"
 
 
+SCORE_KIND_NAMES = KIND_NAMES | {
+    "train": "PPO training jobs (their setup and held-out episodes too)"
+}
+"""What :func:`_by_kind` calls each kind of ledger line (a training line books its job's
+every world episode)."""
+
+
 def _by_kind(groups: dict[str, dict[str, Any]]) -> str:
     """The scoreboard's episodes by the kind that booked them, each kind's own score: a
     code evaluation ends when its step's test holds and a training episode from a restored
@@ -40,9 +47,8 @@ def _by_kind(groups: dict[str, dict[str, Any]]) -> str:
     scoreboard down; the final policy's own episodes show what it scores."""
     if not groups:
         return ""
-    names = KIND_NAMES | {"train": "PPO training jobs (their setup and held-out episodes too)"}
     parts = [
-        f"{names.get(kind, kind)} {g['score']:.1f}% ({g['episodes']:,} episodes)"
+        f"{SCORE_KIND_NAMES.get(kind, kind)} {g['score']:.1f}% ({g['episodes']:,} episodes)"
         for kind, g in groups.items()
     ]
     return "; by kind, each scored over its own episodes: " + ", ".join(parts)

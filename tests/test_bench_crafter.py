@@ -119,13 +119,16 @@ def test_ledger_reader_on_a_synthetic_run(tmp_path, train):
         crafter_score({"collect_wood": 50.0, "eat_cow": 50.0})
     )
     assert by_kind["final"]["score"] == pytest.approx(final["score"])
-    # Within a smaller budget, only the episodes the scoreboard keeps: the finals are cut.
-    cut = bc.ledger_result(episodes, summary, budget=1000)
+    # Within a smaller budget, only the episodes the scoreboard keeps: it stops at the
+    # first final (400 steps would pass 1,100), so the short final after it is out too.
+    cut = bc.ledger_result(episodes, summary, budget=1100)
     assert cut["scoreboard"]["episodes"] == 3
     assert {k: g["episodes"] for k, g in cut["scoreboard_by_kind"].items()} == {
         "code": 1,
         "train": 2,
     }
+    assert sum(g["steps"] for g in cut["scoreboard_by_kind"].values()) == 1000
+    assert cut["scoreboard"]["steps"] == 1000
 
 
 @pytest.mark.parametrize(

@@ -90,8 +90,9 @@ def test_a_walk_waits_one_step_for_an_arrow_to_cross_its_path():
 
 
 def test_model_written_code_reads_the_arrows_in_view():
-    # Skills.arrows() is what a policy (the model's code included) sees of them: the
-    # same list as the observation, one tile further along after a step.
+    # Skills.arrows() is what a policy sees of them (the sandbox hands a model's code this
+    # same Skills object; the prompts' skill reference lists the method, test_prompts):
+    # the same list as the observation, one tile further along after a step.
     world = _world({(2, 0): (-1, 0), (0, -3): (0, 1)})
     skills = Skills(world._observe(), world.action_names)
     assert skills.arrows() == ((2, 0, -1, 0), (0, -3, 0, 1))

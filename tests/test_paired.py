@@ -674,3 +674,34 @@ def test_the_report_counts_every_learned_version_its_best_was_taken_from(tmp_pat
     table = text.split("## Coded against learned", 1)[1].split("\n## ", 1)[0]
     assert f"| {NAME} | 0.40 | 0.50 |" in table
     assert f"learned versions ({NAME}: 3)" in table
+
+
+def test_the_curve_starts_from_each_sub_actions_first_version(tmp_path):
+    """report.md's per-iteration table and success.png begin with each sub-action's first
+    version (the first critique of its first inner loop), not a later loop's or the kept
+    one's; a sub-action whose first loop has no critique has no first-version figure."""
+    from messages.plan import Critique, TaskReport
+    from method.plots import first_rates, success_grid
+
+    def critiqued(name: str, mode: str, rates: list[float]) -> SubActionOutcome:
+        o = outcome(mode, [1] * 4, policy="p.zip" if mode == "rl" else "")
+        return dataclasses.replace(
+            o,
+            name=name,
+            critiques=[
+                Critique(name, v, mode, r, 0.9, 8, "revise" if r < 0.9 else "accept")
+                for v, r in enumerate(rates, 1)
+            ],
+        )
+
+    first_loop = critiqued("a", "code", [0.25, 0.5, 0.75])  # revised twice in its loop
+    later_loop = critiqued("a", "rl", [0.9])  # redone, as RL, later
+    failed = critiqued("b", "rl", [])  # its first training job failed: no critique
+    b_later = critiqued("b", "code", [0.6])
+    rl_first = critiqued("c", "rl", [0.1, 0.3])
+    report = TaskReport(
+        [], [first_loop, later_loop, failed, b_later, rl_first], 0.0, 1,
+        [{"a": 0.9, "b": 0.6, "c": 0.3, "task": 0.2}], "iterations",
+    )  # fmt: skip
+    assert first_rates(report) == {"a": 0.25, "c": 0.1}
+    assert success_grid(report, tmp_path / "success.png").stat().st_size > 0

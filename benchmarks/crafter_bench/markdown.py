@@ -165,7 +165,7 @@ def _variant_section(name: str, r: Mapping[str, Any], several: bool = False) -> 
     if r.get("scoreboard_by_kind"):
         parts = ", ".join(
             f"{kind} {_pct(g['score'])} ({g['episodes']} episodes, {_steps(g['steps'])} steps)"
-            for kind, g in r["scoreboard_by_kind"].items()
+            for kind, g in sorted(r["scoreboard_by_kind"].items())
         )
         extra.append(
             f"The scoreboard's episodes by kind, each kind's Crafter score over its own: {parts}."
