@@ -52,22 +52,6 @@ def report_plots(
     return made
 
 
-def first_rates(report: TaskReport) -> dict[str, float]:
-    """Sub-action → the success of its first version (the first critique of its first
-    inner loop): where the loop started from, before any revision of an iteration. A
-    sub-action whose first inner loop has no critique (its first training job or model
-    call failed) has none: a later loop's version is not its first."""
-    first: dict[str, float] = {}
-    seen: set[str] = set()
-    for o in report.outcomes:
-        if o.name in seen:
-            continue
-        seen.add(o.name)
-        if o.critiques:
-            first[o.name] = o.critiques[0].success_rate
-    return first
-
-
 def _plan_order(report: TaskReport) -> list[str]:
     """Sub-action names in the last plan's order, then any others the history has."""
     names = [s.name for s in report.plans[-1].subactions] if report.plans else []
@@ -82,6 +66,8 @@ def success_grid(report: TaskReport, path: Path) -> Path:
 
     rows = _plan_order(report)
     rows = [r for r in rows if any(r in h for h in report.history)] + ["task"]
+    from method.report import first_rates
+
     # The first column is each sub-action's first version, before any revision; then the
     # version chosen at the end of each iteration.
     first = first_rates(report)

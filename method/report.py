@@ -64,6 +64,17 @@ def _versioned(o: SubActionOutcome) -> bool:
     return bool(o.stage.code or o.stage.policy_path)
 
 
+def first_rates(report: TaskReport) -> dict[str, float]:
+    """Sub-action → the success of its first version (the first critique of its first
+    inner loop): where the loop started from, before any revision of an iteration. A
+    sub-action whose first inner loop has no critique (its first training job or model
+    call failed) has none: a later loop's version is not its first."""
+    first_loop: dict[str, SubActionOutcome] = {}
+    for o in report.outcomes:
+        first_loop.setdefault(o.name, o)
+    return {n: o.critiques[0].success_rate for n, o in first_loop.items() if o.critiques}
+
+
 def best_rates(report: TaskReport) -> dict[str, dict[str, float]]:
     """Sub-action → mode ("code", "rl") → its best version's success rate, for every
     sub-action the outcomes name; a mode with no version (never tried, or every training
@@ -313,8 +324,6 @@ def write_report(
     lines += ["## Success per sub-action per iteration", ""]
     names = sorted({k for h in report.history for k in h if k != "task"})
     if report.history:
-        from method.plots import first_rates
-
         first = first_rates(report)
         lines.append(
             "From each sub-action's first version (before any revision) to the version "

@@ -681,7 +681,8 @@ def test_the_curve_starts_from_each_sub_actions_first_version(tmp_path):
     version (the first critique of its first inner loop), not a later loop's or the kept
     one's; a sub-action whose first loop has no critique has no first-version figure."""
     from messages.plan import Critique, TaskReport
-    from method.plots import first_rates, success_grid
+    from method.plots import success_grid
+    from method.report import first_rates
 
     def critiqued(name: str, mode: str, rates: list[float]) -> SubActionOutcome:
         o = outcome(mode, [1] * 4, policy="p.zip" if mode == "rl" else "")
