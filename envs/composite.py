@@ -345,8 +345,14 @@ def run_composed(
     skip_failed: bool = False,
     start_at: int = 0,
     start_states: StartStates | None = None,
+    arbiter: Any = None,
 ) -> ComposedEpisode:
     """Play one episode of a composed policy (see the module docstring).
+
+    ``arbiter`` (an :class:`envs.arbiter.ArbiterHook`) decides which need runs, and
+    when, instead of the needs' thresholds: it is asked wherever the planner checks its
+    needs (between runs, and at every step of a stage's run); each option it names is a
+    need's stage name, 'work' (no need) or 'coded' (the thresholds' answer).
 
     ``stages`` may come prepared (:func:`prepare_stages`, once per rollout) or raw;
     ``need_stages`` are the needs' stages prepared likewise (default: prepared here).
@@ -378,6 +384,12 @@ def run_composed(
     )
     planner.skip_failed = skip_failed
     planner.start_at = start_at
+    if arbiter is not None:
+        planner.arbiter = arbiter
+        planner.need_index = {n.stage.subtask.name: i for i, n in enumerate(planner.needs)}
+        unknown = sorted(set(arbiter.needs) - planner.need_index.keys())
+        if unknown:
+            raise ValueError(f"the arbiter chooses needs {unknown} that the episode lacks")
     if start_at and start_states is not None:
         planner.starts = start_states
         planner.key = composed_start_key(
@@ -477,6 +489,12 @@ class _Planner:
         self.key: tuple | None = None
         self.start: _Start | None = None
         """Where the start was, once it was reached (or restored)."""
+        self.arbiter: Any = None
+        """The survival arbiter (:class:`envs.arbiter.ArbiterHook`), or None: the needs'
+        thresholds decide."""
+        self.chosen: tuple[int, int | None] | None = None
+        """The arbiter's answer at a step (step, need or None), until a need runs: the
+        stage it interrupted and the loop's top then see the same answer."""
 
     # ---- the planner's checks, from the tap's books (valid mid-step, before the skills
     # object has seen the step)
@@ -494,6 +512,22 @@ class _Planner:
         return None
 
     def _triggered_need(self, step: int) -> int | None:
+        if self.arbiter is None:
+            return self._threshold_need(step)
+        if self.chosen is not None and self.chosen[0] == step:
+            return self.chosen[1]
+        option = self.arbiter.choose(self.skills, self.tap.obs, step)
+        if option == "work":
+            need = None
+        elif option == "coded":
+            need = self._threshold_need(step)
+        else:
+            need = self.need_index[option]
+        self.chosen = (step, need)
+        return need
+
+    def _threshold_need(self, step: int) -> int | None:
+        """The first need, most urgent first, whose stat is below its threshold."""
         obs = self.tap.obs
         for i, need in enumerate(self.needs):
             if self.cooldown[i] <= step and stat_value(obs, need.stat) < need.below:
@@ -693,6 +727,7 @@ class _Planner:
         )
 
     def _run_need(self, i: int) -> None:
+        self.chosen = None
         prepared = self.need_stages[i]
         start_step = self.tap.steps
         run = self._run_stage(prepared, need=i)

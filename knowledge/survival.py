@@ -127,3 +127,31 @@ def survival_needs() -> list:
         )
         for s in survival_stages()
     ]
+
+
+ARBITER_ONLY = (
+    ("defend", "skills.defend(30)", "fight what comes adjacent until none is near (30 steps)"),
+    ("evade", "skills.evade(8)", "step away from the nearest hostiles for 8 steps"),
+)
+"""Survival options only a learned arbiter chooses (envs.arbiter): their thresholds never
+trigger (``below`` 0), and a run lasts until the code returns."""
+
+
+def arbiter_needs() -> list:
+    """:func:`survival_needs` and the :data:`ARBITER_ONLY` options, as needs: what the
+    survival arbiter chooses among (its options name these stages)."""
+    from messages.task import Need, Stage, Subtask
+
+    p = survival_params()
+    extra = [
+        Need(
+            stat="health",
+            below=0.0,
+            stage=Stage(
+                Subtask(name, reason, max_steps=NEED_MAX_STEPS), code=_stage_source(call, p)
+            ),  # fmt: skip
+            until=0.0,
+        )
+        for name, call, reason in ARBITER_ONLY
+    ]
+    return survival_needs() + extra

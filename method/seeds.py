@@ -12,6 +12,8 @@ versions, which report. Ranges never overlap for any run seed in ``RUN_SEEDS``
 | retry k     | training + ``k·RETRY_STRIDE``, k = 1…9      | a training reset whose setup died |
 | bench board | ``100,000,000 + seed·1,000,000 + [0, 1M)``  | a benchmark variant's own episodes|
 | confirm     | ``200,000,000 + seed·1,000,000 + [0, 1M)``  | a kept choice checked after a run |
+| arbiter     | ``300,000,000 + part·1,000,000 + [0, 1M)``  | the survival arbiter's benchmark: |
+|             |                                             | part 0 trains, 1 chooses, 2 reports |
 
 Choosing and reporting never share a world: versions are chosen on the *code* worlds
 (and a learner's *held-out* worlds), the final policy is reported on the *final* worlds,
@@ -138,6 +140,24 @@ def training_pool(seed: int, worlds: int) -> range:
     return range(seed * POOL_STRIDE, seed * POOL_STRIDE + worlds)
 
 
+ARBITER_BASE = 300_000_000
+ARBITER_STRIDE = 1_000_000
+ARBITER_PARTS = {"train": 0, "choose": 1, "report": 2}
+"""The survival arbiter's benchmark (``benchmarks/bench_arbiter.py``): it trains on part
+``train``, picks among its checkpoints on part ``choose`` and reports learned against
+coded, paired, on part ``report`` (``ARBITER_BASE + part·ARBITER_STRIDE + k``)."""
+
+
+def arbiter_seeds(part: str, n: int, first: int = 0) -> list[int]:
+    """``n`` worlds of the arbiter benchmark's ``part`` ('train', 'choose', 'report')."""
+    if part not in ARBITER_PARTS:
+        raise ValueError(f"part must be one of {sorted(ARBITER_PARTS)}, not {part!r}")
+    if not (0 <= first and n >= 0 and first + n <= ARBITER_STRIDE):
+        raise ValueError(f"worlds {first}…{first + n} lie outside one part's {ARBITER_STRIDE}")
+    base = ARBITER_BASE + ARBITER_PARTS[part] * ARBITER_STRIDE + first
+    return list(range(base, base + n))
+
+
 def table(seed: int) -> list[SeedRange]:
     """Every range of run seed ``seed`` at its widest."""
     return [
@@ -152,7 +172,16 @@ def table(seed: int) -> list[SeedRange]:
         ),
         SeedRange("bench board", bench_seeds(seed)),
         SeedRange("confirm", confirm_seeds(seed)),
+        *(
+            SeedRange(f"arbiter {part}", _stride(ARBITER_BASE, k, ARBITER_STRIDE))
+            for part, k in ARBITER_PARTS.items()
+        ),
     ]
+
+
+SHARED = frozenset({"held_out", *(f"arbiter {part}" for part in ARBITER_PARTS)})
+"""Rows that are the same for every run seed: held-out worlds only report, and the
+arbiter benchmark's worlds are its own."""
 
 
 def _shifted(worlds: range, by: int) -> range:

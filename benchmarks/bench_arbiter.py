@@ -1,0 +1,339 @@
+"""The learned survival arbiter against the coded one, in the diamond chain's episodes.
+
+The stages are the skill library's coded templates for ``chain('diamond')`` through the
+production composer (:func:`envs.composite.run_composed`), 10,000-step episodes on real
+Crafter. Two arbiters decide, at the prelude's survival checks, what the player does:
+
+- **coded**: the thresholds (the prelude's ``vitals``) and the composer's five survival
+  needs — what the library ships;
+- **learned**: a PPO policy (:class:`envs.smdp.SMDPPPO`) over :data:`envs.arbiter.OPTIONS`
+  (the same survival helpers), trained in these same episodes; no composer needs.
+
+Commands (seeds from ``method.seeds.arbiter_seeds``: part 'train' trains, 'choose'
+picks a checkpoint, 'report' is for the reported figures only)::
+
+    python benchmarks/bench_arbiter.py train --decisions 400000 --out runs/arbiter
+    python benchmarks/bench_arbiter.py play --policy runs/arbiter/arbiter.zip \\
+        --part report --worlds 1000 --out runs/arbiter/report.json
+    python benchmarks/bench_arbiter.py compare runs/arbiter/report.json
+
+``play`` plays both arbiters on the same worlds (paired) in ``--jobs`` processes;
+``compare`` prints diamonds, deaths by cause and Crafter's score for each, and the paired
+difference in diamonds with an exact 95 % interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+EPISODE_STEPS = 10_000
+"""The diamond episode's cap (as bench_deaths and the final evaluation's)."""
+WALL_S = 1e9
+"""No wall budget inside training: the episode's thread waits on PPO's updates."""
+CODED_PRIOR = 3.0
+"""The initial logit of the 'coded' option over the others (~70 % of the first choices
+with 9 options): PPO starts near the coded arbiter and explores away from it, instead of
+from a uniformly random choice, which dies in most episodes before the chain's middle."""
+
+
+def _chain() -> tuple[Any, Any]:
+    from knowledge import library, recipes
+    from messages.task import Subtask
+
+    stages = library.coded_stages(recipes.chain("diamond"))
+    goal = Subtask("diamond", "collect a diamond", goal={"diamond": 1}, max_steps=EPISODE_STEPS)
+    return stages, goal
+
+
+def make_play(learned: bool = True) -> Any:
+    """``play(seed, hook, on_step)``: one composed diamond episode. ``learned``: the
+    arbiter's needs (``knowledge.survival.arbiter_needs``) with ``hook`` deciding, as
+    :class:`envs.arbiter.ArbiterEnv` takes it; else the shipped needs and thresholds
+    (``hook`` must be None)."""
+    from envs.composite import prepare_stages, run_composed
+    from envs.crafter_world import CrafterWorld
+    from knowledge.survival import arbiter_needs, survival_needs
+
+    world = CrafterWorld()
+    stages, goal = _chain()
+    prepared = prepare_stages(stages, world)
+    needs = arbiter_needs() if learned else survival_needs()
+    need_stages = prepare_stages([n.stage for n in needs], world)
+
+    def play(seed: int, hook: Any, on_step: Any) -> Any:
+        return run_composed(
+            world, prepared, needs, goal, seed, wall_s=WALL_S, arbiter=hook,
+            on_step=on_step, need_stages=need_stages,
+        )  # fmt: skip
+
+    play.world = world  # type: ignore[attr-defined]  # the bench reads the player's vitals
+    return play
+
+
+# ---------------------------------------------------------------------- train
+
+
+def train(args: argparse.Namespace) -> None:
+    import numpy as np
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from envs.arbiter import CODED, ArbiterEnv
+    from envs.smdp import SMDPPPO
+    from method.seeds import arbiter_seeds
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    seeds = arbiter_seeds("train", args.worlds)
+    envs = [
+        ArbiterEnv(make_play(), seeds[i :: args.envs]) for i in range(args.envs)
+    ]  # each env its own worlds, in order
+    vec = DummyVecEnv([lambda e=e: e for e in envs])
+    model = SMDPPPO(
+        "MlpPolicy", vec, n_steps=args.n_steps, batch_size=args.batch, n_epochs=args.epochs,
+        learning_rate=args.lr, gamma=args.gamma, gae_lambda=0.95, ent_coef=args.ent,
+        clip_range=0.2, seed=args.seed, device="cpu", verbose=0,
+        policy_kwargs={"net_arch": [64, 64]},
+    )  # fmt: skip
+    with torch.no_grad():  # start near the coded arbiter (see CODED_PRIOR)
+        model.policy.action_net.bias[CODED] += CODED_PRIOR
+    started = time.monotonic()
+    log = (out / "train.jsonl").open("a")
+
+    class Progress(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_save = args.save_every
+
+        def _on_rollout_end(self) -> None:
+            done = [r for e in envs for r in e.finished]
+            recent = done[-200:]
+            rate = sum(r["success"] for r in recent) / max(1, len(recent))
+            steps = sum(r["steps"] for r in done)
+            options = collections.Counter()
+            for r in recent:
+                options.update(r["decisions"])
+            line = {
+                "decisions": self.num_timesteps, "episodes": len(done), "world_steps": steps,
+                "diamond_recent": round(rate, 3), "wall_s": round(time.monotonic() - started),
+                "options": dict(options),
+            }  # fmt: skip
+            log.write(json.dumps(line) + "\n")
+            log.flush()
+            print(
+                f"{self.num_timesteps} decisions, {len(done)} episodes, {steps} world steps, "
+                f"diamond {rate:.2f} over the last {len(recent)}, "
+                f"{time.monotonic() - started:.0f} s",
+                flush=True,
+            )
+            if self.num_timesteps >= self.next_save:
+                self.model.save(out / f"arbiter_{self.num_timesteps}.zip")
+                self.next_save += args.save_every
+
+        def _on_step(self) -> bool:
+            return True
+
+    model.learn(args.decisions, callback=Progress())
+    model.save(out / "arbiter.zip")
+    done = [r for e in envs for r in e.finished]
+    meta = {
+        "decisions": int(model.num_timesteps),
+        "episodes": len(done),
+        "world_steps": int(sum(r["steps"] for r in done)),
+        "wall_s": round(time.monotonic() - started, 1),
+        "train_worlds": [seeds[0], seeds[-1]],
+        "seed": args.seed,
+        "hyper": {k: v for k, v in vars(args).items() if k not in ("func", "out")},
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+    }
+    (out / "arbiter.json").write_text(json.dumps(meta, indent=1))
+    for e in envs:
+        e.close()
+    print(json.dumps(meta))
+
+
+# ---------------------------------------------------------------------- play
+
+
+_PLAYERS: dict[str, Any] = {}
+
+
+def _episode(job: tuple[str, int, str | None]) -> dict[str, Any]:
+    """One world with one arbiter: 'coded' (thresholds + needs) or a policy file."""
+    from envs.arbiter import ArbiterHook, load_policy
+
+    variant, seed, policy_path = job
+    key = f"{variant}:{policy_path}"
+    if key not in _PLAYERS:
+        coded = variant == "coded"
+        _PLAYERS[key] = (make_play(learned=not coded), None if coded else load_policy(policy_path))
+    play, policy = _PLAYERS[key]
+    hook = ArbiterHook(policy) if policy is not None else None
+    steps = {"n": 0}
+
+    def on_step(obs: Any, reward: float, done: bool, info: Any) -> None:
+        steps["n"] += 1
+
+    world = play.world
+    ep = play(seed, hook, on_step)
+    player = world._env._player
+    return {
+        "variant": variant, "seed": seed, "success": ep.success, "steps": ep.steps,
+        "cause": ep.cause, "died": ep.cause == "episode_done" and player.health <= 0,
+        "vitals": {k: int(player.inventory[k]) for k in ("health", "food", "drink", "energy")},
+        "achievements": sorted(set(ep.achievements)),
+        "decisions": dict(hook.decisions) if hook is not None else {},
+    }  # fmt: skip
+
+
+def play(args: argparse.Namespace) -> None:
+    from method.seeds import arbiter_seeds
+
+    seeds = arbiter_seeds(args.part, args.worlds, args.first)
+    variants = ["coded", "learned"] if not args.only else [args.only]
+    jobs = [(v, s, args.policy) for s in seeds for v in variants]
+    results: list[dict[str, Any]] = []
+    started = time.monotonic()
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+        for result in pool.map(_episode, jobs, chunksize=2):
+            results.append(result)
+            if len(results) % 100 == 0 or len(results) == len(jobs):
+                wins = collections.Counter(r["variant"] for r in results if r["success"])
+                print(
+                    f"  {len(results)}/{len(jobs)} episodes, diamonds {dict(wins)}, "
+                    f"{time.monotonic() - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    meta = {"part": args.part, "first": args.first, "worlds": args.worlds,
+            "policy": args.policy, "wall_s": round(time.monotonic() - started, 1)}  # fmt: skip
+    Path(args.out).write_text(json.dumps({"meta": meta, "episodes": results}))
+    compare_results(results)
+
+
+# ---------------------------------------------------------------------- compare
+
+
+def paired_interval(wins_a: int, wins_b: int, n: int) -> tuple[float, float]:
+    """95 % interval of P(b) − P(a) from the discordant pairs (b won, a lost: ``wins_b``;
+    a won, b lost: ``wins_a``) of ``n`` paired worlds: Wilson's interval on the share of
+    discordant pairs that favour b, times the discordant share (the rule the method's
+    version choice uses, :mod:`method.paired`)."""
+    from method.paired import wilson_interval
+
+    d = wins_a + wins_b
+    if d == 0 or n == 0:
+        return 0.0, 0.0
+    lo, hi = wilson_interval(wins_b, d)
+    share = d / n
+    return share * (2 * lo - 1), share * (2 * hi - 1)
+
+
+def crafter_score(rates: list[float]) -> float:
+    """Crafter's score: the geometric mean of (1 + success %) over achievements, − 1."""
+    return math.exp(sum(math.log(1 + 100 * r) for r in rates) / len(rates)) - 1
+
+
+def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
+    from crafter import constants
+
+    by = collections.defaultdict(dict)
+    for r in results:
+        by[r["variant"]][r["seed"]] = r
+    out: dict[str, Any] = {}
+    for variant, eps in by.items():
+        n = len(eps)
+        wins = sum(r["success"] for r in eps.values())
+        deaths = collections.Counter(_death_cause(r) for r in eps.values() if r["died"])
+        rates = [sum(a in r["achievements"] for r in eps.values()) / n
+                 for a in constants.achievements]  # fmt: skip
+        options = collections.Counter()
+        for r in eps.values():
+            options.update(r["decisions"])
+        lo, hi = _wilson(wins, n)
+        out[variant] = {"worlds": n, "diamonds": wins / n, "interval": [lo, hi],
+                        "deaths": sum(deaths.values()), "deaths_by": dict(deaths),
+                        "score": crafter_score(rates), "options": dict(options)}  # fmt: skip
+        print(f"{variant:8} diamonds {wins}/{n} = {wins / n:.1%} [{lo:.1%}, {hi:.1%}]; "
+              f"deaths {sum(deaths.values())} {dict(deaths)}; Crafter score "
+              f"{crafter_score(rates):.1f} %; options {dict(options.most_common())}")  # fmt: skip
+    if {"coded", "learned"} <= set(by):
+        common = sorted(set(by["coded"]) & set(by["learned"]))
+        a_only = sum(by["coded"][s]["success"] and not by["learned"][s]["success"] for s in common)
+        b_only = sum(by["learned"][s]["success"] and not by["coded"][s]["success"] for s in common)
+        lo, hi = paired_interval(a_only, b_only, len(common))
+        diff = (b_only - a_only) / len(common)
+        out["paired"] = {"worlds": len(common), "difference": diff, "interval": [lo, hi],
+                         "learned_only": b_only, "coded_only": a_only}  # fmt: skip
+        print(f"learned − coded, paired on {len(common)} worlds: {diff:+.1%} "
+              f"[{lo:+.1%}, {hi:+.1%}] (learned alone {b_only}, coded alone {a_only})")  # fmt: skip
+    return out
+
+
+def _death_cause(r: dict[str, Any]) -> str:
+    """Death by a vital at 0 when one is, else by damage (zombie, arrow or lava)."""
+    lacking = [k for k in ("food", "drink", "energy") if r["vitals"][k] <= 0]
+    return "lack_" + "+".join(lacking) if lacking else "damage"
+
+
+def _wilson(k: int, n: int) -> tuple[float, float]:
+    from method.paired import wilson_interval
+
+    return wilson_interval(k, n)
+
+
+def compare(args: argparse.Namespace) -> None:
+    data = json.loads(Path(args.file).read_text())
+    compare_results(data["episodes"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(required=True)
+    t = sub.add_parser("train", help="PPO on the arbiter's decisions")
+    t.add_argument("--decisions", type=int, default=400_000)
+    t.add_argument("--worlds", type=int, default=100_000, help="training worlds, cycled")
+    t.add_argument("--envs", type=int, default=4)
+    t.add_argument("--n-steps", type=int, default=256)
+    t.add_argument("--batch", type=int, default=256)
+    t.add_argument("--epochs", type=int, default=4)
+    t.add_argument("--lr", type=float, default=3e-4)
+    t.add_argument("--gamma", type=float, default=0.999, help="per world step (SMDP)")
+    t.add_argument("--ent", type=float, default=0.01)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--save-every", type=int, default=50_000)
+    t.add_argument("--out", required=True)
+    t.set_defaults(func=train)
+    p = sub.add_parser("play", help="both arbiters on the same worlds")
+    p.add_argument("--policy", required=True)
+    p.add_argument("--part", default="choose", choices=["choose", "report"])
+    p.add_argument("--worlds", type=int, default=200)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--only", choices=["coded", "learned"])
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=play)
+    c = sub.add_parser("compare", help="figures from a play file")
+    c.add_argument("file")
+    c.set_defaults(func=compare)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The survival arbiter: a policy over the survival needs, asked by the task planner in
+real composed Crafter episodes, and the same as a gymnasium env for PPO."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+import pytest
+from helpers import ROOT
+
+from envs.arbiter import (
+    CHECK,
+    CODED,
+    N_FEATURES,
+    OPTIONS,
+    ArbiterEnv,
+    ArbiterHook,
+    decision_point,
+    features,
+)
+from envs.composite import prepare_stages, run_composed
+from envs.crafter_world import CrafterWorld
+from envs.skills import Skills
+from knowledge import library, recipes
+from knowledge.survival import arbiter_needs, survival_needs
+from messages.task import Subtask
+
+SEEDS = range(300_500_000, 300_500_006)  # the arbiter's training part, far from its runs
+
+
+@pytest.fixture(scope="module")
+def chain():
+    world = CrafterWorld()
+    stages = prepare_stages(library.coded_stages(recipes.chain("diamond")), world)
+    needs = arbiter_needs()
+    return world, stages, needs, prepare_stages([n.stage for n in needs], world)
+
+
+def _play(chain, seed, hook, on_step=None, max_steps=3000):
+    world, stages, needs, need_stages = chain
+    goal = Subtask("diamond", "collect a diamond", goal={"diamond": 1}, max_steps=max_steps)
+    return run_composed(
+        world, stages, needs, goal, seed, wall_s=60, arbiter=hook, on_step=on_step,
+        need_stages=need_stages,
+    )  # fmt: skip
+
+
+def _need_runs(episode) -> list[str]:
+    names = set(ArbiterHook.needs)
+    return [r.name for r in episode.stages if r.name in names]
+
+
+def test_the_options_name_the_arbiters_needs_and_only_they_carry_no_threshold() -> None:
+    names = [n.stage.subtask.name for n in arbiter_needs()]
+    assert names == list(OPTIONS[2:])
+    shipped = {n.stage.subtask.name for n in survival_needs()}
+    assert {"defend", "evade"} == set(names) - shipped
+    assert all(n.below == 0 for n in arbiter_needs() if n.stage.subtask.name not in shipped)
+
+
+def test_features_and_decision_points_on_a_real_observation() -> None:
+    world = CrafterWorld()
+    obs = world.reset(seed=SEEDS[0])
+    skills = Skills(obs, world.action_names, seed=SEEDS[0])
+    x = features(skills, obs, 0, 0)
+    assert x.shape == (N_FEATURES,) and x.dtype == np.float32
+    assert np.all(x >= -1) and np.all(x <= 1)
+    assert x[0] == pytest.approx(obs.status["health"] / 9)
+    # A fresh daytime world with full vitals and nothing hostile near is no decision
+    # point until the quiet interval is over.
+    assert not decision_point(obs, 0)
+    assert decision_point(obs, 50)
+
+
+def test_an_arbiter_that_always_works_runs_no_need_and_one_that_drinks_does(chain) -> None:
+    # Without the arbiter the thresholds run needs in these episodes; "work" never does.
+    world, stages, needs, need_stages = chain
+    coded = [_play(chain, s, None) for s in SEEDS[:3]]
+    assert any(_need_runs(e) for e in coded)
+    work = ArbiterHook(lambda x: OPTIONS.index("work"))
+    assert all(not _need_runs(_play(chain, s, work)) for s in SEEDS[:3])
+    assert set(work.decisions) == {"work"}
+    drink = ArbiterHook(lambda x: OPTIONS.index("drink_water"))
+    episode = _play(chain, SEEDS[0], drink, max_steps=600)
+    assert "drink_water" in _need_runs(episode)
+    assert drink.decisions["drink_water"] >= 1
+
+
+def test_the_hook_is_asked_at_most_once_per_check(chain) -> None:
+    asked: list[int] = []
+    steps = {"n": 0}
+
+    def policy(x: np.ndarray) -> int:
+        asked.append(steps["n"])
+        return CODED
+
+    def on_step(*_):
+        steps["n"] += 1
+
+    _play(chain, SEEDS[1], ArbiterHook(policy), on_step, max_steps=800)
+    assert len(asked) >= 5
+    assert all(b - a >= CHECK for a, b in zip(asked, asked[1:], strict=False))
+
+
+def test_an_arbiter_naming_a_need_the_episode_lacks_is_refused(chain) -> None:
+    world, stages, _, _ = chain
+    goal = Subtask("diamond", "collect a diamond", goal={"diamond": 1}, max_steps=100)
+    with pytest.raises(ValueError, match="defend"):
+        run_composed(world, stages, survival_needs(), goal, SEEDS[0], wall_s=60,
+                     arbiter=ArbiterHook(lambda x: CODED))  # fmt: skip
+
+
+def test_the_env_hands_decisions_back_and_forth_and_counts_every_world_step(chain) -> None:
+    counted = {"steps": 0}
+
+    def play(seed, hook, on_step):
+        def both(*a):
+            counted["steps"] += 1
+            on_step(*a)
+
+        return _play(chain, seed, hook, both, max_steps=700)
+
+    env = ArbiterEnv(play, list(SEEDS[:2]))
+    obs, _ = env.reset()
+    assert obs.shape == (N_FEATURES,)
+    primitive, decisions, end = 0, 0, None
+    rng = np.random.default_rng(0)
+    while end is None:
+        obs, reward, terminated, truncated, info = env.step(int(rng.integers(len(OPTIONS))))
+        primitive += info["primitive_steps"]
+        decisions += 1
+        if terminated or truncated:
+            end = info["episode_record"]
+    assert decisions == sum(end["decisions"].values())
+    assert primitive == end["steps"] == counted["steps"]
+    assert truncated == (end["cause"] == "step_budget")
+    # Closing mid-episode ends the episode's thread instead of leaving it blocked.
+    env.reset()
+    env.step(CODED)
+    thread = env._thread
+    env.close()
+    assert thread is not None and not thread.is_alive()
+    assert threading.active_count() < 50
+
+
+def test_a_short_training_run_saves_a_policy_the_benchmark_plays(tmp_path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_arbiter
+
+    out = tmp_path / "arb"
+    bench_arbiter.main(["train", "--decisions", "128", "--envs", "2", "--n-steps", "64",
+                        "--batch", "64", "--epochs", "1", "--out", str(out)])  # fmt: skip
+    assert (out / "arbiter.zip").is_file() and (out / "train.jsonl").read_text()
+    record = bench_arbiter._episode(("learned", SEEDS[2], str(out / "arbiter.zip")))
+    assert record["decisions"] and record["steps"] > 0
