@@ -206,6 +206,8 @@ def play(args: argparse.Namespace) -> None:
 
     seeds = arbiter_seeds(args.part, args.worlds, args.first)
     variants = ["coded", "learned"] if not args.only else [args.only]
+    if "learned" in variants and not args.policy:
+        raise SystemExit("bench_arbiter play: --policy PATH.zip is needed to play 'learned'")
     jobs = [(v, s, args.policy) for s in seeds for v in variants]
     results: list[dict[str, Any]] = []
     started = time.monotonic()
@@ -298,8 +300,8 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
 
 
 def compare(args: argparse.Namespace) -> None:
-    data = json.loads(Path(args.file).read_text())
-    compare_results(data["episodes"])
+    episodes = [e for f in args.files for e in json.loads(Path(f).read_text())["episodes"]]
+    compare_results(episodes)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -320,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--out", required=True)
     t.set_defaults(func=train)
     p = sub.add_parser("play", help="both arbiters on the same worlds")
-    p.add_argument("--policy", required=True)
+    p.add_argument("--policy", help="the learned arbiter's zip (not for --only coded)")
     p.add_argument("--part", default="choose", choices=["choose", "report"])
     p.add_argument("--worlds", type=int, default=200)
     p.add_argument("--first", type=int, default=0)
@@ -329,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.set_defaults(func=play)
     c = sub.add_parser("compare", help="figures from a play file")
-    c.add_argument("file")
+    c.add_argument("files", nargs="+", help="play files (e.g. one per variant)")
     c.set_defaults(func=compare)
     args = parser.parse_args(argv)
     args.func(args)

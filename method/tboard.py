@@ -115,7 +115,8 @@ def _iterations(run_dir: Path) -> dict[int, dict[str, float]]:
     path = Path(run_dir) / "events.jsonl"
     if not path.is_file():
         return found
-    with path.open() as f:
+    # errors="replace": a damaged byte spoils its own line, never the whole figure.
+    with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             if '"iteration_finished"' not in line:
                 continue

@@ -430,7 +430,37 @@ def _section(
         values[key] = _convert(file, path, hints[key], value, meta.get(FIELD_CHECKS))
         if rule is not None:
             _hold(file, path, rule, values[key], _default(fields[key]))
+        _within_limit(file, path, rule, values[key], _default(fields[key]))
     return cls(**values)
+
+
+NUMBER_LIMIT = 2**53
+"""The range (±) of every numeric key beyond its own check: what a run records travels as
+msgpack (64-bit integers) and JSON (doubles, exact to 2^53), so a number past this would
+crash a codec mid-run instead of being refused here."""
+
+
+def _within_limit(file: str, key: str, rule: Check | None, value: Any, default: Any) -> None:
+    """Raise :class:`ConfigError` for a number (an item of a list, a value of a table)
+    past :data:`NUMBER_LIMIT`, naming the key and the range it has."""
+    if isinstance(value, dict):
+        items = [(f"{key}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        items = [(key, value)]
+    for where, item in items:
+        if type(item) not in (int, float) or abs(item) <= NUMBER_LIMIT:
+            continue
+        noun = "an integer" if type(item) is int else "a number"
+        low = rule.min if rule is not None and rule.min is not None else -NUMBER_LIMIT
+        if rule is not None and rule.positive:
+            low = 0
+        name = key.rsplit(".", 1)[-1]
+        raise ConfigError(
+            file, where, f"{noun} from {_num(low)} to {_num(NUMBER_LIMIT)}", repr(item),
+            f"set {name} to a value in that range (the default is {default})",
+        )  # fmt: skip
 
 
 def _hold(file: str, key: str, rule: Check, value: Any, default: Any) -> None:
@@ -474,7 +504,8 @@ def load(name: str, cls: type[S] = Settings, roles: Collection[str] | None = Non
     checked; raises :class:`ConfigError`."""
     path = find_config(name)
     try:
-        table = tomllib.loads(path.read_text())
+        # utf-8-sig: a byte-order mark (some Windows editors write one) is not TOML.
+        table = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), "", "valid TOML", str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -265,7 +265,26 @@ def check_run_dir(run_dir: Path, file: str = "", key: str = "") -> None:
             f"{str(run_dir)!r} ({exc.strerror or exc})",
             "make it writable (chmod u+w, or a read-write mount), or use another folder",
         ) from None  # fmt: skip
+    log_file = run_dir / "events.jsonl"
+    if log_file.exists() and not log_file.is_file():
+        # A folder, a device (a link to /dev/full) or a pipe: events would fail or vanish.
+        raise ConfigError(
+            file or str(run_dir), key, "a run folder whose events.jsonl is a plain file",
+            f"{str(log_file)!r}: {_kind_of(log_file)}",
+            "move it aside (the run writes a new events.jsonl), or use another folder",
+        )  # fmt: skip
     _check_ipc_path(file or str(run_dir), run_dir.name)
+
+
+def _kind_of(path: Path) -> str:
+    """What a path that is not a plain file is, in words."""
+    if path.is_dir():
+        return "a folder"
+    if path.is_char_device() or path.is_block_device():
+        return "a device" + (f" (a link to {os.path.realpath(path)})" if path.is_symlink() else "")
+    if path.is_fifo():
+        return "a pipe"
+    return "not a plain file"
 
 
 def _check_ipc_path(file: str, run_id: str) -> None:

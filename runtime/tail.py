@@ -37,7 +37,7 @@ def follow(run_dir: str, runs_dir: str, *, keep_following: bool, level: str = "i
     threshold = LEVELS[level]
     color = sys.stdout.isatty()
     ended_at: float | None = None
-    with path.open() as f:
+    with path.open(encoding="utf-8", errors="replace") as f:  # a bad byte spoils one line
         partial = ""
         while True:
             chunk = f.readline()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,48 @@ def test_a_resumed_config_that_is_not_a_table_is_refused_naming_the_file(tmp_pat
             caught.value
         )
     assert "found string 'diamond'" in str(caught.value)
+
+
+HUGE = 123456789012345678901234567890
+
+
+def _numeric_keys(cls: type, prefix: str = ""):
+    """(section, key, is_list) of every numeric setting, nested sections included."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name == "source":
+            continue
+        hint = hints[f.name]
+        default = getattr(cls(), f.name)
+        if dataclasses.is_dataclass(default):
+            yield from _numeric_keys(type(default), f"{prefix}.{f.name}" if prefix else f.name)
+        elif hint in (int, float) or (
+            isinstance(hint, __import__("types").UnionType) and int in typing.get_args(hint)
+        ):
+            yield prefix, f.name, False
+        elif typing.get_origin(hint) is list and typing.get_args(hint)[0] in (int, float):
+            yield prefix, f.name, True
+
+
+def test_every_numeric_setting_refuses_a_number_past_64_bits_naming_its_range(
+    tmp_path: Path,
+) -> None:
+    found = list(_numeric_keys(MethodSettings))
+    names = {f"{s}.{k}" for s, k, _ in found}
+    assert {"task.iterations", "task.wall_s", "training.ppo.n_steps"} <= names, names
+    for section, key, is_list in found:
+        for bad in (HUGE, -HUGE):
+            value = f"[{bad}]" if is_list else str(bad)
+            message = _refused(tmp_path, f"[{section}]\n{key} = {value}\n")
+            where = f"{section}.{key}" + ("[0]" if is_list else "")
+            assert f"{where}: expected " in message, message
+            # The range it has: its own check's, or the codecs' limit.
+            assert re.search(rf"{re.escape(where)}: expected [^.]*\d", message), message
+
+
+def test_a_config_that_starts_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + b'[run]\nname = "bom"\n')
+    assert settings.load(str(path)).run.name == "bom"
