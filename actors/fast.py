@@ -697,7 +697,7 @@ class FastAgent(Actor):
         # (setup made once, restored after): it gets the job when it has room.
         to = preferring("@learner", self.trained_on.get(work.subaction.name, ""))
         log.info("training_requested", job=req.name, subaction=work.subaction.name, to=to)
-        result: TrainResult = await self.ask(to, req)
+        result: TrainResult = await self.ask(to, req, expect=TrainResult)
         if result.actor_id:
             self.trained_on[work.subaction.name] = result.actor_id
         if result.failure:
@@ -835,7 +835,7 @@ class FastAgent(Actor):
             # it played said 0.85, under the target (session 25).
             grown=[o for o in more.values() if o != NOT_REACHED],
         )
-        critique: Critique = await self.ask("@critic", review)
+        critique: Critique = await self.ask("@critic", review, expect=Critique)
         loop.critiques.append(critique)
         return critique
 

@@ -258,7 +258,9 @@ class SlowAgent(Actor):
                         log.info("code_before_learning", subaction=sub.name)
                         code = dataclasses.replace(sub, mode="code")
                         first = dataclasses.replace(base, subaction=code, revisions=0)
-                        coded: SubActionOutcome = await self.ask("@fast", first)
+                        coded: SubActionOutcome = await self.ask(
+                            "@fast", first, expect=SubActionOutcome
+                        )
                         outcomes.setdefault(sub.name, []).append(coded)
                         spent.add(coded)
                     # The version the run stands on (of either mode): this loop's versions
@@ -274,7 +276,9 @@ class SlowAgent(Actor):
                         env_steps_cap=shares.take(sub.name),
                         incumbent=kept.stage if kept is not None else None,
                     )
-                    outcome: SubActionOutcome = await self.ask("@fast", work)
+                    outcome: SubActionOutcome = await self.ask(
+                        "@fast", work, expect=SubActionOutcome
+                    )
                     if kept is not None:
                         self._join_incumbent(prior, kept, outcome)
                     outcomes.setdefault(sub.name, []).append(outcome)

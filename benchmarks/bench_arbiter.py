@@ -100,7 +100,8 @@ def train(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     seeds = arbiter_seeds("train", args.worlds)
     envs = [
-        ArbiterEnv(make_play(), seeds[i :: args.envs]) for i in range(args.envs)
+        ArbiterEnv(make_play(), seeds[i :: args.envs], death_penalty=args.death_penalty)
+        for i in range(args.envs)
     ]  # each env its own worlds, in order
     vec = DummyVecEnv([lambda e=e: e for e in envs])
     model = SMDPPPO(
@@ -317,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--lr", type=float, default=3e-4)
     t.add_argument("--gamma", type=float, default=0.999, help="per world step (SMDP)")
     t.add_argument("--ent", type=float, default=0.01)
+    t.add_argument("--death-penalty", type=float, default=0.0, help="reward at death")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--save-every", type=int, default=50_000)
     t.add_argument("--out", required=True)

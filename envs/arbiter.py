@@ -204,7 +204,8 @@ class ArbiterEnv(gym.Env):
     ``play(seed, hook, on_step)`` plays one whole composed episode with the hook
     attached and returns it (``envs.composite.ComposedEpisode``); it runs in a thread
     of its own while this env hands decisions back and forth. ``seeds`` gives the
-    worlds, one per episode, in order (cycled).
+    worlds, one per episode, in order (cycled). The reward adds ``diamond_bonus`` for
+    the diamond and takes ``death_penalty`` for the player's death.
     """
 
     metadata: dict[str, Any] = {}
@@ -214,12 +215,14 @@ class ArbiterEnv(gym.Env):
         play: Callable[[int, ArbiterHook, Callable[..., None]], Any],
         seeds: Sequence[int],
         diamond_bonus: float = DIAMOND_BONUS,
+        death_penalty: float = 0.0,
     ) -> None:
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (N_FEATURES,), np.float32)
         self.action_space = gym.spaces.Discrete(len(OPTIONS))
         self._play = play
         self._seeds = list(seeds)
         self._bonus = diamond_bonus
+        self._death = death_penalty
         self._episodes = 0
         self._thread: threading.Thread | None = None
         self._to_env: queue.Queue = queue.Queue()
@@ -252,6 +255,8 @@ class ArbiterEnv(gym.Env):
             self._steps += 1
             if "collect_diamond" in info.get("achievements", ()):
                 self._reward += self._bonus
+            if done and info.get("discount", 1.0) == 0.0:  # Crafter's death
+                self._reward -= self._death
 
         try:
             episode = self._play(seed, hook, on_step)

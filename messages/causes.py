@@ -51,6 +51,7 @@ TIMEOUT: Final = "timeout"
 CRASHED: Final = "crashed"
 STALLED: Final = "stalled"
 INVALID_ACTION: Final = "invalid_action"
+ROLLOUT_FAILED: Final = "rollout_failed"
 
 SEARCH_CAUSES: Final[tuple[EpisodeCause, ...]] = (POLICY_FINISHED, STEP_BUDGET)
 """Causes of a search that stopped short (it gave up, or ran into its cap): going on

@@ -121,7 +121,7 @@ async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: A
         await head.wait_for("learner", learners)
     task = task_of(s)
     log.info("task_started", task=task.task, target=task.target_item, backend=agents.backend.name)
-    report: TaskReport = await head.client.ask("@slow", task)
+    report: TaskReport = await head.client.ask("@slow", task, expect=TaskReport)
     if report.stop_reason == "planning_failed":
         raise RuntimeError("the slow agent could not plan: see agent_call_failed in events.jsonl")
     shown = await _video(head, slow.final)

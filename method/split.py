@@ -16,6 +16,11 @@ broker drops a queued part and tells a running one's actor to stop, which kills 
 part's runner) and their seeds are reported as not run, with the same cause. A part
 whose job the broker gave up on after its actors died (``job_failed``: an actor killed
 from outside while running it, every try) counts the same way, as ``crashed``.
+
+A peer's answer is checked against the part it answers: a message of another kind, or
+episodes for other worlds than the part's, is that peer's fault (``bad_reply``): the
+part is asked again, and after :data:`BAD_REPLY_TRIES` wrong answers its worlds are
+booked ``rollout_failed`` with no stage run (not reached, to the version's books).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ import trio
 from envs.composite import setup_parts
 from envs.runner import fault_episode
 from messages import preferring
-from messages.causes import CRASHED, FAULT_CAUSES
+from messages.causes import CRASHED, FAULT_CAUSES, ROLLOUT_FAILED
+from messages.control import Failure
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from runtime.actor import Actor, RemoteFailure
 
@@ -135,16 +141,32 @@ async def rollout_split(
 
     async def one(to: str, seeds: list[int], nursery: trio.Nursery) -> None:
         part = dataclasses.replace(req, seeds=seeds, frames=False)
-        try:
-            result = await client.ask(to, part)
-            affinity.played(part, result)
-        except RemoteFailure as exc:
-            if exc.failure.reason != JOB_FAILED:
-                raise
-            # Every actor that took it died: the job is the likeliest cause.
-            detail = f"the job's actors died on every try: {exc.failure.detail}"[:1000]
-            episodes = [fault_episode(req, s, CRASHED, detail) for s in seeds]
-            result = RolloutResult(req.subtask.name, episodes, 0.0, 0, "")
+        for attempt in range(BAD_REPLY_TRIES):
+            try:
+                result = await client.ask(to if attempt == 0 else "@environment", part,
+                                          expect=RolloutResult)  # fmt: skip
+                _check_seeds(result, seeds)
+                affinity.played(part, result)
+                break
+            except RemoteFailure as exc:
+                if exc.failure.reason == JOB_FAILED:
+                    # Every actor that took it died: the job is the likeliest cause.
+                    detail = f"the job's actors died on every try: {exc.failure.detail}"
+                    episodes = [fault_episode(req, s, CRASHED, detail[:1000]) for s in seeds]
+                    result = RolloutResult(req.subtask.name, episodes, 0.0, 0, "")
+                    break
+                if exc.failure.reason != BAD_REPLY:
+                    raise
+                # The answering peer's fault, not the version's: asked again (the broker
+                # hands it to any environment actor); after the last try, not played.
+                detail = f"environment peers answered wrongly: {exc.failure.detail}"
+                # No stage run in them: to the version's books, these worlds were not
+                # reached (method.paired leaves them out of a comparison).
+                episodes = [
+                    EpisodeReport(s, False, 0, 0.0, [], ROLLOUT_FAILED, detail[:1000])
+                    for s in seeds
+                ]
+                result = RolloutResult(req.subtask.name, episodes, 0.0, 0, "")
         results.append(result)
         bad = [e for e in result.episodes if e.cause in FAULT_CAUSES]
         if bad and not fault:
@@ -167,6 +189,28 @@ async def rollout_split(
         actor_id=",".join(sorted({r.actor_id for r in results if r.actor_id})),
         output="\n".join(r.output for r in results if r.output),
     )
+
+
+BAD_REPLY = "bad_reply"
+"""A peer's answer that is not one to the request asked (``Actor.ask``'s reason)."""
+BAD_REPLY_TRIES = 3
+"""Times a part is asked for when peers answer it wrongly."""
+
+
+def _check_seeds(result: RolloutResult, seeds: list[int]) -> None:
+    """Raise ``RemoteFailure(bad_reply)`` unless ``result`` holds one episode for each of
+    ``seeds`` and no other: a peer may not answer for worlds it was not asked to play."""
+    got = sorted(e.seed for e in result.episodes)
+    if got != sorted(seeds):
+        extra = sorted(set(got) - set(seeds))[:5]
+        missing = sorted(set(seeds) - set(got))[:5]
+        raise RemoteFailure(
+            Failure(
+                BAD_REPLY,
+                f"episodes for seeds {got[:5]}… (extra {extra}, missing {missing})"
+                f", asked for {len(seeds)} seeds",
+            )
+        )
 
 
 def _not_run(req: RolloutRequest, done: set[int], first: EpisodeReport) -> list[EpisodeReport]:

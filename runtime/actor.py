@@ -230,14 +230,21 @@ class Actor:
         self._send(Envelope(TELL, self._next_id(), to), msg)
 
     async def ask(
-        self, to: str, msg: Any, *, timeout: float | None = None, deadline_s: float | None = None
+        self,
+        to: str,
+        msg: Any,
+        *,
+        timeout: float | None = None,
+        deadline_s: float | None = None,
+        expect: type | None = None,
     ) -> Any:
         """Send a request and wait for its reply. Raises :class:`RemoteFailure` if the
         other side failed (reason ``deadline`` when no actor answered within
-        ``deadline_s`` in any of its tries), ``trio.TooSlowError`` after ``timeout``
-        seconds. ``deadline_s``: how long one actor may hold the job before the broker
-        hands it to another (None: derived from the request, :mod:`runtime.deadlines`;
-        0: no limit)."""
+        ``deadline_s`` in any of its tries), or answered with a message other than an
+        ``expect`` (reason ``bad_reply``: the answering peer's fault, never the asker's),
+        ``trio.TooSlowError`` after ``timeout`` seconds. ``deadline_s``: how long one
+        actor may hold the job before the broker hands it to another (None: derived from
+        the request, :mod:`runtime.deadlines`; 0: no limit)."""
         msg_id = self._next_id()
         pending = self._pending[msg_id] = _Pending()
         if to == BROKER:
@@ -271,6 +278,14 @@ class Actor:
             raise RemoteFailure(Failure("bad_reply", f"{said} envelope, other body"))
         if isinstance(reply, Failure):
             raise RemoteFailure(reply)
+        if expect is not None and not isinstance(reply, expect):
+            answered = type(reply).__message_kind__
+            asked = getattr(type(msg), "__message_kind__", type(msg).__name__)
+            log.warning(
+                "message_rejected", reason="unexpected_reply", kind=answered, asked=asked,
+                sender=pending.env.frm, re=msg_id,
+            )  # fmt: skip
+            raise RemoteFailure(Failure("bad_reply", f"{asked} answered with {answered}"))
         return reply
 
     async def run_blocking(self, fn: Callable[..., M], *args: Any) -> M:

@@ -602,3 +602,71 @@ def test_a_flood_of_junk_bodies_at_an_actor_writes_a_bounded_number_of_events(tm
     assert 0 < len(full) <= 2 * ratelimit.PER_KEY and len(at_actor) <= 2 * (ratelimit.PER_KEY + 1)
     assert len(full) + sum(e.get("suppressed", 0) for e in at_actor) == flood
     assert {e["reason"] for e in at_actor} == {"bad_msgpack"}
+
+
+def test_a_peers_answer_to_another_request_is_its_failure_not_the_asker(tmp_path: Path) -> None:
+    # A learner answers a training job with a progress message; an environment answers a
+    # rollout part with episodes of worlds it was not asked to play. Each is refused as
+    # that peer's bad reply: the training ask fails with ``bad_reply`` (the fast agent
+    # books the version failed), the split rollout asks again and books the worlds as not
+    # played; the head goes on to its end.
+    from messages.rollout import EpisodeReport
+    from messages.train import TrainProgress
+    from method.split import BAD_REPLY_TRIES, rollout_split
+
+    settings = make_settings(tmp_path)
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        learner, environment = Rogue(head.endpoint), Rogue(head.endpoint)
+        try:
+            assert isinstance(await learner.register("learner", "rogue-learner"), Registered)
+            assert isinstance(await environment.register("environment", "rogue-env"), Registered)
+            config = collect_wood_with_coded()
+            async with trio.open_nursery() as nursery:
+
+                async def serve_learner() -> None:
+                    env, _ = await learner.recv()
+                    wrong = TrainProgress("job", 1, 1, 1.0, 0, 0.0, 0.0)
+                    learner.send(REPLY, env.frm, wrong, re=env.id)
+
+                nursery.start_soon(serve_learner)
+                try:
+                    await head.client.ask(
+                        "@learner", TrainRequest("job", config, 64), expect=TrainResult
+                    )
+                except RemoteFailure as exc:
+                    seen["train"] = exc.failure
+            asked: list[list[int]] = []
+            async with trio.open_nursery() as nursery:
+
+                async def serve_env() -> None:
+                    for _ in range(BAD_REPLY_TRIES):
+                        env, req = await environment.recv()
+                        asked.append(list(req.seeds))
+                        lie = [
+                            EpisodeReport(s + 1000, True, 1, 1.0, [], "success") for s in req.seeds
+                        ]
+                        reply = RolloutResult(req.subtask.name, lie, 1.0, 1, "")
+                        environment.send(REPLY, env.frm, reply, re=env.id)
+
+                nursery.start_soon(serve_env)
+                req = RolloutRequest(config.subtask, code="pass", seeds=[7, 8])
+                seen["rollout"] = await rollout_split(head.client, req, parts=1)
+            seen["asked"] = asked
+        finally:
+            learner.close()
+            environment.close()
+        return {}
+
+    run = run_head_with(settings, driver)
+    assert run.code == 0
+    assert seen["train"].reason == "bad_reply"
+    assert "train.request answered with train.progress" in seen["train"].detail
+    result = seen["rollout"]
+    assert [e.seed for e in result.episodes] == [7, 8]
+    assert all(e.cause == "rollout_failed" and not e.success for e in result.episodes)
+    assert all(e.stages == [] for e in result.episodes)  # not reached, never the version's
+    assert seen["asked"] == [[7, 8]] * BAD_REPLY_TRIES
+    rejected = _named(run.events, "message_rejected")
+    assert any(e.get("reason") == "unexpected_reply" for e in rejected), rejected
