@@ -463,7 +463,7 @@ class SubtaskEnv(gym.Env):
                 # world of the pool, not the whole job lost. So too when the last try died
                 # without a fault of the code (``exc.failure`` None): a chain through a
                 # weak step reaches its stage in few worlds, and the first draw's tries all
-                # dying ended a job at 0 decisions (session 22's run of
+                # dying would otherwise end the job at 0 decisions (as it did in a run of
                 # 20261128-diamond-learn-over-code.toml). A fault before any start raises.
                 works = self._setup_worked() or exc.failure is None
                 if not (self._pool_only and redraws < self._redraws and works):

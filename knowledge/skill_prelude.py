@@ -67,9 +67,9 @@ FOOD_UNTIL = 8
 ENERGY_BELOW = 3  # −1 per ~30 steps: 90 steps to find a nook
 ENERGY_UNTIL = 9
 # Below HEALTH_BELOW get away, wall in and rest until HEALTH_UNTIL (the retreat). 0: never.
-# Every step back measured better: 6 and 8 → 5 and 7 (session 30), and no retreat at all
-# (with WEAK 0), a paired +5.7 % [+2.9, +8.4] and +3.8 % [+1.0, +6.5] diamonds on two sets of
-# 1,000 development worlds (BENCHMARKS.md, session 31): the walk to a nook at low health
+# Every step back measured better: 6 and 8 → 5 and 7, and no retreat at all (with WEAK 0),
+# a paired +5.7 % [+2.9, +8.4] and +3.8 % [+1.0, +6.5] diamonds on two sets of 1,000
+# development worlds (BENCHMARKS.md, "No retreat at all"): the walk to a nook at low health
 # was the deadliest thing the player did (about 2.5 deaths per 1,000 steps), and health
 # comes back by itself while food, drink and energy last.
 HEALTH_BELOW = 0
@@ -84,7 +84,7 @@ NIGHT_BELOW = 0.45
 DAWN = 0.85
 # At night only a vital below this takes the player out for water or a cow (3: at 2,
 # not 1 — a paired +1.5 % and +3.3 % [+0.1, +6.5] diamonds on two sets of 1,000
-# development worlds, BENCHMARKS.md, session 21).
+# development worlds, BENCHMARKS.md, "Five changes of the survival code").
 CRITICAL = 3
 # Health at or below which a trip for drink or food that is not critical gives way to
 # the retreat. 0: never (there is no retreat, see HEALTH_BELOW).
