@@ -100,13 +100,18 @@ def train(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     seeds = arbiter_seeds("train", args.worlds)
     envs = [
-        ArbiterEnv(make_play(), seeds[i :: args.envs], death_penalty=args.death_penalty)
+        ArbiterEnv(
+            make_play(),
+            seeds[i :: args.envs],
+            death_penalty=args.death_penalty,
+            health_weight=args.health_weight,
+        )
         for i in range(args.envs)
     ]  # each env its own worlds, in order
     vec = DummyVecEnv([lambda e=e: e for e in envs])
     model = SMDPPPO(
         "MlpPolicy", vec, n_steps=args.n_steps, batch_size=args.batch, n_epochs=args.epochs,
-        learning_rate=args.lr, gamma=args.gamma, gae_lambda=0.95, ent_coef=args.ent,
+        learning_rate=args.lr, gamma=args.gamma, gae_lambda=args.gae_lambda, ent_coef=args.ent,
         clip_range=0.2, seed=args.seed, device="cpu", verbose=0,
         policy_kwargs={"net_arch": [64, 64]},
     )  # fmt: skip
@@ -319,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--gamma", type=float, default=0.999, help="per world step (SMDP)")
     t.add_argument("--ent", type=float, default=0.01)
     t.add_argument("--death-penalty", type=float, default=0.0, help="reward at death")
+    t.add_argument("--health-weight", type=float, default=0.0, help="reward per health point")
+    t.add_argument("--gae-lambda", type=float, default=0.95)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--save-every", type=int, default=50_000)
     t.add_argument("--out", required=True)

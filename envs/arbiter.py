@@ -205,7 +205,10 @@ class ArbiterEnv(gym.Env):
     attached and returns it (``envs.composite.ComposedEpisode``); it runs in a thread
     of its own while this env hands decisions back and forth. ``seeds`` gives the
     worlds, one per episode, in order (cycled). The reward adds ``diamond_bonus`` for
-    the diamond and takes ``death_penalty`` for the player's death.
+    the diamond, takes ``death_penalty`` for the player's death, and adds
+    ``health_weight`` per health point gained (taken per point lost) on top of Crafter's
+    own 0.1: survival's consequences show within a decision or two, where the diamond's
+    show only at the episode's end.
     """
 
     metadata: dict[str, Any] = {}
@@ -216,6 +219,7 @@ class ArbiterEnv(gym.Env):
         seeds: Sequence[int],
         diamond_bonus: float = DIAMOND_BONUS,
         death_penalty: float = 0.0,
+        health_weight: float = 0.0,
     ) -> None:
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (N_FEATURES,), np.float32)
         self.action_space = gym.spaces.Discrete(len(OPTIONS))
@@ -223,6 +227,8 @@ class ArbiterEnv(gym.Env):
         self._seeds = list(seeds)
         self._bonus = diamond_bonus
         self._death = death_penalty
+        self._health_weight = health_weight
+        self._health: float | None = None
         self._episodes = 0
         self._thread: threading.Thread | None = None
         self._to_env: queue.Queue = queue.Queue()
@@ -257,6 +263,10 @@ class ArbiterEnv(gym.Env):
                 self._reward += self._bonus
             if done and info.get("discount", 1.0) == 0.0:  # Crafter's death
                 self._reward -= self._death
+            health = float(obs.status.get("health", 0.0))
+            if self._health is not None:
+                self._reward += self._health_weight * (health - self._health)
+            self._health = health
 
         try:
             episode = self._play(seed, hook, on_step)
@@ -288,7 +298,7 @@ class ArbiterEnv(gym.Env):
         while True:
             world = self._seeds[self._episodes % len(self._seeds)]
             self._episodes += 1
-            self._reward, self._steps = 0.0, 0
+            self._reward, self._steps, self._health = 0.0, 0, None
             self._thread = threading.Thread(target=self._run, args=(world,), daemon=True)
             self._thread.start()
             kind, value = self._next()

@@ -31,7 +31,9 @@ import binascii
 import dataclasses
 import hashlib
 import json
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,8 +81,68 @@ class Totals:
     by_role: dict[str, int] = field(default_factory=dict)
 
 
+RUN_MARK = "@run"
+"""What a path inside the run folder is recorded as, in place of the folder: a run moved
+or copied elsewhere resumes with its recorded jobs (their policies, their requests' keys)
+found where the folder is now."""
+
+
+def _rewrite(value: Any, change: Callable[[str], str]) -> Any:
+    """``value`` with ``change`` applied to every string in it (message dataclasses,
+    lists, tuples and dicts, nested)."""
+    if isinstance(value, str):
+        return change(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        updates = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            old = getattr(value, f.name)
+            new = _rewrite(old, change)
+            if new is not old:
+                updates[f.name] = new
+        return dataclasses.replace(value, **updates) if updates else value
+    if isinstance(value, list):
+        new = [_rewrite(v, change) for v in value]
+        return new if any(a is not b for a, b in zip(new, value, strict=True)) else value
+    if isinstance(value, tuple):
+        new = tuple(_rewrite(v, change) for v in value)
+        return new if any(a is not b for a, b in zip(new, value, strict=True)) else value
+    if isinstance(value, dict):
+        new = {k: _rewrite(v, change) for k, v in value.items()}
+        return new if any(new[k] is not value[k] for k in value) else value
+    return value
+
+
+def portable(value: Any, run_dir: Path) -> Any:
+    """``value`` with every path inside ``run_dir`` written from :data:`RUN_MARK`."""
+    prefixes = sorted({str(run_dir), os.path.abspath(run_dir), str(Path(run_dir).resolve())},
+                      key=len, reverse=True)  # fmt: skip
+
+    def change(s: str) -> str:
+        for p in prefixes:
+            if s == p or s.startswith(p + os.sep):
+                return RUN_MARK + s[len(p) :]
+        return s
+
+    return _rewrite(value, change)
+
+
+def local(value: Any, run_dir: Path) -> Any:
+    """:func:`portable`'s inverse, for the folder the run is in now."""
+
+    def change(s: str) -> str:
+        if s == RUN_MARK or s.startswith(RUN_MARK + os.sep):
+            return str(run_dir) + s[len(RUN_MARK) :]
+        return s
+
+    return _rewrite(value, change)
+
+
 class Journal:
-    """The run's record of calls and jobs; loads what an earlier attempt left."""
+    """The run's record of calls and jobs; loads what an earlier attempt left. Paths
+    inside the run folder are recorded from :data:`RUN_MARK` (:func:`portable`): the
+    folder may move between attempts."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -179,12 +241,16 @@ class Journal:
     def job(self, request: Any, check: Any = None) -> Any | None:
         """The recorded result of ``request``, or None. ``check(result)`` may refuse a
         record whose artifacts are gone (the job is then redone)."""
-        key = job_key(request)
+        key = job_key(portable(request, self.run_dir))
         record = self._jobs.get(key)
+        if record is None:
+            key = job_key(request)  # recorded before paths were portable
+            record = self._jobs.get(key)
         if record is None:
             return None
         try:
             result = codec.decode(base64.b64decode(record["result"]), max_frame=MAX_RESULT_BYTES)
+            result = local(result, self.run_dir)
         except codec.DecodeError as exc:
             del self._jobs[key]
             self._skip(self.run_dir / JOBS_FILE, self._lines.get(key, 0), f"result: {exc}")
@@ -200,12 +266,12 @@ class Journal:
         return result
 
     def record_job(self, request: Any, result: Any, name: str = "") -> None:
-        key = job_key(request)
+        key = job_key(portable(request, self.run_dir))
         record = {
             "key": key,
             "kind": type(result).__name__,
             "name": name,
-            "result": base64.b64encode(codec.encode(result)).decode(),
+            "result": base64.b64encode(codec.encode(portable(result, self.run_dir))).decode(),
             "at": time.time(),
         }
         self._append(JOBS_FILE, record)

@@ -480,3 +480,21 @@ def test_bench_confirm_play_worlds_applies_the_library_setup_it_is_asked_for(
     setup = bench_confirm.play_worlds(str(learned_run), ["place_table"], seeds, code, True)
     assert calls == ["place_table"]
     assert [r["seed"] for r in plain] == [r["seed"] for r in setup] == seeds
+
+
+def test_a_run_folder_moved_elsewhere_resumes_with_its_recorded_jobs(
+    learned_run: Path, tmp_path: Path
+) -> None:
+    # The folder is copied to another place and resumed from another working directory:
+    # its recorded training job (a policy inside the folder) is replayed from where the
+    # folder is now, not trained again and not refused as a path outside the run.
+    moved = tmp_path / "archive" / "moved-run"
+    shutil.copytree(learned_run, moved)
+    trained_before = (learned_run / "events.jsonl").read_text().count('"training_requested"')
+    done = _run(["--resume", str(moved), "--quiet"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = (moved / "events.jsonl").read_text()
+    assert events.count('"training_requested"') == trained_before  # none more
+    assert '"job_replayed"' in events
+    summary = json.loads((moved / "summary.json").read_text())
+    assert summary["policy"] == json.loads((learned_run / "summary.json").read_text())["policy"]
