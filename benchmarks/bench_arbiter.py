@@ -179,28 +179,36 @@ def train(args: argparse.Namespace) -> None:
 _PLAYERS: dict[str, Any] = {}
 
 
+_HITS: list = []
+"""Every loss of the player's health in this worker, with its source (bench_deaths'
+patch of Crafter's objects); its first item is the step counter."""
+
+
 def _episode(job: tuple[str, int, str | None]) -> dict[str, Any]:
     """One world with one arbiter: 'coded' (thresholds + needs) or a policy file."""
+    from bench_deaths import _patch_crafter
+
     from envs.arbiter import ArbiterHook, load_policy
 
     variant, seed, policy_path = job
     key = f"{variant}:{policy_path}"
+    if not _HITS:
+        _patch_crafter(_HITS)
     if key not in _PLAYERS:
         coded = variant == "coded"
         _PLAYERS[key] = (make_play(learned=not coded), None if coded else load_policy(policy_path))
     play, policy = _PLAYERS[key]
     hook = ArbiterHook(policy) if policy is not None else None
-    steps = {"n": 0}
-
-    def on_step(obs: Any, reward: float, done: bool, info: Any) -> None:
-        steps["n"] += 1
-
+    del _HITS[1:]
+    _HITS[0]["step"] = 0
     world = play.world
-    ep = play(seed, hook, on_step)
+    ep = play(seed, hook, None)
     player = world._env._player
+    died = ep.cause == "episode_done" and player.health <= 0
     return {
         "variant": variant, "seed": seed, "success": ep.success, "steps": ep.steps,
-        "cause": ep.cause, "died": ep.cause == "episode_done" and player.health <= 0,
+        "cause": ep.cause, "died": died,
+        "blow": _HITS[-1][1] if died and len(_HITS) > 1 else "",
         "vitals": {k: int(player.inventory[k]) for k in ("health", "food", "drink", "energy")},
         "achievements": sorted(set(ep.achievements)),
         "decisions": dict(hook.decisions) if hook is not None else {},
@@ -228,7 +236,7 @@ def play(args: argparse.Namespace) -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-    meta = {"part": args.part, "first": args.first, "worlds": args.worlds,
+    meta = {"part": args.part, "first": args.first, "worlds": args.worlds, "only": args.only,
             "policy": args.policy, "wall_s": round(time.monotonic() - started, 1)}  # fmt: skip
     Path(args.out).write_text(json.dumps({"meta": meta, "episodes": results}))
     compare_results(results)
@@ -294,7 +302,10 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _death_cause(r: dict[str, Any]) -> str:
-    """Death by a vital at 0 when one is, else by damage (zombie, arrow or lava)."""
+    """The killing blow's source (bench_deaths: zombie, zombie_sleeping, arrow, lava,
+    lack_food, ...); for records without it, a vital at 0 when one is, else damage."""
+    if r.get("blow"):
+        return r["blow"]
     lacking = [k for k in ("food", "drink", "energy") if r["vitals"][k] <= 0]
     return "lack_" + "+".join(lacking) if lacking else "damage"
 
@@ -307,7 +318,100 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
 
 def compare(args: argparse.Namespace) -> None:
     episodes = [e for f in args.files for e in json.loads(Path(f).read_text())["episodes"]]
-    compare_results(episodes)
+    figures = compare_results(episodes)
+    metas = [json.loads(Path(f).read_text())["meta"] for f in args.files]
+    train = json.loads(Path(args.train_meta).read_text()) if args.train_meta else None
+    if args.summary:
+        summary = {"figures": figures, "plays": metas, "training": train}
+        Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n")
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(markdown(figures, metas, train, args.files))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def markdown(
+    figures: dict[str, Any], metas: list[dict[str, Any]], train: dict[str, Any] | None,
+    files: list[str],
+) -> str:  # fmt: skip
+    """The benchmark's section of BENCHMARKS.md, from :func:`compare_results`' figures."""
+    parts = sorted({(m["part"], m["first"], m["worlds"]) for m in metas})
+    where = "; ".join(f"part '{p}' worlds {f}…{f + n - 1}" for p, f, n in parts)
+    lines = [
+        f"Composed diamond episodes (the chain's coded stages, {EPISODE_STEPS:,}-step cap, real "
+        f"Crafter), the same worlds for both arbiters ({where} of `method.seeds.arbiter_seeds`, "
+        "never trained or chosen on).",
+        "",
+        "| arbiter | worlds | diamonds (95 % Wilson) | deaths | Crafter score |",
+        "|---|---|---|---|---|",
+    ]
+    for variant in ("coded", "learned"):
+        f = figures.get(variant)
+        if f is None:
+            continue
+        lo, hi = f["interval"]
+        lines.append(
+            f"| {variant} | {f['worlds']} | {_pct(f['diamonds'])} [{_pct(lo)}, {_pct(hi)}] "
+            f"| {f['deaths']} | {f['score']:.1f} % |"
+        )
+    causes = sorted(
+        {c for v in ("coded", "learned") for c in figures.get(v, {}).get("deaths_by", {})}
+    )
+    if causes:
+        lines += ["", "Deaths by killing blow (bench_deaths' sources):", "",
+                  "| blow | " + " | ".join(v for v in ("coded", "learned") if v in figures) + " |",
+                  "|---|" + "---|" * sum(v in figures for v in ("coded", "learned"))]  # fmt: skip
+        for c in causes:
+            row = [
+                str(figures[v]["deaths_by"].get(c, 0)) for v in ("coded", "learned") if v in figures
+            ]
+            lines.append(f"| {c} | " + " | ".join(row) + " |")
+    paired = figures.get("paired")
+    if paired:
+        lo, hi = paired["interval"]
+        diff = f"{100 * paired['difference']:+.1f}"
+        lines += ["", f"Learned − coded, paired on {paired['worlds']} worlds: "
+                  f"**{diff} points** [{100 * lo:+.1f}, {100 * hi:+.1f}] "
+                  f"(learned alone won {paired['learned_only']}, coded alone "
+                  f"{paired['coded_only']}; Wilson on the discordant pairs, "
+                  "as the method's version choice)."]  # fmt: skip
+    learned = figures.get("learned", {}).get("options")
+    if learned:
+        total = sum(learned.values())
+        used = ", ".join(f"{k} {100 * v / total:.1f} %" for k, v in
+                         sorted(learned.items(), key=lambda kv: -kv[1]))  # fmt: skip
+        lines += ["", f"The learned arbiter's decisions ({total:,}): {used}."]
+    if train:
+        h = train.get("hyper", {})
+        lines += ["", f"PPO's cost (SMDP PPO, `envs.smdp`): {train['decisions']:,} decisions, "
+                  f"{train['episodes']:,} episodes, {train['world_steps']:,} world steps, "
+                  f"{train['wall_s'] / 60:.0f} min on one CPU core (torch {train['torch']}); "
+                  f"training worlds {train['train_worlds'][0]}…, seed {train['seed']}; "
+                  f"lr {h.get('lr')}, {h.get('epochs')} epochs, γ {h.get('gamma')} per world "
+                  f"step, death penalty {h.get('death_penalty', 0)}, "
+                  f"health weight {h.get('health_weight', 0)}."]  # fmt: skip
+    lines += ["", "Reproduce:", "", "```bash"]
+    if train:
+        h = train.get("hyper", {})
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in h.items())
+        lines.append(f"python benchmarks/bench_arbiter.py train {flags} --out runs/arbiter")
+    for m in metas:
+        policy = f" --policy runs/arbiter/{Path(m['policy']).name}" if m.get("policy") else ""
+        only = f" --only {m['only']}" if m.get("only") else ""
+        lines.append(
+            f"python benchmarks/bench_arbiter.py play{policy}{only} --part {m['part']} "
+            f"--first {m['first']} --worlds {m['worlds']} --out runs/arbiter/{m['part']}.json"
+        )
+    lines += [
+        "python benchmarks/bench_arbiter.py compare runs/arbiter/*.json"
+        + (" --train-meta runs/arbiter/arbiter.json" if train else ""),
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -341,6 +445,9 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(func=play)
     c = sub.add_parser("compare", help="figures from a play file")
     c.add_argument("files", nargs="+", help="play files (e.g. one per variant)")
+    c.add_argument("--summary", help="write the figures as JSON here")
+    c.add_argument("--markdown", help="write BENCHMARKS.md's section here")
+    c.add_argument("--train-meta", help="the training's arbiter.json (PPO's cost)")
     c.set_defaults(func=compare)
     args = parser.parse_args(argv)
     args.func(args)
