@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from messages.plan import TaskReport
+from method.rates import best_rates, failed_rl, first_rates
 
 CODED_RGB = "#4c72b0"
 LEARNED_RGB = "#dd8452"
@@ -66,8 +67,6 @@ def success_grid(report: TaskReport, path: Path) -> Path:
 
     rows = _plan_order(report)
     rows = [r for r in rows if any(r in h for h in report.history)] + ["task"]
-    from method.report import first_rates
-
     # The first column is each sub-action's first version, before any revision; then the
     # version chosen at the end of each iteration.
     first = first_rates(report)
@@ -137,8 +136,6 @@ def achievement_bars(report: TaskReport, summary: dict[str, Any], path: Path) ->
 def coded_vs_learned(report: TaskReport, path: Path) -> Path:
     plt = _pyplot()
     from matplotlib.patches import Patch
-
-    from method.report import best_rates, failed_rl
 
     names = _plan_order(report)
     best = {n: {} for n in names} | best_rates(report)

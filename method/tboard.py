@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from messages.plan import TaskReport
+from method.rates import best_rates
 
 LOG_DIR = "tensorboard"
 RUN_LOGS = "run"
@@ -49,8 +50,6 @@ def write_run_events(run_dir: Path, report: TaskReport, summary: dict[str, Any])
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-    from method.report import best_rates
 
     folder = log_dir(run_dir) / RUN_LOGS
     folder.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from messages.codec import DEFAULT_MAX_FRAME
+from rlgpt.keys import keys_from_text, run_keys
 from runtime.config import MAX_CAPACITY, MAX_FRAME, MIN_FRAME
 
 
@@ -396,7 +397,7 @@ def cmd_actor(args: argparse.Namespace) -> int:
         if args.keys_stdin:
             curve = keys_from_text(sys.stdin.read())
         else:
-            keys = args.keys or _run_keys(args.connect, args.run_dir, args.key_name)
+            keys = args.keys or run_keys(args.connect, args.run_dir, args.key_name)
             curve = CurveClient.load(Path(keys), args.key_name) if keys else None
     except (ValueError, DeviceError, KeysMissing) as exc:
         print(f"{command} error: {exc}", file=sys.stderr)
@@ -508,47 +509,6 @@ def cmd_actor(args: argparse.Namespace) -> int:
         print(f"{command} error: {gave_up[0]}", file=sys.stderr)
         return 1
     return 0
-
-
-def keys_to_text(curve) -> str:
-    """A :class:`runtime.security.CurveClient` as the JSON ``--keys-stdin`` reads."""
-    import json
-
-    return json.dumps(
-        {
-            "public": curve.public.decode(),
-            "secret": curve.secret.decode(),
-            "server_public": curve.server_public.decode(),
-        }
-    )
-
-
-def keys_from_text(text: str):
-    """The keys ``--keys-stdin`` got (:func:`keys_to_text`); ValueError if malformed."""
-    import json
-
-    from runtime.security import CurveClient
-
-    try:
-        data = json.loads(text)
-        fields = {k: str(data[k]).encode() for k in ("public", "secret", "server_public")}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"--keys-stdin: standard input holds no keys ({exc})") from None
-    if any(len(v) != 40 for v in fields.values()):  # a Z85 CURVE key is 40 characters
-        raise ValueError("--keys-stdin: a key is not 40 Z85 characters")
-    return CurveClient(**fields)
-
-
-def _run_keys(connect: str, run_dir: str, name: str = "client") -> str:
-    """The keys a head made for its run (``RUN_DIR/keys``), for an actor attached on the
-    same machine to its loopback tcp endpoint with ``--run-dir`` and no ``--keys``; ''
-    where there are none (ipc needs none)."""
-    from runtime.security import RUN_KEYS
-
-    if not run_dir or not connect.startswith("tcp://"):
-        return ""
-    folder = Path(run_dir) / RUN_KEYS
-    return str(folder) if (folder / f"{name}.key_secret").is_file() else ""
 
 
 def _find(exc: BaseException, kind: type) -> BaseException | None:

@@ -135,7 +135,7 @@ def launch(args: argparse.Namespace) -> int:
 def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
     """The attach each copy runs (after ``python``), and the keys text for its standard
     input ('' without keys). Raises :class:`LaunchError` for what cannot work."""
-    from rlgpt.cli import _run_keys, keys_to_text
+    from rlgpt.keys import keys_to_text, run_keys
     from runtime.security import CurveClient, KeysMissing, is_loopback
 
     if args.count < 1:
@@ -148,7 +148,7 @@ def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
         # A copy started again would ask for its name while the broker still holds it
         # for the dead one (until the heartbeat timeout), and be refused.
         raise LaunchError("--name does not go with --ray: the head names each copy")
-    keys = args.keys or _run_keys(args.connect, args.run_dir, _key_name(args))
+    keys = args.keys or run_keys(args.connect, args.run_dir, _key_name(args))
     try:
         curve = CurveClient.load(Path(keys), _key_name(args)) if keys else None
     except KeysMissing as exc:

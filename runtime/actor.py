@@ -76,6 +76,7 @@ from messages.control import (
 from runtime import provenance
 from runtime.deadlines import hold_limit
 from runtime.events import bind, log
+from runtime.failures import RemoteFailure
 from runtime.forward import EventForwarder
 from runtime.ratelimit import EventLimiter
 from runtime.security import CurveClient
@@ -112,16 +113,6 @@ ANSWERED_KEEP_BYTES = 128 * 2**20
 # How long closing the socket may hold on to an attached actor's last events batch, so
 # that what it logged while stopping still reaches the head.
 LAST_EVENTS_LINGER_MS = 1000
-
-
-class RemoteFailure(Exception):
-    """The other side answered an ask with ``control.failure``."""
-
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(
-            f"{failure.reason}: {failure.detail}" if failure.detail else failure.reason
-        )
-        self.failure = failure
 
 
 class ActorRefused(Exception):

@@ -55,6 +55,7 @@ from messages import BROKER, DEFAULT_MAX_FRAME
 from messages.events import EventBatch, EventsTaken
 from runtime import events
 from runtime.events import log
+from runtime.failures import RemoteFailure
 
 if TYPE_CHECKING:
     from runtime.actor import Actor
@@ -235,8 +236,6 @@ class EventForwarder:
             await trio.sleep(RETRY_S)
 
     async def _ask(self, actor: Actor, batch: EventBatch, timeout: float = ACK_TIMEOUT_S) -> bool:
-        from runtime.actor import RemoteFailure
-
         try:
             await actor.ask(BROKER, batch, timeout=timeout)
         except (trio.TooSlowError, RemoteFailure) as exc:

@@ -1,0 +1,17 @@
+"""What an ask raises when the other side answered with ``control.failure``: below
+:mod:`runtime.actor`, which raises it, so that what the actor runs (the events forwarder
+in :mod:`runtime.forward`) can catch it without importing the actor."""
+
+from __future__ import annotations
+
+from messages.control import Failure
+
+
+class RemoteFailure(Exception):
+    """The other side answered an ask with ``control.failure``."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(
+            f"{failure.reason}: {failure.detail}" if failure.detail else failure.reason
+        )
+        self.failure = failure
