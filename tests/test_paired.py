@@ -574,7 +574,7 @@ def measured_against(tmp_path, incumbent: str, version: Stage, sub: SubAction) -
 
     fast = EvaluatingFast(tmp_path, decide=16)
 
-    async def critic(to: str, review: object) -> Critique:  # the critic's answer: a fake
+    async def critic(to: str, review: object, **_: object) -> Critique:  # a fake critic
         fast.reviews.append(review)
         return Critique(NAME, review.version, review.mode, 0.0, 0.9, 4, "accept")
 
