@@ -98,7 +98,7 @@ def train(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    seeds = arbiter_seeds("train", args.worlds)
+    seeds = arbiter_seeds("train", args.worlds, args.first_world)
     envs = [
         ArbiterEnv(
             make_play(),
@@ -115,8 +115,11 @@ def train(args: argparse.Namespace) -> None:
         clip_range=0.2, seed=args.seed, device="cpu", verbose=0,
         policy_kwargs={"net_arch": [64, 64]},
     )  # fmt: skip
-    with torch.no_grad():  # start near the coded arbiter (see CODED_PRIOR)
-        model.policy.action_net.bias[CODED] += CODED_PRIOR
+    if args.init:  # go on from a saved arbiter (its weights; this run's settings)
+        model.set_parameters(args.init, device="cpu")
+    else:
+        with torch.no_grad():  # start near the coded arbiter (see CODED_PRIOR)
+            model.policy.action_net.bias[CODED] += CODED_PRIOR
     started = time.monotonic()
     log = (out / "train.jsonl").open("a")
 
@@ -431,6 +434,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--health-weight", type=float, default=0.0, help="reward per health point")
     t.add_argument("--gae-lambda", type=float, default=0.95)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--init", help="an arbiter zip to go on training from")
+    t.add_argument("--first-world", type=int, default=0, help="first training world")
     t.add_argument("--save-every", type=int, default=50_000)
     t.add_argument("--out", required=True)
     t.set_defaults(func=train)

@@ -155,3 +155,35 @@ def test_a_short_training_run_saves_a_policy_the_benchmark_plays(tmp_path) -> No
     assert (out / "arbiter.zip").is_file() and (out / "train.jsonl").read_text()
     record = bench_arbiter._episode(("learned", SEEDS[2], str(out / "arbiter.zip")))
     assert record["decisions"] and record["steps"] > 0
+
+
+def test_compare_pairs_worlds_and_writes_the_benchmarks_section() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_arbiter
+
+    def record(variant, seed, success, blow=""):
+        return {"variant": variant, "seed": seed, "success": success, "steps": 500,
+                "cause": "success" if success else "episode_done", "died": bool(blow),
+                "blow": blow, "vitals": {"health": 0, "food": 3, "drink": 3, "energy": 3},
+                "achievements": ["collect_wood"] + (["collect_diamond"] if success else []),
+                "decisions": {"coded": 3} if variant == "learned" else {}}  # fmt: skip
+
+    # 10 worlds: both win 4, only learned wins 3, only coded wins 1, both lose 2.
+    outcomes = [(1, 1)] * 4 + [(0, 1)] * 3 + [(1, 0)] + [(0, 0)] * 2
+    results = []
+    for seed, (c, le) in enumerate(outcomes):
+        results.append(record("coded", seed, bool(c), "" if c else "zombie"))
+        results.append(record("learned", seed, bool(le), "" if le else "arrow"))
+    figures = bench_arbiter.compare_results(results)
+    assert figures["coded"]["diamonds"] == 0.5 and figures["learned"]["diamonds"] == 0.7
+    assert figures["coded"]["deaths_by"] == {"zombie": 5}
+    paired = figures["paired"]
+    assert (paired["learned_only"], paired["coded_only"]) == (3, 1)
+    assert paired["difference"] == pytest.approx(0.2)
+    lo, hi = paired["interval"]
+    assert lo < 0.2 < hi and lo > -0.4 and hi <= 0.4  # 4 discordant of 10: at most ±0.4
+    meta = [{"part": "report", "first": 0, "worlds": 10, "policy": "x/arbiter.zip", "only": None}]
+    text = bench_arbiter.markdown(figures, meta, None, ["report.json"])
+    assert "| coded | 10 | 50.0 %" in text and "| learned | 10 | 70.0 %" in text
+    assert "paired on 10 worlds: **+20.0 points**" in text
+    assert "--policy runs/arbiter/arbiter.zip" in text and "/x/" not in text
