@@ -11,12 +11,13 @@ then serves its mailbox. A subclass declares handlers::
             return ProbeReply(msg.seq, msg.payload, self.actor_id)
 
 A handler's return value is the reply to an ASK; if it raises, the asker gets a
-``control.failure`` with the trimmed traceback instead of silence. An ``async`` handler
-runs in a task of its own; a plain handler runs at once, inside the socket's receive
-loop (it must not block), and may return an awaitable to finish in a task — this skips
-a task switch for the many messages that need no waiting. Blocking work goes
-through :meth:`Actor.run_blocking` (a worker thread) so heartbeats and other messages
-keep flowing while it runs. Lifecycle: :meth:`setup` → register → serve → :meth:`teardown`.
+``control.failure`` naming the error (its type and message; the traceback stays in this
+actor's events) instead of silence. An ``async`` handler runs in a task of its own; a
+plain handler runs at once, inside the socket's receive loop (it must not block), and may
+return an awaitable to finish in a task — this skips a task switch for the many messages
+that need no waiting. Blocking work goes through :meth:`Actor.run_blocking` (a worker
+thread) so heartbeats and other messages keep flowing while it runs. Lifecycle:
+:meth:`setup` → register → serve → :meth:`teardown`.
 
 A job the broker hands out again (it presumed this actor dead, then the actor registered
 anew) never runs twice here: while its handler runs, that handler's reply answers both;
@@ -39,7 +40,6 @@ import secrets
 import signal
 import socket
 import time
-import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -487,7 +487,9 @@ class Actor:
     def _failed(self, env: Envelope, exc: Exception) -> None:
         log.error("handler_failed", kind=env.kind, frm=env.frm, exc_info=exc)
         if env.mode == ASK:
-            self._reply(env, Failure("handler_error", _trim(exc)))
+            # What went wrong, not where: the traceback (file paths, code lines) stays in
+            # this actor's events; a peer that provoked the error learns only its kind.
+            self._reply(env, Failure("handler_error", _summary(exc)))
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -675,9 +677,12 @@ def wire_cap(max_frame_bytes: int) -> int:
     return 2 * max_frame_bytes + 4096
 
 
-def _trim(exc: BaseException, limit: int = 2000) -> str:
-    text = "".join(traceback.format_exception(exc, limit=-4))
-    return text if len(text) <= limit else "..." + text[-limit:]
+def _summary(exc: BaseException, limit: int = 300) -> str:
+    """An exception as a peer may see it: its type and the first line of its message."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return text + "; traceback in the answering actor's events"
 
 
 # The base class's own handlers (``__init_subclass__`` only runs for subclasses).

@@ -670,3 +670,39 @@ def test_a_peers_answer_to_another_request_is_its_failure_not_the_asker(tmp_path
     assert seen["asked"] == [[7, 8]] * BAD_REPLY_TRIES
     rejected = _named(run.events, "message_rejected")
     assert any(e.get("reason") == "unexpected_reply" for e in rejected), rejected
+
+
+def test_a_handler_that_raises_answers_the_error_not_its_traceback(tmp_path: Path) -> None:
+    # A peer that provokes an error learns what went wrong, not the answering actor's
+    # files and code lines; the traceback is in that actor's own events.
+    from runtime.actor import Actor, handles
+
+    class Crashing(Actor):
+        role = "environment"
+
+        @handles(RolloutRequest)
+        async def on_rollout(self, req: RolloutRequest, env: Envelope) -> RolloutResult:
+            raise ValueError("no world named 'x'\nsecond line")
+
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.start_local(Crashing(name="crashing"))
+        rogue = Rogue(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("critic", "prober"), Registered)
+            req = RolloutRequest(collect_wood_with_coded().subtask, code="pass", seeds=[0])
+            seen["reply"] = await rogue.ask("@environment", req)
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(make_settings(tmp_path), driver)
+    assert run.code == 0
+    reply = seen["reply"]
+    assert isinstance(reply, Failure) and reply.reason == "handler_error"
+    assert reply.detail.startswith("ValueError: no world named 'x'"), reply.detail
+    assert "Traceback" not in reply.detail and 'File "' not in reply.detail
+    assert "second line" not in reply.detail
+    (failed,) = _named(run.events, "handler_failed")
+    assert 'File "' in failed["exception"] and "second line" in failed["exception"]
