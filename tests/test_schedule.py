@@ -34,7 +34,7 @@ class FakeFast:
         self.log: list[tuple[str, str, float]] = []
         self.work: dict[str, WorkOn] = {}
 
-    async def ask(self, to: str, work: WorkOn) -> SubActionOutcome:
+    async def ask(self, to: str, work: WorkOn, **_: object) -> SubActionOutcome:
         name = work.subaction.name
         self.work[name] = work
         self.log.append(("start", name, trio.current_time()))
