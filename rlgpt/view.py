@@ -271,7 +271,7 @@ class RunState:
 
 
 def _clock(seconds: float) -> str:
-    seconds = int(seconds)
+    seconds = round(seconds)  # (89.99999… from float noise is 1m30s, not 1m29s)
     if seconds < 60:
         return f"{seconds}s"
     minutes, seconds = divmod(seconds, 60)

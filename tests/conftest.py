@@ -15,6 +15,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["RLGPT_TEST_HOOKS"] = "1"
 
 
+INTEGRATION_LIST = Path(__file__).resolve().parent / "integration_tests.txt"
+"""The default suite's long tests (``file::function``), marked ``integration``."""
+
+
+def integration_tests() -> set[str]:
+    lines = INTEGRATION_LIST.read_text(encoding="utf-8").splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    listed = integration_tests()
+    for item in items:
+        if item.nodeid.split("[")[0] in listed:
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def sb3_logs_in_a_test_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
     """A PPO trained without a logger of its own makes an (empty) ``SB3-<time>`` folder in

@@ -91,12 +91,12 @@ def test_workers_step_the_same_episodes_and_count_the_same_steps(workers):
 
 def test_workers_outlive_the_job_and_keep_the_starts_they_made(workers):
     kwargs = dict(world_pool=range(200, 202), start_states=True)
-    started = workers.started
     first = make_vec_env(wood(TWO_NOOPS), 2, seed=3, subproc=True, workers=workers, **kwargs)
     play(first, 60)
     made = world_tally(first)["setup_steps"]
     first.close()
-    pids = workers.pids()
+    # (Read after the first job: it may be the module's first, which starts the workers.)
+    pids, started = workers.pids(), workers.started
     assert made >= 2 * 2  # each worker made the starts of the worlds it drew
     # A later job on the same setup (another version of the sub-action): same workers,
     # and every start is restored from their caches, no setup step taken.
