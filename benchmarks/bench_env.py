@@ -25,7 +25,7 @@ round of each in turn (in a rotating order) in one head with two environment act
 in a thread of the head's process while the actors idle, (d1) with its jobs sent to one
 actor by name (each in turn), (d2) with them split over both. This machine's speed
 drifts over minutes, and timing the paths minutes apart swung (d2)/(d1) between 1.31 and
-2.11 on the same code (session 28). The ratios are printed for the fastest rounds and
+2.11 on the same code. The ratios are printed for the fastest rounds and
 round by round.
 
 Goals (from the project's issue): (d2) ≥ 1.7 × (d1), and the actor path per process

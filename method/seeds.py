@@ -53,13 +53,13 @@ on the way to a sub-action's start); a config whose setup keeps failing still fa
 Deep stages need the room: collect_diamond's setup (the coded chain to an iron pickaxe)
 died in 18 of 40 worlds (17 of 40 with the survival needs served), so with 3 retries a
 job of a few hundred worlds all but surely met a world whose 4 tries all died and failed
-whole (diamond run, session 9); with 9 that is ~0.03 % per world at that rate. The retry
+whole (a diamond run); with 9 that is ~0.03 % per world at that rate. The retry
 rows stay below the bench rows."""
 SETUP_REDRAWS = 10
 """Further pool worlds a training reset draws when a world and all its retries died in
 setup, once that env's setup has made a start (so the code works): a deep chain from the
 bare templates died in setup on its way to collect_diamond often enough that a world met
-10 deaths in a row, and the job ended after 961 of its 8,192 decisions (session 20). The
+10 deaths in a row, and the job ended after 961 of its 8,192 decisions. The
 redraws stay in the training pool and its retry rows: no new range."""
 RETRY_STRIDE = 10_000_000
 """Retry ``k`` of a training world ``w`` plays world ``w + k·RETRY_STRIDE``."""

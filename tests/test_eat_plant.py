@@ -19,7 +19,7 @@ from messages.task import Subtask
 
 # Development worlds (method/seeds.py: no run or report range uses 9,000,000+) where the
 # chain ate its plant within ~450 steps: the first two of 9,000,000-099 when the arrow
-# dodge (session 33) changed the walks; before it 9,000,051 and 9,000,095 (051 now dies
+# dodge changed the walks; before it 9,000,051 and 9,000,095 (051 now dies
 # on its first night).
 SEEDS = (9_000_011, 9_000_060)
 WALKABLE = ("grass", "sand", "path")

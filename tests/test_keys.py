@@ -149,7 +149,7 @@ def test_a_revoked_key_is_refused_and_its_actor_is_disconnected_mid_job(tmp_path
             async def job() -> None:
                 # Held long enough for gpu2's process to start and attach while the job is
                 # still on gpu1: with 2 s it ended on gpu1 first on a loaded machine (a CI
-                # check beside a diamond run, session 27).
+                # check beside a diamond run).
                 seen["reply"] = await head.client.ask("@probe", Probe(seq=7, hold_s=10.0))
 
             nursery.start_soon(job)

@@ -383,7 +383,7 @@ def test_survival_trips_give_way_at_night_and_when_hurt():
     assert first_action(_survival_obs(0.1, drink=1.0, water=False)) is not None
     assert first_action(_survival_obs(0.1, drink=3.0)) == "move_right"  # water in view
     # Low health does not stop it: there is no retreat (HEALTH_BELOW and WEAK are 0,
-    # measured better, BENCHMARKS.md session 31), and health comes back only while drink
+    # measured better, BENCHMARKS.md, History), and health comes back only while drink
     # and food last…
     assert skill_prelude.WEAK == 0 and skill_prelude.HEALTH_BELOW == 0
     assert first_action(_survival_obs(1.0, drink=3.0, health=3.0)) == "move_right"

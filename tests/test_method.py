@@ -358,7 +358,7 @@ def test_a_later_step_is_first_written_with_what_revisions_taught(tmp_path: Path
     # with them (the fast agent passes the lessons of the steps in WorkOn.before), its
     # note naming the cause and the step, its code carrying the settings. The iron chain
     # (ten steps) so that an early step's first version fails: which one, and so which
-    # settings it teaches, depends on the worlds (session 33's arrow dodge let the stone
+    # settings it teaches, depends on the worlds (the arrow dodge let the stone
     # chain's collect_wood pass, which taught dig and explore before).
     config = tmp_path / "lessons.toml"
     config.write_text(LESSONS)

@@ -35,9 +35,9 @@ from messages.task import Subtask
 # grid dropped at the start (`skills._nav._drop_grid()`: every search on the dict, as at
 # e95a8c0), which gives e95a8c0's recorded walks exactly at ddacaaa. Re-recorded the same
 # way at 7520478 (survival's CRITICAL 2 → 3 changes the walks; grid and dict agree), at
-# 533738c (the retreat below health 5 until 7, not 6 until 8; grid and dict agree), and in
-# session 31 (no retreat: worlds 2 and 4 now end with a diamond; grid and dict agree), and in
-# session 33 (walks step out of arrows' way: world 3 now dies, 1 and 4 take longer; world 2
+# 533738c (the retreat below health 5 until 7, not 6 until 8; grid and dict agree), when
+# the retreat went (worlds 2 and 4 now end with a diamond; grid and dict agree), and when
+# walks began to step out of arrows' way (world 3 now dies, 1 and 4 take longer; world 2
 # unchanged; grid and dict agree).
 RECORDED = {
     1: (972, "success", {"collect_coal": 2, "collect_diamond": 1, "collect_drink": 34, "collect_iron": 1, "collect_stone": 42, "collect_wood": 17, "defeat_skeleton": 1, "defeat_zombie": 3, "eat_cow": 6, "make_iron_pickaxe": 1, "make_stone_pickaxe": 1, "make_stone_sword": 1, "make_wood_pickaxe": 1, "make_wood_sword": 1, "place_furnace": 1, "place_stone": 5, "place_table": 2, "wake_up": 9}, "605ac529f5fc4cc2"),

@@ -637,7 +637,7 @@ def test_a_learned_version_no_better_than_the_code_is_not_played_again(tmp_path)
 
 def test_the_critic_reviews_a_version_on_every_world_its_comparison_grew_into(tmp_path):
     """A learned v2 grown against the code from its 4 worlds to 16: the critic gets its
-    outcomes on the 12 further worlds too, not only on the loop's first 4 (session 25: a
+    outcomes on the 12 further worlds too, not only on the loop's first 4 (a
     learned make_stone_pickaxe accepted at 0.97 on its 37 first worlds, 0.85 on all 512)."""
     sub = SubAction(NAME, Subtask(name=NAME), mode="rl")
     fast, _ = measured_against(tmp_path, "v1", learned("v2"), sub)
@@ -658,7 +658,7 @@ def test_a_bound_is_never_on_the_wrong_side_of_its_estimate():
 def test_the_report_counts_every_learned_version_its_best_was_taken_from(tmp_path):
     """report.md's coded-against-learned table says how many learned versions the best
     was taken from: every version the RL loops measured (one critique each), not the
-    number of loops (session 24's runs said 1 for a loop that measured 4)."""
+    number of loops (runs once said 1 for a loop that measured 4)."""
     from messages.plan import Critique
 
     coded = outcome("code", [1] * 8 + [0] * 12)
