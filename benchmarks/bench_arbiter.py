@@ -325,7 +325,17 @@ def compare(args: argparse.Namespace) -> None:
     metas = [json.loads(Path(f).read_text())["meta"] for f in args.files]
     train = json.loads(Path(args.train_meta).read_text()) if args.train_meta else None
     if args.summary:
-        summary = {"figures": figures, "plays": metas, "training": train}
+        by: dict[str, dict[int, Any]] = collections.defaultdict(dict)
+        for e in episodes:
+            by[e["variant"]][e["seed"]] = e
+        # Per world, in seed order: enough to recompute every figure's pairing.
+        outcomes = {
+            v: {"first_seed": min(eps), "worlds": len(eps),
+                "diamond": "".join(str(int(eps[s]["success"])) for s in sorted(eps)),
+                "blow": [eps[s].get("blow", "") for s in sorted(eps)]}
+            for v, eps in by.items()
+        }  # fmt: skip
+        summary = {"figures": figures, "plays": metas, "training": train, "outcomes": outcomes}
         Path(args.summary).parent.mkdir(parents=True, exist_ok=True)
         Path(args.summary).write_text(json.dumps(summary, indent=1) + "\n")
     if args.markdown:
