@@ -402,7 +402,8 @@ def markdown(
         h = train.get("hyper", {})
         lines += ["", f"PPO's cost (SMDP PPO, `envs.smdp`): {train['decisions']:,} decisions, "
                   f"{train['episodes']:,} episodes, {train['world_steps']:,} world steps, "
-                  f"{train['wall_s'] / 60:.0f} min on one CPU core (torch {train['torch']}); "
+                  f"{train['wall_s'] / 60:.0f} min of wall time in one process "
+                  f"(torch {train['torch']}, one thread, on a 2-core machine); "
                   f"training worlds {train['train_worlds'][0]}…, seed {train['seed']}; "
                   f"lr {h.get('lr')}, {h.get('epochs')} epochs, γ {h.get('gamma')} per world "
                   f"step, death penalty {h.get('death_penalty', 0)}, "
