@@ -28,7 +28,6 @@ import argparse
 import collections
 import concurrent.futures
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -263,13 +262,11 @@ def paired_interval(wins_a: int, wins_b: int, n: int) -> tuple[float, float]:
     return share * (2 * lo - 1), share * (2 * hi - 1)
 
 
-def crafter_score(rates: list[float]) -> float:
-    """Crafter's score: the geometric mean of (1 + success %) over achievements, − 1."""
-    return math.exp(sum(math.log(1 + 100 * r) for r in rates) / len(rates)) - 1
-
-
 def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
     from crafter import constants
+
+    from method.ledger import crafter_score, success_rates
+    from method.paired import wilson_interval
 
     by = collections.defaultdict(dict)
     for r in results:
@@ -279,18 +276,19 @@ def compare_results(results: list[dict[str, Any]]) -> dict[str, Any]:
         n = len(eps)
         wins = sum(r["success"] for r in eps.values())
         deaths = collections.Counter(_death_cause(r) for r in eps.values() if r["died"])
-        rates = [sum(a in r["achievements"] for r in eps.values()) / n
-                 for a in constants.achievements]  # fmt: skip
+        unlocked = [dict.fromkeys(r["achievements"], 1) for r in eps.values()]
+        score = crafter_score(success_rates(unlocked, constants.achievements),
+                              constants.achievements)  # fmt: skip
         options = collections.Counter()
         for r in eps.values():
             options.update(r["decisions"])
-        lo, hi = _wilson(wins, n)
+        lo, hi = wilson_interval(wins, n)
         out[variant] = {"worlds": n, "diamonds": wins / n, "interval": [lo, hi],
                         "deaths": sum(deaths.values()), "deaths_by": dict(deaths),
-                        "score": crafter_score(rates), "options": dict(options)}  # fmt: skip
+                        "score": score, "options": dict(options)}  # fmt: skip
         print(f"{variant:8} diamonds {wins}/{n} = {wins / n:.1%} [{lo:.1%}, {hi:.1%}]; "
               f"deaths {sum(deaths.values())} {dict(deaths)}; Crafter score "
-              f"{crafter_score(rates):.1f} %; options {dict(options.most_common())}")  # fmt: skip
+              f"{score:.1f} %; options {dict(options.most_common())}")  # fmt: skip
     if {"coded", "learned"} <= set(by):
         common = sorted(set(by["coded"]) & set(by["learned"]))
         a_only = sum(by["coded"][s]["success"] and not by["learned"][s]["success"] for s in common)
@@ -311,12 +309,6 @@ def _death_cause(r: dict[str, Any]) -> str:
         return r["blow"]
     lacking = [k for k in ("food", "drink", "energy") if r["vitals"][k] <= 0]
     return "lack_" + "+".join(lacking) if lacking else "damage"
-
-
-def _wilson(k: int, n: int) -> tuple[float, float]:
-    from method.paired import wilson_interval
-
-    return wilson_interval(k, n)
 
 
 def compare(args: argparse.Namespace) -> None:

@@ -37,6 +37,7 @@ from messages.causes import CRASHED, FAULT_CAUSES, ROLLOUT_FAILED
 from messages.control import Failure
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from runtime.actor import Actor, RemoteFailure
+from runtime.failures import BAD_REPLY
 
 JOB_FAILED = "job_failed"
 """The broker's failure reason for a job whose actors died on every try."""
@@ -191,8 +192,6 @@ async def rollout_split(
     )
 
 
-BAD_REPLY = "bad_reply"
-"""A peer's answer that is not one to the request asked (``Actor.ask``'s reason)."""
 BAD_REPLY_TRIES = 3
 """Times a part is asked for when peers answer it wrongly."""
 

@@ -76,7 +76,7 @@ from messages.control import (
 from runtime import provenance
 from runtime.deadlines import hold_limit
 from runtime.events import bind, log
-from runtime.failures import RemoteFailure
+from runtime.failures import BAD_REPLY, RemoteFailure
 from runtime.forward import EventForwarder
 from runtime.ratelimit import EventLimiter
 from runtime.security import CurveClient
@@ -261,12 +261,12 @@ class Actor:
             reply = decode(pending.body, self.max_frame_bytes)
         except DecodeError as exc:
             log.warning("message_rejected", reason=exc.reason, detail=exc.detail, re=msg_id)
-            raise RemoteFailure(Failure("bad_reply", str(exc))) from None
+            raise RemoteFailure(Failure(BAD_REPLY, str(exc))) from None
         said = pending.env.kind
         if type(reply).__message_kind__ != said:
             # The broker checked the envelope's kind; the body must be what it said.
             log.warning("message_rejected", reason="kind_mismatch", kind=said, re=msg_id)
-            raise RemoteFailure(Failure("bad_reply", f"{said} envelope, other body"))
+            raise RemoteFailure(Failure(BAD_REPLY, f"{said} envelope, other body"))
         if isinstance(reply, Failure):
             raise RemoteFailure(reply)
         if expect is not None and not isinstance(reply, expect):
@@ -276,7 +276,7 @@ class Actor:
                 "message_rejected", reason="unexpected_reply", kind=answered, asked=asked,
                 sender=pending.env.frm, re=msg_id,
             )  # fmt: skip
-            raise RemoteFailure(Failure("bad_reply", f"{asked} answered with {answered}"))
+            raise RemoteFailure(Failure(BAD_REPLY, f"{asked} answered with {answered}"))
         return reply
 
     async def run_blocking(self, fn: Callable[..., M], *args: Any) -> M:

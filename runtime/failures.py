@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from messages.control import Failure
 
+BAD_REPLY = "bad_reply"
+"""The reason of a reply that does not answer the request asked (undecodable, another
+kind than its envelope says, or not what the asker expects): the answering peer's fault."""
+
 
 class RemoteFailure(Exception):
     """The other side answered an ask with ``control.failure``."""
