@@ -90,7 +90,7 @@ def train(args: argparse.Namespace) -> None:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs.arbiter import CODED, ArbiterEnv
+    from envs.arbiter import CODED, FLOOR, ArbiterEnv
     from envs.smdp import SMDPPPO
     from method.seeds import arbiter_seeds
 
@@ -104,6 +104,7 @@ def train(args: argparse.Namespace) -> None:
             seeds[i :: args.envs],
             death_penalty=args.death_penalty,
             health_weight=args.health_weight,
+            floor=FLOOR if args.floor else (),
         )
         for i in range(args.envs)
     ]  # each env its own worlds, in order
@@ -186,13 +187,14 @@ _HITS: list = []
 patch of Crafter's objects); its first item is the step counter."""
 
 
-def _episode(job: tuple[str, int, str | None]) -> dict[str, Any]:
-    """One world with one arbiter: 'coded' (thresholds + needs) or a policy file."""
+def _episode(job: tuple[str, int, str | None, tuple[str, ...]]) -> dict[str, Any]:
+    """One world with one arbiter: 'coded' (thresholds + needs) or a policy file (with
+    its floor: the needs whose thresholds overrule it, ``ArbiterHook.floor``)."""
     from bench_deaths import _patch_crafter
 
     from envs.arbiter import ArbiterHook, load_policy
 
-    variant, seed, policy_path = job
+    variant, seed, policy_path, floor = job
     key = f"{variant}:{policy_path}"
     if not _HITS:
         _patch_crafter(_HITS)
@@ -200,7 +202,7 @@ def _episode(job: tuple[str, int, str | None]) -> dict[str, Any]:
         coded = variant == "coded"
         _PLAYERS[key] = (make_play(learned=not coded), None if coded else load_policy(policy_path))
     play, policy = _PLAYERS[key]
-    hook = ArbiterHook(policy) if policy is not None else None
+    hook = ArbiterHook(policy, floor) if policy is not None else None
     del _HITS[1:]
     _HITS[0]["step"] = 0
     world = play.world
@@ -218,13 +220,15 @@ def _episode(job: tuple[str, int, str | None]) -> dict[str, Any]:
 
 
 def play(args: argparse.Namespace) -> None:
+    from envs.arbiter import FLOOR
     from method.seeds import arbiter_seeds
 
     seeds = arbiter_seeds(args.part, args.worlds, args.first)
     variants = ["coded", "learned"] if not args.only else [args.only]
     if "learned" in variants and not args.policy:
         raise SystemExit("bench_arbiter play: --policy PATH.zip is needed to play 'learned'")
-    jobs = [(v, s, args.policy) for s in seeds for v in variants]
+    floor = FLOOR if args.floor else ()
+    jobs = [(v, s, args.policy, floor) for s in seeds for v in variants]
     results: list[dict[str, Any]] = []
     started = time.monotonic()
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
@@ -239,7 +243,7 @@ def play(args: argparse.Namespace) -> None:
                     flush=True,
                 )
     meta = {"part": args.part, "first": args.first, "worlds": args.worlds, "only": args.only,
-            "policy": args.policy, "wall_s": round(time.monotonic() - started, 1)}  # fmt: skip
+            "policy": args.policy, "floor": list(floor), "wall_s": round(time.monotonic() - started, 1)}  # fmt: skip
     Path(args.out).write_text(json.dumps({"meta": meta, "episodes": results}))
     compare_results(results)
 
@@ -437,6 +441,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--health-weight", type=float, default=0.0, help="reward per health point")
     t.add_argument("--gae-lambda", type=float, default=0.95)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--floor", action="store_true", help="the vital needs' thresholds overrule")
     t.add_argument("--init", help="an arbiter zip to go on training from")
     t.add_argument("--first-world", type=int, default=0, help="first training world")
     t.add_argument("--save-every", type=int, default=50_000)
@@ -449,6 +454,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--only", choices=["coded", "learned"])
+    p.add_argument("--floor", action="store_true", help="the vital needs' thresholds overrule")
     p.add_argument("--out", required=True)
     p.set_defaults(func=play)
     c = sub.add_parser("compare", help="figures from a play file")

@@ -12,6 +12,10 @@ run which, given threats, vitals and daylight. The task planner
   that only an arbiter runs (``knowledge.survival.ARBITER_ONLY``: defend, evade).
   The options are code; the choice is learned.
 
+With a ``floor`` (:data:`FLOOR`), the thresholds of the vital needs still act when the
+policy would let them pass: the policy can run a need earlier, or fight, hide or keep
+working, but never starve the player past the coded limits.
+
 The hook asks its policy only every :data:`CHECK` steps and only at a *decision point*
 (:func:`decision_point`: a vital low, dusk or night, a hostile near, an arrow in view,
 or :data:`DECIDE_EVERY` steps since the last decision); elsewhere the stage keeps
@@ -48,6 +52,10 @@ served: drink to full, eat to full, fight off and wall in until health is back, 
 until dawn, sleep until rested, fight what comes adjacent, step away from hostiles."""
 
 CODED = OPTIONS.index("coded")
+
+FLOOR = ("drink_water", "eat_cow", "sleep")
+"""The vital needs whose thresholds a floored arbiter keeps (``ArbiterHook(floor=...)``):
+a lack of drink, food or energy kills by itself, whatever else the player does."""
 
 CHECK = 5
 """Steps between the hook's looks at the world (the prelude's own survival check)."""
@@ -155,8 +163,15 @@ class ArbiterHook:
     needs = OPTIONS[2:]
     """The need stages its options name (the episode must have them)."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, floor: Sequence[str] = ()) -> None:
         self.policy = policy
+        self.floor = tuple(floor)
+        """Needs whose thresholds overrule the policy: when the coded thresholds would
+        run one of these now, the planner runs it whatever the policy says (a learned
+        arbiter may act earlier than the code, never later). Empty: the policy alone."""
+        unknown = sorted(set(self.floor) - set(self.needs))
+        if unknown:
+            raise ValueError(f"floor needs {unknown} are not options of the arbiter")
         self.looked = -CHECK
         self.last = 0
         self.decisions: dict[str, int] = {}
@@ -208,7 +223,7 @@ class ArbiterEnv(gym.Env):
     the diamond, takes ``death_penalty`` for the player's death, and adds
     ``health_weight`` per health point gained (taken per point lost) on top of Crafter's
     own 0.1: survival's consequences show within a decision or two, where the diamond's
-    show only at the episode's end.
+    show only at the episode's end. ``floor`` is the hook's (:class:`ArbiterHook`).
     """
 
     metadata: dict[str, Any] = {}
@@ -220,6 +235,7 @@ class ArbiterEnv(gym.Env):
         diamond_bonus: float = DIAMOND_BONUS,
         death_penalty: float = 0.0,
         health_weight: float = 0.0,
+        floor: Sequence[str] = (),
     ) -> None:
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (N_FEATURES,), np.float32)
         self.action_space = gym.spaces.Discrete(len(OPTIONS))
@@ -228,6 +244,7 @@ class ArbiterEnv(gym.Env):
         self._bonus = diamond_bonus
         self._death = death_penalty
         self._health_weight = health_weight
+        self._floor = tuple(floor)
         self._health: float | None = None
         self._episodes = 0
         self._thread: threading.Thread | None = None
@@ -252,7 +269,7 @@ class ArbiterEnv(gym.Env):
                 raise _Stop
             return action
 
-        hook = ArbiterHook(policy)
+        hook = ArbiterHook(policy, self._floor)
 
         def on_step(obs: Any, reward: float, done: bool, info: Mapping[str, Any]) -> None:
             if self._stopping:  # whatever caught the first _Stop, the next step ends it

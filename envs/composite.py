@@ -516,6 +516,12 @@ class _Planner:
             return self._threshold_need(step)
         if self.chosen is not None and self.chosen[0] == step:
             return self.chosen[1]
+        floor = getattr(self.arbiter, "floor", ())
+        if floor:  # the thresholds of a floored need act whatever the policy says
+            coded = self._threshold_need(step)
+            if coded is not None and self.needs[coded].stage.subtask.name in floor:
+                self.chosen = (step, coded)
+                return coded
         option = self.arbiter.choose(self.skills, self.tap.obs, step)
         if option == "work":
             need = None

@@ -13,6 +13,7 @@ from helpers import ROOT
 from envs.arbiter import (
     CHECK,
     CODED,
+    FLOOR,
     N_FEATURES,
     OPTIONS,
     ArbiterEnv,
@@ -86,6 +87,18 @@ def test_an_arbiter_that_always_works_runs_no_need_and_one_that_drinks_does(chai
     episode = _play(chain, SEEDS[0], drink, max_steps=600)
     assert "drink_water" in _need_runs(episode)
     assert drink.decisions["drink_water"] >= 1
+
+
+def test_a_floored_arbiter_that_always_works_still_runs_the_vital_needs(chain) -> None:
+    # The floor keeps the thresholds of drink, food and sleep: an arbiter that would
+    # always keep working still drinks, eats or sleeps where the code does, and runs
+    # no other need (shelter, retreat: not on the floor).
+    work = ArbiterHook(lambda x: OPTIONS.index("work"), floor=FLOOR)
+    runs = [_need_runs(_play(chain, s, work)) for s in SEEDS[:3]]
+    assert any(runs)
+    assert set().union(*map(set, runs)) <= set(FLOOR)
+    with pytest.raises(ValueError, match="floor needs"):
+        ArbiterHook(lambda x: 0, floor=("swim",))
 
 
 def test_the_hook_is_asked_at_most_once_per_check(chain) -> None:
