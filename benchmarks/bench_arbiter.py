@@ -243,7 +243,8 @@ def play(args: argparse.Namespace) -> None:
                     flush=True,
                 )
     meta = {"part": args.part, "first": args.first, "worlds": args.worlds, "only": args.only,
-            "policy": args.policy, "floor": list(floor), "wall_s": round(time.monotonic() - started, 1)}  # fmt: skip
+            "policy": args.policy, "floor": list(floor),
+            "wall_s": round(time.monotonic() - started, 1)}  # fmt: skip
     Path(args.out).write_text(json.dumps({"meta": meta, "episodes": results}))
     compare_results(results)
 
