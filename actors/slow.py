@@ -328,8 +328,20 @@ class SlowAgent(Actor):
             log.info("plan_change_refused", subaction=name, reason="not reached")
             del changes[name]
         if reply.get("stop") or not changes:
-            log.info("plan_kept", reason=reply.get("reason", ""))
-            return None
+            forced = self._overrule(plan, outcomes)
+            if forced is None:
+                log.info("plan_kept", reason=reply.get("reason", ""))
+                return None
+            name, change = forced
+            sub = next(s for s in plan.subactions if s.name == name)
+            best = self._best(outcomes[name])
+            log.warning(
+                "plan_stop_overruled", subaction=name, change=change["change"],
+                success_rate=round(best.success_rate, 4), target=sub.target,
+                reply_stop=bool(reply.get("stop")), reply_changes=len(changes),
+                reply_reason=str(reply.get("reason", ""))[:300],
+            )  # fmt: skip
+            changes = {name: change}
         subs, redo = [], {}
         for sub in plan.subactions:
             change = changes.get(sub.name)
@@ -357,6 +369,37 @@ class SlowAgent(Actor):
             plan, version=plan.version + 1, subactions=subs, reason=reply.get("reason", "")
         )
         return revised, redo
+
+    def _overrule(
+        self, plan: Plan, outcomes: dict[str, list[SubActionOutcome]]
+    ) -> tuple[str, dict[str, str]] | None:
+        """The change the measurements ask for when a backend answers a revision with
+        "stop", "keep" or no change: the first step of the plan that was reached and is
+        measurably under its target (its best version not accepted) and still has a move
+        left, with that move; None when no step does. A coded step goes to RL, as the
+        paper's slow agent moves it (redone as code when no learner can train, unless
+        its code is exhausted); a learned one trains again unless its last round did
+        not raise it. Called only while budget remains (the loop revises only then), so
+        a model's stop cannot end a run whose rates say it is not done, and the rule is
+        the same for every backend."""
+        for sub in plan.subactions:
+            outs = outcomes.get(sub.name, [])
+            if sub.need or not outs or _unreached(outs):
+                continue
+            best = self._best(outs)
+            if best.accepted or best.success_rate >= sub.target:
+                continue
+            why = (
+                f"measured {best.success_rate:.2f} < target {sub.target:.2f} with budget "
+                "left: the backend's stop is overruled by the measured rates"
+            )
+            if sub.mode == "code" and self.can_learn:
+                return sub.name, {"change": "to_rl", "reason": f"{why}; learn it with PPO"}
+            if sub.mode == "code" and not outs[-1].exhausted:
+                return sub.name, {"change": "redo", "reason": f"{why}; no learner: code again"}
+            if sub.mode == "rl" and not _stalled(outs):
+                return sub.name, {"change": "redo", "reason": f"{why}; train it again"}
+        return None
 
     # ------------------------------------------------------------------ the final policy
 
