@@ -52,6 +52,10 @@ OPTION_STEPS = 50
 TRACE_KEEP = 4
 """Trace segments kept per failed episode in what the critic is sent (the last ones tell
 where it failed; whole traces of long episodes would only weigh on the wire)."""
+REASK_TEMPERATURE = 0.8
+"""Sampling temperature of a code request asked again because its answer repeated a
+version already tried: well above the default 0.2, so that sampling leaves the path
+that led to the same code, and below 1 so the reply still keeps to its contract."""
 ROLLOUT_WALL_S = 120.0
 """Wall-clock budget of one evaluation episode (a long composed chain included)."""
 START_DRAW_FACTOR = 8
@@ -403,6 +407,9 @@ class _InnerLoop:
     rival: _Best = dataclasses.field(default_factory=_Best)
     """``WorkOn.incumbent`` as this loop measured it (:meth:`FastAgent._versus`): on its
     worlds, and on the further worlds where a version's comparison with it grew."""
+    failed_trace: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The last evaluated version's first failed episode: its last high-level actions,
+    with what the player saw before and after each (empty when none failed)."""
     worlds: list[int] = dataclasses.field(default_factory=list)
     """From starts: the choosing worlds every version is evaluated on — the first
     ``code_episodes`` seeds and as many more as the first version's evaluation drew
@@ -412,6 +419,18 @@ class _InnerLoop:
     def best(self, mode: str) -> _Best:
         """The best version in ``mode`` (``code`` or ``rl``)."""
         return self.coded if mode == "code" else self.learned
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tried:
+    """A coded version already evaluated for a sub-action, by its code's sha256."""
+
+    version: int
+    """Its version number."""
+    critique: Critique
+    """What the critic said of it."""
+    trace: list[dict[str, Any]]
+    """The last high-level actions of one of its failed episodes (empty: none failed)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -487,6 +506,9 @@ class FastAgent(Actor):
         """Sub-action → (rate, code) of its best coded version so far (the kept version
         of each code loop, the highest rate across them, as the slow agent's setup
         picks): offered as an option when the sub-action moves to RL."""
+        self.tried: dict[str, dict[str, _Tried]] = {}
+        """Sub-action → the sha256 of each coded version evaluated for it → that version:
+        a reply repeating one is asked again instead of evaluated again."""
         self.charged: set[str] = set()
         """Job keys of the evaluations whose steps this agent has counted (see
         :meth:`_charged`)."""
@@ -551,6 +573,8 @@ class FastAgent(Actor):
                 ]
             request = code_request(sub, version, previous, critique, lessons)
             reply = await self.agents.call("fast", "code", request)
+            if not (reply.get("unchanged") or not reply.get("code")):
+                reply = await self._unrepeated(sub, version, request, reply)
             if reply.get("unchanged") or not reply.get("code"):
                 # The backend has no (better) code for it: the slow agent may move it to
                 # RL (the revise request says ``exhausted``).
@@ -558,13 +582,14 @@ class FastAgent(Actor):
                 loop.exhausted = True
                 break
             code = reply["code"]
+            sha = hashlib.sha256(code.encode()).hexdigest()
             loop.versions += 1
             log.info(
                 "code_written",
                 subaction=sub.name,
                 version=version,
                 lines=code.count("\n") + 1,
-                sha=hashlib.sha256(code.encode()).hexdigest()[:12],
+                sha=sha[:12],
                 note=reply.get("note", "")[:200],
                 revision_of=critique.cause if critique else "",
             )
@@ -576,10 +601,60 @@ class FastAgent(Actor):
             stage = Stage(subtask=sub.subtask, code=code)
             left = work.revisions - i
             critique = await self._measure(work, version, left, stage, loop, code=code)
+            tried = _Tried(version, critique, list(loop.failed_trace))
+            self.tried.setdefault(sub.name, {})[sha] = tried
             previous = {"code": code, "note": reply.get("note", ""), "params": reply.get("params")}
             self.memory[sub.name] = _LastVersion(previous, critique, version)
             if critique.verdict != "revise":
                 break
+
+    async def _unrepeated(
+        self, sub: SubAction, version: int, request: dict[str, Any], reply: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``reply``, unless its code is one already evaluated for ``sub`` (same sha256):
+        evaluating it again would cost its episodes and tell nothing new. Then the same
+        request is asked once more, hotter (:data:`REASK_TEMPERATURE`), with what was
+        wrong with that version — its failure causes, the end of one failed episode and
+        the skill API's names — and that answer is taken unless it repeats a tried
+        version too: then the reply says ``unchanged`` (the code has run out of answers,
+        and the slow agent moves the sub-action on). ``code_repeated`` says which
+        happened (``then``: ``asked_again`` or ``exhausted``)."""
+        from llm.prompts import skill_names
+
+        tried = self.tried.get(sub.name, {})
+        sha = hashlib.sha256(reply["code"].encode()).hexdigest()
+        seen = tried.get(sha)
+        if seen is None:
+            return reply
+        log.warning(
+            "code_repeated", subaction=sub.name, version=version, sha=sha[:12],
+            same_as=seen.version, then="asked_again", temperature=REASK_TEMPERATURE,
+        )  # fmt: skip
+        c = seen.critique
+        again = {
+            **request,
+            "repeated": {
+                "same_as_version": seen.version,
+                "problem": f"your reply was the code of version {seen.version}, already "
+                f"evaluated: it succeeded in {c.success_rate:.2f} of the worlds (target "
+                f"{c.target:.2f}); write different code that fixes what failed",
+                "causes": dict(c.causes) or ({c.cause: c.count} if c.cause else {}),
+                "failed_episode": seen.trace,
+                "skill_api": skill_names(),
+            },
+        }
+        reply = await self.agents.call("fast", "code", again, temperature=REASK_TEMPERATURE)
+        if reply.get("unchanged") or not reply.get("code"):
+            return reply
+        sha = hashlib.sha256(reply["code"].encode()).hexdigest()
+        seen = tried.get(sha)
+        if seen is None:
+            return reply
+        log.warning(
+            "code_repeated", subaction=sub.name, version=version, sha=sha[:12],
+            same_as=seen.version, then="exhausted", temperature=REASK_TEMPERATURE,
+        )  # fmt: skip
+        return {**reply, "unchanged": True, "note": f"repeated version {seen.version}"}
 
     # ------------------------------------------------------------------ RL
 
@@ -809,6 +884,7 @@ class FastAgent(Actor):
             work = dataclasses.replace(work, seeds=list(loop.worlds))
         result = await self._evaluate(work, stage)
         loop.code_steps += result.steps
+        loop.failed_trace = _failed_trace(result)
         if self._from_starts(work) and not loop.worlds:
             result = await self._draw(work, stage, result, loop)
             loop.worlds = [e.seed for e in result.episodes]
@@ -968,6 +1044,25 @@ class FastAgent(Actor):
         path = self.run_dir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+
+def _failed_trace(result: RolloutResult) -> list[dict[str, Any]]:
+    """The last :data:`TRACE_KEEP` high-level actions of ``result``'s first failed
+    episode that has a trace, with what the player saw before and after each."""
+    from actors.critic import glimpse_dict
+
+    for episode in result.episodes:
+        if not episode.success and episode.trace:
+            return [
+                {
+                    "action": seg.action,
+                    "steps": seg.steps,
+                    "before": glimpse_dict(seg.before),
+                    "after": glimpse_dict(seg.after),
+                }
+                for seg in episode.trace[-TRACE_KEEP:]
+            ]
+    return []
 
 
 def _world_actions() -> tuple[str, ...]:

@@ -46,6 +46,15 @@ class Backend(Protocol):
     name: str
     """Recorded with every call and shown in the report."""
 
-    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
-        """Answer one call ``(role, purpose, request)`` with a reply in its contract."""
+    async def call(
+        self,
+        role: str,
+        purpose: str,
+        request: dict[str, Any],
+        *,
+        temperature: float | None = None,
+    ) -> CallResult:
+        """Answer one call ``(role, purpose, request)`` with a reply in its contract;
+        ``temperature``: sample this call hotter than the backend's own setting (a
+        backend that does not sample ignores it)."""
         ...

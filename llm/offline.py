@@ -114,7 +114,14 @@ class OfflineBackend:
         revisions of other steps turned on (the request's ``lessons``; ``[agents]
         offline_lessons``)."""
 
-    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
+    async def call(
+        self,
+        role: str,
+        purpose: str,
+        request: dict[str, Any],
+        *,
+        temperature: float | None = None,  # rules do not sample
+    ) -> CallResult:
         started = time.monotonic()
         data = getattr(self, f"_{role}_{purpose}")(request)
         return CallResult(data=data, latency_s=time.monotonic() - started)

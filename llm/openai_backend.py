@@ -296,8 +296,17 @@ class OpenAIBackend:
             raise ValueError(f"unknown call {role}/{purpose}; known: {sorted(PURPOSES)}")
         return self.prompts.render(role, purpose, request)
 
-    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> CallResult:
-        """Ask the model; return the validated reply.
+    async def call(
+        self,
+        role: str,
+        purpose: str,
+        request: dict[str, Any],
+        *,
+        temperature: float | None = None,
+    ) -> CallResult:
+        """Ask the model; return the validated reply. ``temperature``: this call's
+        sampling temperature where it is above the configured one (never sent to a
+        model configured to get none, ``temperature = -1``).
 
         Raises :class:`ModelUnavailable` (endpoint failing; :class:`ContextOverflow` when
         the prompt does not fit) or :class:`ModelReplyError` (still invalid after
@@ -314,7 +323,7 @@ class OpenAIBackend:
         reply = error = ""
         repair = 0
         while repair <= self.max_repairs:
-            completion = await self._complete(messages, role, purpose, max_tokens)
+            completion = await self._complete(messages, role, purpose, max_tokens, temperature)
             reply = completion.text
             tokens_in += completion.tokens_in
             tokens_out += completion.tokens_out
@@ -536,12 +545,14 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------------ one request
 
-    def _params(self, role: str, purpose: str, max_tokens: int | None) -> dict[str, Any]:
+    def _params(
+        self, role: str, purpose: str, max_tokens: int | None, hotter: float | None = None
+    ) -> dict[str, Any]:
         """The request's optional parameters, as far as this endpoint accepts them."""
         ep = self._endpoint
         params: dict[str, Any] = {}
         if self.temperature is not None and "temperature" not in ep.dropped:
-            params["temperature"] = self.temperature
+            params["temperature"] = max(self.temperature, hotter or 0.0)
         if max_tokens and "max_tokens" not in ep.dropped:
             params[ep.max_tokens_name] = max_tokens
         form = _FORMATS[self.json_mode][ep.format_level]
@@ -566,7 +577,12 @@ class OpenAIBackend:
         return self.timeout_s + tokens / self.tokens_per_s
 
     async def _complete(
-        self, messages: Messages, role: str, purpose: str, max_tokens: int | None = None
+        self,
+        messages: Messages,
+        role: str,
+        purpose: str,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> _Completion:
         """One chat completion, retried on transient failures."""
         self._check_fits(messages, role, purpose, max_tokens)
@@ -577,7 +593,7 @@ class OpenAIBackend:
             attempt += 1
             wait = self._backoff(retries)
             response = None
-            params = self._params(role, purpose, max_tokens)
+            params = self._params(role, purpose, max_tokens, temperature)
             try:
                 async with self._limiter:
                     with trio.move_on_after(timeout):

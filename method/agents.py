@@ -85,8 +85,17 @@ class Agents:
         t = self.journal.totals
         return t.tokens_in + t.tokens_out
 
-    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> dict[str, Any]:
-        """One agent call, replayed from the journal when an earlier attempt made it.
+    async def call(
+        self,
+        role: str,
+        purpose: str,
+        request: dict[str, Any],
+        *,
+        temperature: float | None = None,
+    ) -> dict[str, Any]:
+        """One agent call, replayed from the journal when an earlier attempt made it;
+        ``temperature``: sample it hotter than the backend's setting (a question asked
+        again because the first answer repeated itself).
 
         Raises :class:`TokenBudgetSpent` (the budget was spent before the call) or
         :class:`AgentCallFailed` (the backend gave up on it)."""
@@ -101,7 +110,7 @@ class Agents:
                 f"before {role}/{purpose}"
             )
         try:
-            result = await self.journal.call(self.backend, role, purpose, request)
+            result = await self.journal.call(self.backend, role, purpose, request, temperature)
         except (ModelUnavailable, ModelReplyError) as exc:
             name = type(exc).__name__
             log.error("agent_call_failed", role=role, purpose=purpose, cause=name, detail=str(exc))

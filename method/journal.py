@@ -47,9 +47,14 @@ CALLS_FILE = "calls.jsonl"
 JOBS_FILE = "jobs.jsonl"
 
 
-def call_key(role: str, purpose: str, request: dict[str, Any]) -> str:
-    """Content hash of one agent call."""
-    text = json.dumps([role, purpose, request], sort_keys=True, separators=(",", ":"))
+def call_key(
+    role: str, purpose: str, request: dict[str, Any], temperature: float | None = None
+) -> str:
+    """Content hash of one agent call (a temperature asked for is part of it)."""
+    what: list[Any] = [role, purpose, request]
+    if temperature is not None:
+        what.append({"temperature": temperature})
+    text = json.dumps(what, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -172,16 +177,26 @@ class Journal:
 
     # ------------------------------------------------------------------ calls
 
-    async def call(self, backend: Backend, role: str, purpose: str, request: dict) -> CallResult:
+    async def call(
+        self,
+        backend: Backend,
+        role: str,
+        purpose: str,
+        request: dict,
+        temperature: float | None = None,
+    ) -> CallResult:
         """``backend.call`` unless this exact call was recorded: then its recorded reply."""
-        key = call_key(role, purpose, request)
+        key = call_key(role, purpose, request, temperature)
         record = self._calls.get(key)
         if record is not None:
             self.totals.replayed += 1
             log.info("agent_call_replayed", role=role, purpose=purpose, key=key[:12])
             return CallResult(data=record["reply"], prompt=record.get("prompt", ""))
         started = time.monotonic()
-        result = await backend.call(role, purpose, request)
+        # Passed only when asked for: a backend that never samples (a stand-in for a
+        # model's answers) need not take the keyword.
+        hotter = {} if temperature is None else {"temperature": temperature}
+        result = await backend.call(role, purpose, request, **hotter)
         record = {
             "key": key,
             "role": role,
@@ -199,6 +214,7 @@ class Journal:
             "tokens_estimated": result.tokens_estimated,
             "local_repairs": result.local_repairs,
             "reasoning": result.reasoning,
+            **hotter,
             "at": time.time(),
         }
         self._append(CALLS_FILE, record)

@@ -191,6 +191,22 @@ def test_a_model_refusing_temperature_and_max_tokens_is_asked_again_without_them
     assert dropped == ["temperature", "max_tokens"]
 
 
+def test_a_call_asked_hotter_sends_that_temperature_and_a_refused_one_stays_unsent() -> None:
+    # A code request asked again because its answer repeated a tried version goes out
+    # hotter than the configured 0.2; a model configured to get none (-1) gets none.
+    async def main(b: OpenAIBackend) -> None:
+        async with b:
+            for hotter in (None, 0.8):
+                with trio.fail_after(30):
+                    await b.call("critic", "review", {"n": hotter}, temperature=hotter)
+
+    with FakeOpenAI(responder=lambda messages: REVIEW_TEXT) as fake:
+        trio.run(main, backend(fake, temperature=0.2))
+        trio.run(main, backend(fake, temperature=None))
+    sent = [r["body"].get("temperature") for r in fake.chat_requests]
+    assert sent == [0.2, 0.8, None, None]
+
+
 # ---------------------------------------------------------------------- tokens
 
 

@@ -1,6 +1,7 @@
-"""What the slow agent does with a backend's answer to a revision: measured rates under
+"""What the agents do with a backend's answers to revisions: measured rates under
 target overrule a "stop", "keep" or "no change" while budget remains, for every
-backend."""
+backend; a code revision identical to a version already tried is asked again, not
+evaluated again."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from actors.slow import SlowAgent
 from knowledge import recipes
 from llm import CallResult, validate
 from llm.offline import OfflineBackend
-from messages.plan import Plan, RunTask, SubAction, SubActionOutcome
+from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, WorkOn
+from messages.rollout import EpisodeReport, Glimpse, RolloutResult, Segment, StageRun
 from messages.task import Stage, Subtask
 from method.agents import Agents
 from method.settings import MethodSettings
@@ -161,3 +163,100 @@ def test_the_offline_backends_keep_of_a_learned_step_under_target_is_overruled_t
     assert [s.mode for s in new.subactions] == ["code", "rl", "code"] and "place_table" in redo
     (event,) = [e for e in logs if e["event"] == "plan_stop_overruled"]
     assert event["change"] == "redo"
+
+
+# ------------------------------------------------------------ revisions that change something
+
+FIRST = "def run(skills):\n    yield from skills.place('table')\n"
+SECOND = (
+    "def run(skills):\n    yield from skills.collect('tree', 2)\n"
+    "    yield from skills.place('table')\n"
+)
+
+
+class SequencedAnswers:
+    """Stands in for a model's *answers* to fast/code calls, given in order (no server,
+    no model); keeps each request and the temperature it was asked at."""
+
+    name = "model-answer-double"
+
+    def __init__(self, codes: list[str]) -> None:
+        self.codes = list(codes)
+        self.asked: list[tuple[dict[str, Any], float | None]] = []
+
+    async def call(
+        self, role: str, purpose: str, request: dict[str, Any], *, temperature: float | None = None
+    ) -> CallResult:
+        assert (role, purpose) == ("fast", "code"), (role, purpose)
+        self.asked.append((request, temperature))
+        return CallResult(data=validate(role, purpose, {"code": self.codes.pop(0)}))
+
+
+def _failing(name: str, seeds: list[int]) -> RolloutResult:
+    """Every world fails the table: the policy ends with a place that found no wood."""
+    seen = Glimpse(40, {"sapling": 1}, {"health": 9}, ["grass", "tree"], "grass")
+    trace = [Segment("place('table')", 3, seen, seen)]
+    episodes = [
+        EpisodeReport(
+            seed, False, 40, 0.0, [], "policy_finished", "place returned False", 2, trace,
+            stages=[StageRun(name, False, 40, "policy_finished")],
+        )
+        for seed in seeds
+    ]  # fmt: skip
+    return RolloutResult.of_episodes(name, episodes, actor_id="t")
+
+
+def test_a_revision_repeating_a_tried_version_is_asked_again_hotter_not_evaluated(
+    tmp_path: Path,
+) -> None:
+    from actors.fast import FastAgent
+
+    table = _subaction("place_table")
+    # v1 FIRST; v2 repeats FIRST, asked again: SECOND; v3 repeats SECOND, asked again:
+    # FIRST once more, so the code has run out of answers.
+    model = SequencedAnswers([FIRST, FIRST, SECOND, SECOND, FIRST])
+    agent = FastAgent(
+        agents=Agents(model, tmp_path), settings=MethodSettings(), environments=1,
+        run_dir=tmp_path,
+    )  # fmt: skip
+    played: list[str] = []
+
+    async def evaluate(work: WorkOn, stage: Stage) -> RolloutResult:
+        # The environment stands in here: the part under test is what gets evaluated.
+        played.append(stage.code)
+        return _failing(table.name, list(work.seeds))
+
+    async def critic(to: str, review: Any, expect: Any = None) -> Critique:
+        assert to == "@critic"
+        return Critique(
+            table.name, review.version, "code", 0.0, 0.9, 4, "revise",
+            cause="policy_finished", count=4, causes={"policy_finished": 4},
+            detail="place returned False", advice="collect the wood first",
+        )  # fmt: skip
+
+    agent._evaluate = evaluate  # type: ignore[method-assign]
+    agent.ask = critic  # type: ignore[method-assign]
+    work = WorkOn(subaction=table, before=[], needs=[], iteration=1, seeds=[1, 2, 3, 4],
+                  revisions=2, train_steps=64)  # fmt: skip
+    with capture_logs() as logs:
+        outcome = trio.run(agent.on_work, work, None)
+    # Each distinct code was evaluated; neither repeat was.
+    assert sorted(set(played)) == sorted({FIRST, SECOND})
+    assert played.count(FIRST) == 1 and played.count(SECOND) == 1
+    written = [e for e in logs if e["event"] == "code_written"]
+    assert [e["version"] for e in written] == [1, 2]
+    repeats = [
+        (e["version"], e["same_as"], e["then"]) for e in logs if e["event"] == "code_repeated"
+    ]
+    assert repeats == [(2, 1, "asked_again"), (3, 2, "asked_again"), (3, 1, "exhausted")]
+    assert outcome.exhausted and outcome.versions == 2
+    # Asked again hotter, with what was wrong: causes, a failed episode, the skill API.
+    from actors.fast import REASK_TEMPERATURE
+
+    temperatures = [t for _, t in model.asked]
+    assert temperatures == [None, None, REASK_TEMPERATURE, None, REASK_TEMPERATURE]
+    again = model.asked[2][0]["repeated"]
+    assert again["same_as_version"] == 1 and again["causes"] == {"policy_finished": 4}
+    assert again["failed_episode"][0]["action"] == "place('table')"
+    assert again["failed_episode"][0]["after"]["inventory"] == {"sapling": 1}
+    assert "collect" in again["skill_api"] and "place" in again["skill_api"]

@@ -101,6 +101,11 @@ def skill_reference() -> str:
     )  # fmt: skip
 
 
+def skill_names() -> list[str]:
+    """The skill API's method names (``skills.NAME``), in the order the class defines them."""
+    return [name for name, _, _, _ in _skill_methods()]
+
+
 def skill_brief() -> str:
     """The skill API's signatures only, on a few lines (what code can do, for the planner)."""
     plain = [call for _, call, gen, _ in _skill_methods() if not gen]
