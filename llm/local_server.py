@@ -10,7 +10,9 @@ again on the same port (at most ``max_restarts`` times); when the run ends (its 
 cancelled) the server gets SIGTERM, then SIGKILL after ``grace_s``. Everything the server
 prints goes to ``runs/<id>/model-server.log``.
 
-Events: ``model_server_started`` (pid, port, attempt), ``model_server_ready`` (seconds),
+Events: ``model_server_started`` (pid, port, attempt), ``model_server_ready`` (seconds;
+``cpu_features``, the instruction sets its llama.cpp build uses, and ``system_info``,
+llama.cpp's own line, read from the server's log),
 ``model_server_exited`` (cause; a warning while the run needs it), ``model_server_stopped``.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,13 +34,17 @@ from pathlib import Path
 
 import trio
 
+from llm.server_child import SYSTEM_INFO_MARK
 from runtime.events import log
 
 CHILD = Path(__file__).resolve().parent / "server_child.py"
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings")
 """What ``python -m llama_cpp.server`` needs: the ``local`` extra
 (``llama-cpp-python[server]``)."""
-INSTALL_HINT = "pip install -e '.[local]' (llama-cpp-python[server]; it builds from source)"
+INSTALL_HINT = (
+    "pip install --no-cache-dir -e '.[local]' with the CMAKE_ARGS docs/models.md gives "
+    "(llama-cpp-python[server], built from source for any x86-64 CPU with AVX2)"
+)
 STARTUP_TIMEOUT_S = 300.0
 """Longest wait for a started server to answer: loading a 1.5B model from a cold disk on
 a busy 2-core machine takes tens of seconds; minutes mean something is wrong."""
@@ -91,6 +98,26 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.strip().splitlines()[-lines:]) or "(empty log)"
+
+
+def system_info(path: Path, offset: int = 0) -> str:
+    """llama.cpp's system info as the server printed it in its log after byte ``offset``
+    (the last such line: this start's), '' when it printed none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line for line in text.splitlines() if line.startswith(SYSTEM_INFO_MARK)]
+    return lines[-1][len(SYSTEM_INFO_MARK) :].strip() if lines else ""
+
+
+def cpu_features(info: str) -> list[str]:
+    """The features a system info line says are on (``AVX2 = 1``), in its order."""
+    return [
+        name for name, value in re.findall(r"\b([A-Z][A-Z0-9_]*) = (\d+)", info) if value != "0"
+    ]
 
 
 class LocalServer:
@@ -177,6 +204,7 @@ class LocalServer:
     async def _start(self, attempt: int) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
+            offset = out.tell()  # this start's lines follow
             out.write(f"--- {time.strftime('%H:%M:%S')} start {attempt}: ".encode())
             out.write((" ".join(self.argv()) + "\n").encode())
             out.flush()
@@ -200,9 +228,11 @@ class LocalServer:
                         f"with:\n{log_tail(self.log_path)}"
                     )
                 await trio.sleep(POLL_S)
+            info = system_info(self.log_path, offset)
             log.info(
                 "model_server_ready", pid=self.process.pid, port=self.port,
                 seconds=round(time.monotonic() - begun, 2), attempt=attempt,
+                cpu_features=cpu_features(info), system_info=info,
             )  # fmt: skip
             return
         raise LocalServerError(

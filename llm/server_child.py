@@ -7,9 +7,12 @@ imported)::
 
 It starts a daemon thread that ends the process at once when the head that started it
 is gone (its parent pid changes: the head was killed with SIGKILL and could not stop
-us), then runs ``python -m llama_cpp.server ARGS`` in this same process. The head's actor
-processes watch their parent the same way (``runtime.actor``). ``prctl(PR_SET_PDEATHSIG)``
-would not do: it fires when the *thread* that forked us exits, and trio starts
+us), prints llama.cpp's system info (the CPU features its build uses) on one line
+starting with :data:`SYSTEM_INFO_MARK`, which the head reads back from the server's log
+into ``model_server_ready``, then runs ``python -m llama_cpp.server ARGS`` in this same
+process. The head's actor processes watch their parent the same way
+(``runtime.actor``). ``prctl(PR_SET_PDEATHSIG)`` would not do: it fires when the
+*thread* that forked us exits, and trio starts
 processes from worker threads that come and go.
 """
 
@@ -23,6 +26,23 @@ import time
 
 WATCH_S = 0.5
 """How often the parent is looked for: a killed head's server is gone within this."""
+SYSTEM_INFO_MARK = "server_child: system_info: "
+"""Starts the log line with llama.cpp's system info (``llm.local_server`` reads it)."""
+
+
+def _print_system_info() -> None:
+    """The CPU features the installed llama.cpp build uses, on one line of the log: a
+    build that chose instructions this CPU lacks dies at its first request (SIGILL), and
+    this line says what it was built for."""
+    try:
+        import llama_cpp
+
+        info = llama_cpp.llama_print_system_info()
+    except (ImportError, AttributeError, OSError) as exc:  # the server's own start says more
+        info = f"unknown ({type(exc).__name__}: {exc})"
+    if isinstance(info, bytes):
+        info = info.decode("utf-8", "replace")
+    print(SYSTEM_INFO_MARK + " ".join(str(info).split()), file=sys.stderr, flush=True)
 
 
 def _watch(parent: int) -> None:
@@ -44,6 +64,7 @@ def main(argv: list[str]) -> None:
     if os.getppid() != parent:
         sys.exit(f"server_child: parent {parent} is already gone")
     threading.Thread(target=_watch, args=(parent,), daemon=True, name="parent-watch").start()
+    _print_system_info()
     sys.argv = ["llama_cpp.server", *argv[3:]]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,6 +121,87 @@ def served_or_none(endpoint: Endpoint) -> list[str] | None:
         return served(endpoint)
     except OSError:
         return None
+
+
+# ggml's names for instruction sets → the flags Linux lists for them in /proc/cpuinfo.
+# Its other features (LLAMAFILE, OPENMP, REPACK) are code paths, not instructions.
+CPUINFO_FLAGS = {
+    "SSE3": "pni", "SSSE3": "ssse3", "SSE42": "sse4_2", "AVX": "avx", "AVX2": "avx2",
+    "AVX_VNNI": "avx_vnni", "F16C": "f16c", "FMA": "fma", "BMI2": "bmi2",
+    "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi", "AVX512_VNNI": "avx512_vnni",
+    "AVX512_BF16": "avx512_bf16", "AMX_INT8": "amx_int8", "AMX_BF16": "amx_bf16",
+}  # fmt: skip
+
+
+def chat(endpoint: Endpoint, content: str, max_tokens: int) -> dict:
+    """One chat completion, straight over HTTP (no client library in between)."""
+    body = json.dumps(
+        {"model": endpoint.alias, "messages": [{"role": "user", "content": content}],
+         "max_tokens": max_tokens, "temperature": 0}
+    ).encode()  # fmt: skip
+    request = urllib.request.Request(
+        f"{endpoint.base_url}/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as response:
+        return json.loads(response.read())
+
+
+def test_the_servers_build_answers_one_request_and_reports_its_cpu_features(
+    tmp_path: Path,
+) -> None:
+    """A llama.cpp build that chose instructions this CPU cannot execute (ggml's AMX
+    path, ``-march=native`` on another machine, a wheel from pip's cache) starts and
+    lists its model, then dies with SIGILL at its first request: one real completion is
+    the check. ``model_server_ready`` names the CPU features the build uses; each
+    instruction set among them is one this CPU has."""
+    path = require(SMALL)
+    from runtime import events
+
+    events.configure(events_file=tmp_path / "events.jsonl", run="t", console_level="warning")
+    server = LocalServer(path, SMALL, tmp_path / "s.log", n_ctx=N_CTX, n_threads=1, max_restarts=0)
+
+    async def main() -> dict:
+        async with trio.open_nursery() as nursery:
+            endpoint = await nursery.start(server.run)
+            with trio.fail_after(300):
+                answer = await trio.to_thread.run_sync(chat, endpoint, "Say hello.", 8)
+            nursery.cancel_scope.cancel()
+        return answer
+
+    try:
+        answer = trio.run(main)
+    finally:
+        events.close()
+    assert answer["choices"][0]["message"]["content"].strip()
+    assert answer["usage"]["completion_tokens"] >= 1
+    (ready,) = [e for e in read_events(tmp_path) if e["event"] == "model_server_ready"]
+    assert ready["cpu_features"], ready["system_info"]
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        flags = set(re.search(r"^flags\s*:(.*)$", cpuinfo.read_text(), re.M).group(1).split())
+        used = [f for f in ready["cpu_features"] if f in CPUINFO_FLAGS]
+        assert used, ready["system_info"]
+        lacking = [f for f in used if CPUINFO_FLAGS[f] not in flags]
+        assert not lacking, f"built for {lacking}, which this CPU lacks: {ready['system_info']}"
+
+
+def test_the_system_info_of_the_servers_latest_start_is_read_from_its_log(
+    tmp_path: Path,
+) -> None:
+    from llm.local_server import cpu_features, system_info
+    from llm.server_child import SYSTEM_INFO_MARK
+
+    log_path = tmp_path / "s.log"
+    first = f"{SYSTEM_INFO_MARK}CPU : SSE3 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 |\n"
+    log_path.write_text(f"--- start 0\n{first}llama_model_load: ...\n")
+    offset = log_path.stat().st_size
+    with open(log_path, "a") as f:
+        f.write(f"--- start 1\n{SYSTEM_INFO_MARK}CPU : AVX = 1 | AVX2 = 1 | AVX512 = 0 |\n")
+    info = system_info(log_path, offset)
+    assert info == "CPU : AVX = 1 | AVX2 = 1 | AVX512 = 0 |"
+    assert cpu_features(info) == ["AVX", "AVX2"]
+    assert cpu_features(system_info(log_path)) == ["AVX", "AVX2"]  # the last start's
+    assert system_info(tmp_path / "none.log") == "" and cpu_features("") == []
 
 
 def test_a_server_dying_more_often_than_allowed_fails_with_its_log(tmp_path: Path) -> None:
