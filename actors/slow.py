@@ -26,7 +26,7 @@ from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
-from method.paired import compare, paired_outcomes, played_on
+from method.paired import chosen_version, join_incumbent, usable
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split, whole_parts
 from method.video import video_episodes
@@ -120,7 +120,7 @@ class SlowAgent(Actor):
                 stop_reason = "wall_time"
                 log.warning("budget_spent", kind="wall_time", budget_s=wall_s)
             rates = {
-                name: round(self._best(outs).success_rate, 4) for name, outs in outcomes.items()
+                name: round(chosen_version(outs).success_rate, 4) for name, outs in outcomes.items()
             }
             last = plan.subactions[-1].name
             task_rate = self._task_rate(outcomes.get(last, []))
@@ -136,7 +136,9 @@ class SlowAgent(Actor):
             if stop_reason == "wall_time":
                 break
             if task_rate >= task.success_target and all(
-                self._best(outcomes[s.name]).accepted for s in plan.subactions if s.name in outcomes
+                chosen_version(outcomes[s.name]).accepted
+                for s in plan.subactions
+                if s.name in outcomes
             ):
                 stop_reason = "target_met"
                 break
@@ -200,7 +202,7 @@ class SlowAgent(Actor):
             if by_name[name].mode != "rl":
                 return True
             outs = at_start.get(name, [])
-            return not (outs and _usable(self._chosen(outs)) and self._coded(outs) is not None)
+            return not (outs and usable(chosen_version(outs)) and self._coded(outs) is not None)
 
         by_name = {s.name: s for s in plan.subactions}
         ahead: dict[str, list[str]] = {}
@@ -235,9 +237,9 @@ class SlowAgent(Actor):
                 ancestors = [
                     d
                     for d in self._ancestors(plan, sub)
-                    if versions(d) and _usable(self._chosen(versions(d)))
+                    if versions(d) and usable(chosen_version(versions(d)))
                 ]
-                before = [self._chosen(versions(d)).stage for d in ancestors]
+                before = [chosen_version(versions(d)).stage for d in ancestors]
                 setup = [self._coded(versions(d)) for d in ancestors]
                 if sub.name in todo:
                     base = WorkOn(
@@ -268,8 +270,8 @@ class SlowAgent(Actor):
                     # the worlds both loops drew, a redo's version at 0.67 lost to a kept
                     # 0.10 (BENCHMARKS.md, "From the simplest templates at 1M").
                     prior = outcomes.get(sub.name, [])
-                    kept = self._chosen(prior) if prior else None
-                    if kept is not None and not _usable(kept):
+                    kept = chosen_version(prior) if prior else None
+                    if kept is not None and not usable(kept):
                         kept = None
                     work = dataclasses.replace(
                         base,
@@ -280,7 +282,7 @@ class SlowAgent(Actor):
                         "@fast", work, expect=SubActionOutcome
                     )
                     if kept is not None:
-                        self._join_incumbent(prior, kept, outcome)
+                        join_incumbent(prior, kept, outcome)
                     outcomes.setdefault(sub.name, []).append(outcome)
                     spent.add(outcome)
             finally:
@@ -294,7 +296,7 @@ class SlowAgent(Actor):
                     nursery.start_soon(one, sub, needs)
         for name, early in ahead.items():
             for d in early:
-                then, now = self._chosen(at_start[d]).stage, self._chosen(outcomes[d]).stage
+                then, now = chosen_version(at_start[d]).stage, chosen_version(outcomes[d]).stage
                 if then != now:
                     # Its versions were measured after the ancestor's earlier version:
                     # paired among themselves, but the final policy composes the new one.
@@ -374,8 +376,8 @@ class SlowAgent(Actor):
         for s in plan.subactions:
             if s.need or not outcomes.get(s.name):
                 continue
-            chosen = self._chosen(outcomes[s.name])
-            if not _usable(chosen):
+            chosen = chosen_version(outcomes[s.name])
+            if not usable(chosen):
                 # Nothing was ever written for it (its training failed, say): no empty
                 # stage goes into the policy; the episode's planner goes on without it.
                 log.warning("stage_missing", subaction=s.name, reason="no usable version")
@@ -387,9 +389,9 @@ class SlowAgent(Actor):
             if (
                 not sub.need
                 and outcomes.get(sub.name)
-                and _usable(self._chosen(outcomes[sub.name]))
+                and usable(chosen_version(outcomes[sub.name]))
             ):
-                chosen = self._chosen(outcomes[sub.name])
+                chosen = chosen_version(outcomes[sub.name])
                 log.info(
                     "final_stage",
                     subaction=sub.name,
@@ -581,42 +583,6 @@ class SlowAgent(Actor):
         return [s.name for s in plan.subactions if s.name in seen]
 
     @staticmethod
-    def _best(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        """The version the run stands on (:meth:`_chosen`)."""
-        return SlowAgent._chosen(outs)
-
-    @staticmethod
-    def _chosen(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        """The version the final policy uses: the first usable one (a stage with code or
-        a policy), replaced by a later one only when it is measurably better on the same
-        worlds (:func:`method.paired.compare`: the lower bound of the paired difference
-        above 0). A tie keeps the incumbent: no preference for learned or for newer.
-        Only when no version is usable is the first outcome returned (its stage empty:
-        :meth:`_finish` leaves such a stage out and says so)."""
-        usable = [o for o in outs if _usable(o)]
-        if not usable:
-            return outs[0]
-        kept = usable[0]
-        for challenger in usable[1:]:
-            paired = paired_outcomes(kept, challenger)
-            if paired is not None and compare(*paired).challenger_wins:
-                kept = challenger
-        return kept
-
-    @staticmethod
-    def _join_incumbent(
-        outs: list[SubActionOutcome], kept: SubActionOutcome, outcome: SubActionOutcome
-    ) -> None:
-        """Add to ``kept`` (one of ``outs``, the incumbent an inner loop was asked to
-        measure its versions against: ``WorkOn.incumbent``) its outcomes on the worlds
-        that loop played it on (``outcome.incumbent_seeds``), so that :meth:`_chosen`
-        pairs the two on every one. Measured after the same stages as the challenger,
-        they replace what it had for the same worlds."""
-        if outcome.incumbent_seeds:
-            at = next(i for i, o in enumerate(outs) if o is kept)
-            outs[at] = played_on(kept, outcome.incumbent_seeds, outcome.incumbent_outcomes)
-
-    @staticmethod
     def _coded(outs: list[SubActionOutcome]) -> Stage | None:
         """The best coded version (for a training setup), None if there is none."""
         coded = [o for o in outs if o.mode == "code" and o.stage.code]
@@ -705,7 +671,6 @@ def revise_request(
     measured rate, the critic's last verdict and cause, and whether code has run out of
     answers (``exhausted``: the fast agent said its code cannot change; ``stalled``: the
     last round did not raise it) — what decides code or RL."""
-    best = SlowAgent._best
     summary = []
     for sub in plan.subactions:
         outs = outcomes.get(sub.name, [])
@@ -716,8 +681,8 @@ def revise_request(
                 "name": sub.name,
                 "mode": sub.mode,
                 "target": sub.target,
-                "success_rate": round(best(outs).success_rate, 4) if outs else 0.0,
-                "accepted": bool(outs) and best(outs).accepted,
+                "success_rate": round(chosen_version(outs).success_rate, 4) if outs else 0.0,
+                "accepted": bool(outs) and chosen_version(outs).accepted,
                 "verdict": critique.verdict if critique else "revise",
                 "cause": critique.cause if critique else "",
                 "advice": critique.advice if critique else "",
@@ -779,11 +744,6 @@ def plan_name(plan: Plan, name: str) -> str | None:
         if subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal) == meant
     ]
     return same[0] if len(same) == 1 else None
-
-
-def _usable(outcome: SubActionOutcome) -> bool:
-    """Whether the outcome's stage can run: it has code or a policy."""
-    return bool(outcome.stage.code.strip() or outcome.stage.policy_path)
 
 
 def _unreached(outs: list[SubActionOutcome]) -> bool:
