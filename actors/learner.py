@@ -399,64 +399,18 @@ class LearnerActor(Actor):
     ) -> TrainResult:
         """Train and evaluate (blocking; runs in a worker thread). ``head``: what the
         head's store holds of this job (its newest checkpoint, fetched)."""
-        from envs.rl_env import make_vec_env
-
         started = time.monotonic()
-        base = self._base()
-        folder = base / "learners" / req.name
-        trusted = self._trusted_local(req.name, folder, head)
-        folder.mkdir(parents=True, exist_ok=True)
-        attempts = folder / "attempts.jsonl"
-        if not trusted and attempts.exists():
-            # Its records are no more this run's than the folder's checkpoints: counted,
-            # they would report decisions lost that this run never made.
-            log.warning("learner_files_stale", job=req.name, paths=[str(attempts)])
-            attempts.unlink()
-        reached = max(_furthest(attempts), head.reached if head is not None else 0)
+        folder, attempts, trusted, reached = self._job_folder(req, head)
         # Beside the run-level figures: one TensorBoard log dir for the whole run.
-        curves = base / LOG_DIR / req.name
-        vec = make_vec_env(
-            req.config,
-            req.n_envs,
-            req.seed,
-            subproc=req.subproc,
-            # Long-lived worker processes: both cores step worlds, and the starts they
-            # made stay cached for this sub-action's later versions.
-            workers=self.env_workers() if req.subproc else None,
-            world_pool=training_worlds(req),
-            pool_only=True,  # PPO seeds each env's first reset: a pool world, shared
-            setup_retries=seeds.SETUP_RETRIES,
-            setup_retry_stride=seeds.RETRY_STRIDE,
-            setup_redraws=seeds.SETUP_REDRAWS,
-            # Setup once, train many: each world's start is made (and counted) once in
-            # this process, then restored; later jobs on the same setup share them.
-            start_states=True,
-        )
+        curves = self._base() / LOG_DIR / req.name
+        vec = self._training_envs(req)
         try:
             model, resumed_from = resume(
                 req, vec, device, folder if trusted else None, curves, head
             )
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
-            counter = EpisodeCounter()
-            # In this order: the counts first (the report reads them), the stop last (it
-            # sees a stop the report set in the same step).
-            callback = CallbackList(
-                [
-                    counter,
-                    SaveCheckpoints(
-                        folder,
-                        attempts,
-                        self.actor_id,
-                        req.checkpoint_every,
-                        resumed_from,
-                        share=lambda path, steps: self.share_checkpoint(req.name, path, steps),
-                    ),
-                    ReportProgress(self, req, asker, counter, attempts, stop, resumed_from),
-                    StopOnCancel(stop),
-                    StopAtWorldSteps(vec, req.max_world_steps, req.name),
-                ]
-            )
+            callback = self._callbacks(req, asker, stop, vec, folder, attempts, resumed_from)
             remaining = max(0, req.total_steps - resumed_from)
             learn_started = time.monotonic()
             try:
@@ -485,41 +439,131 @@ class LearnerActor(Actor):
             train_s = time.monotonic() - learn_started
             if stop.is_set():
                 raise RuntimeError("training cancelled")
-            policy = folder / "policy.zip"
-            tmp = folder / "policy.part.zip"
-            model.save(tmp)
-            os.replace(tmp, policy)
-            trained = world_tally(vec)
-            held = {}
-            success, _ = evaluate(req, str(policy), tally=held, vec=vec)
-            setup = trained["setup_steps"] + held["setup_steps"]
-            episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
-            unlocked = _unlocked(trained["episodes"] + held["episodes"])
-            digest = sha256_of(policy)
-            return TrainResult(
-                name=req.name,
-                policy_path=str(policy),
-                sha256=digest,
-                steps=int(model.num_timesteps),
-                primitive_steps=trained["world_steps"] - trained["setup_steps"],
-                eval_success_rate=success,
-                eval_episodes=req.eval_episodes,
-                eval_primitive_steps=held["world_steps"] - held["setup_steps"],
-                resumed_from=resumed_from,
-                steps_lost=steps_lost,
-                tensorboard_dir=str(curves),
-                wall_s=round(time.monotonic() - started, 3),
-                train_s=round(train_s, 3),
-                device=str(model.device),
-                actor_id=self.actor_id,
-                policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
-                episodes=len(episodes),
-                achievement_episodes=unlocked,
-                setup_steps=setup,
-                world_episodes=episodes,
+            return self._trained(
+                req, model, vec, folder, curves, resumed_from, steps_lost, started, train_s
             )
         finally:
             vec.close()
+
+    def _job_folder(
+        self, req: TrainRequest, head: HeadCheckpoint | None
+    ) -> tuple[Path, Path, bool, int]:
+        """The job's folder (made), its attempts file, whether the folder's files are
+        this run's own (:meth:`_trusted_local`), and the furthest step any attempt of
+        the job reached (here or in the head's store)."""
+        folder = self._base() / "learners" / req.name
+        trusted = self._trusted_local(req.name, folder, head)
+        folder.mkdir(parents=True, exist_ok=True)
+        attempts = folder / "attempts.jsonl"
+        if not trusted and attempts.exists():
+            # Its records are no more this run's than the folder's checkpoints: counted,
+            # they would report decisions lost that this run never made.
+            log.warning("learner_files_stale", job=req.name, paths=[str(attempts)])
+            attempts.unlink()
+        reached = max(_furthest(attempts), head.reached if head is not None else 0)
+        return folder, attempts, trusted, reached
+
+    def _training_envs(self, req: TrainRequest) -> Any:
+        """The job's vectorised training envs, drawing worlds from its training pool."""
+        from envs.rl_env import make_vec_env
+
+        return make_vec_env(
+            req.config,
+            req.n_envs,
+            req.seed,
+            subproc=req.subproc,
+            # Long-lived worker processes: both cores step worlds, and the starts they
+            # made stay cached for this sub-action's later versions.
+            workers=self.env_workers() if req.subproc else None,
+            world_pool=training_worlds(req),
+            pool_only=True,  # PPO seeds each env's first reset: a pool world, shared
+            setup_retries=seeds.SETUP_RETRIES,
+            setup_retry_stride=seeds.RETRY_STRIDE,
+            setup_redraws=seeds.SETUP_REDRAWS,
+            # Setup once, train many: each world's start is made (and counted) once in
+            # this process, then restored; later jobs on the same setup share them.
+            start_states=True,
+        )
+
+    def _callbacks(
+        self,
+        req: TrainRequest,
+        asker: str,
+        stop: threading.Event,
+        vec: Any,
+        folder: Path,
+        attempts: Path,
+        resumed_from: int,
+    ) -> CallbackList:
+        """What runs beside PPO's steps: episode counts, checkpoints (shared with the
+        head), progress reports, the stop on cancel and at the job's world-step cap."""
+        counter = EpisodeCounter()
+        # In this order: the counts first (the report reads them), the stop last (it
+        # sees a stop the report set in the same step).
+        return CallbackList(
+            [
+                counter,
+                SaveCheckpoints(
+                    folder,
+                    attempts,
+                    self.actor_id,
+                    req.checkpoint_every,
+                    resumed_from,
+                    share=lambda path, steps: self.share_checkpoint(req.name, path, steps),
+                ),
+                ReportProgress(self, req, asker, counter, attempts, stop, resumed_from),
+                StopOnCancel(stop),
+                StopAtWorldSteps(vec, req.max_world_steps, req.name),
+            ]
+        )
+
+    def _trained(
+        self,
+        req: TrainRequest,
+        model: Any,
+        vec: Any,
+        folder: Path,
+        curves: Path,
+        resumed_from: int,
+        steps_lost: int,
+        started: float,
+        train_s: float,
+    ) -> TrainResult:
+        """Save the trained policy, evaluate it on held-out worlds and report the job:
+        every world step of training and of the evaluation, setup's included."""
+        policy = folder / "policy.zip"
+        tmp = folder / "policy.part.zip"
+        model.save(tmp)
+        os.replace(tmp, policy)
+        trained = world_tally(vec)
+        held = {}
+        success, _ = evaluate(req, str(policy), tally=held, vec=vec)
+        setup = trained["setup_steps"] + held["setup_steps"]
+        episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
+        unlocked = _unlocked(trained["episodes"] + held["episodes"])
+        digest = sha256_of(policy)
+        return TrainResult(
+            name=req.name,
+            policy_path=str(policy),
+            sha256=digest,
+            steps=int(model.num_timesteps),
+            primitive_steps=trained["world_steps"] - trained["setup_steps"],
+            eval_success_rate=success,
+            eval_episodes=req.eval_episodes,
+            eval_primitive_steps=held["world_steps"] - held["setup_steps"],
+            resumed_from=resumed_from,
+            steps_lost=steps_lost,
+            tensorboard_dir=str(curves),
+            wall_s=round(time.monotonic() - started, 3),
+            train_s=round(train_s, 3),
+            device=str(model.device),
+            actor_id=self.actor_id,
+            policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
+            episodes=len(episodes),
+            achievement_episodes=unlocked,
+            setup_steps=setup,
+            world_episodes=episodes,
+        )
 
 
 def make_ppo(

@@ -34,6 +34,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from messages.codec import DEFAULT_MAX_FRAME
 from rlgpt.keys import keys_from_text, run_keys
@@ -374,6 +375,8 @@ def attach_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_actor(args: argparse.Namespace) -> int:
+    """Run one actor process (``actor``, or ``attach`` from another machine) until the
+    head stops it; 2 when its arguments or the head refuse it, 1 when no head answered."""
     command = args.command.name
     if getattr(args, "ray", ""):
         from rlgpt.ray_attach import launch
@@ -381,12 +384,53 @@ def cmd_actor(args: argparse.Namespace) -> int:
         return launch(args)
     import trio
 
+    from runtime.actor import ActorRefused
+
+    checked = _checked_actor_args(args, command)
+    if isinstance(checked, int):
+        return checked
+    cls, curve = checked
+    forwarder = _configure_actor_events(args, cls)
+    limits = getattr(cls, "apply_process_limits", None)
+    if limits is not None:
+        from runtime import events
+
+        events.log.info("process_limits", **limits())
+    actor = cls(
+        name=args.name,
+        capacity=args.capacity,
+        device=args.device,
+        parent_pid=args.parent_pid,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        max_frame_bytes=args.max_frame_bytes,
+        allow_version_mismatch=args.allow_version_mismatch,
+    )
+    actor.join_run = args.run_id
+    actor.forwarder = forwarder
+    gave_up: list[str] = []
+    wait = args.wait if args.wait is not None else (ATTACH_WAIT_S if command == "attach" else 0)
+    try:
+        trio.run(_serve_actor, actor, args, command, curve, wait, gave_up)
+    except BaseException as exc:  # nurseries wrap errors in exception groups
+        refused = _find(exc, ActorRefused)
+        if refused is None:
+            raise
+        print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
+        return 2
+    if gave_up:
+        print(f"{command} error: {gave_up[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _checked_actor_args(args: argparse.Namespace, command: str) -> tuple[type, Any] | int:
+    """The actor's class and its CURVE client keys (None on loopback without keys), or
+    2 with the problem printed: an unknown role or device, a bad run id, missing keys,
+    a run folder that is not one, a remote head without keys."""
     from actors import actor_class
-    from runtime import events
     from runtime.devices import DeviceError, check_device
     from runtime.security import CurveClient, KeysMissing, is_loopback
 
-    wait = args.wait if args.wait is not None else (ATTACH_WAIT_S if command == "attach" else 0)
     try:
         cls = actor_class(args.role)
         check_device(args.device)
@@ -419,96 +463,86 @@ def cmd_actor(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    return cls, curve
+
+
+def _configure_actor_events(args: argparse.Namespace, cls: type) -> Any:
+    """Send the actor's events to its run folder's log, or (with no run folder here:
+    attached from another machine) to the head, which writes them into the run's log;
+    the console shows them too. The event forwarder in the second case, else None."""
+    from runtime import events
+
     events.configure(
         events_file=Path(args.run_dir) / "events.jsonl" if args.run_dir else None,
         console_level="warning" if args.quiet else os.environ.get("RLGPT_CONSOLE_LEVEL", "info"),
         view=events.JsonView() if args.console == "json" else None,
         role=cls.role,
     )
-    forwarder = None
-    if not args.run_dir:
-        # No run folder here (attached from another machine): the head writes our
-        # events into the run's log; the console keeps showing them too.
-        import socket
+    if args.run_dir:
+        return None
+    import socket
 
-        from runtime.forward import QUEUE_EVENTS, EventForwarder
+    from runtime.forward import QUEUE_EVENTS, EventForwarder
 
-        forwarder = EventForwarder(
-            socket.gethostname(),
-            queue_events=args.events_queue or QUEUE_EVENTS,
-            max_frame_bytes=args.max_frame_bytes,
-        )
-        events.forward_to(forwarder.put)
-    limits = getattr(cls, "apply_process_limits", None)
-    if limits is not None:
-        events.log.info("process_limits", **limits())
-    actor = cls(
-        name=args.name,
-        capacity=args.capacity,
-        device=args.device,
-        parent_pid=args.parent_pid,
-        run_dir=Path(args.run_dir) if args.run_dir else None,
+    forwarder = EventForwarder(
+        socket.gethostname(),
+        queue_events=args.events_queue or QUEUE_EVENTS,
         max_frame_bytes=args.max_frame_bytes,
-        allow_version_mismatch=args.allow_version_mismatch,
     )
-    actor.join_run = args.run_id
-    gave_up: list[str] = []
+    events.forward_to(forwarder.put)
+    return forwarder
 
-    async def wait_for_head() -> None:
-        """Say every few seconds that no head answers yet; stop after ``wait`` s."""
-        start = trio.current_time()
-        whose = f"the head of run {args.run_id}" if args.run_id else "a head"
-        while True:
-            left = wait - (trio.current_time() - start) if wait else WAIT_PROGRESS_S
-            with trio.move_on_after(min(WAIT_PROGRESS_S, max(left, 0.0))):
-                await actor.wait_registered()
-                return
-            waited = trio.current_time() - start
-            if wait and waited >= wait:
-                gave_up.append(
-                    f"no head answered at {args.connect} within {wait:g} s (--wait); is "
-                    f"{whose} running, listening there, and reachable from this machine?"
-                )
-                actor.stop("wait_timeout")
-                return
-            limit = f" of {wait:g}" if wait else ""
-            print(
-                f"{command}: waiting for {whose} at {args.connect} ({waited:.0f} s{limit})",
-                file=sys.stderr,
-                flush=True,
+
+async def _serve_actor(
+    actor: Any, args: argparse.Namespace, command: str, curve: Any, wait: float, gave_up: list[str]
+) -> None:
+    """Run ``actor`` against the head at ``--connect`` until it stops; SIGTERM and SIGINT
+    stop it cleanly; ``attach`` also says while no head answers (:func:`_wait_for_head`)."""
+    import trio
+
+    async with trio.open_nursery() as nursery:
+
+        async def on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    actor.stop(signal.Signals(signum).name)
+                    return
+
+        nursery.start_soon(on_signal)
+        if command == "attach":
+            nursery.start_soon(_wait_for_head, actor, args, command, wait, gave_up)
+        await actor.run(args.connect, curve=curve)
+        nursery.cancel_scope.cancel()
+
+
+async def _wait_for_head(
+    actor: Any, args: argparse.Namespace, command: str, wait: float, gave_up: list[str]
+) -> None:
+    """Say every few seconds that no head answers yet; stop after ``wait`` s (0: never),
+    with the reason in ``gave_up``."""
+    import trio
+
+    start = trio.current_time()
+    whose = f"the head of run {args.run_id}" if args.run_id else "a head"
+    while True:
+        left = wait - (trio.current_time() - start) if wait else WAIT_PROGRESS_S
+        with trio.move_on_after(min(WAIT_PROGRESS_S, max(left, 0.0))):
+            await actor.wait_registered()
+            return
+        waited = trio.current_time() - start
+        if wait and waited >= wait:
+            gave_up.append(
+                f"no head answered at {args.connect} within {wait:g} s (--wait); is "
+                f"{whose} running, listening there, and reachable from this machine?"
             )
-
-    actor.forwarder = forwarder
-
-    async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-
-            async def on_signal() -> None:
-                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for signum in signals:
-                        actor.stop(signal.Signals(signum).name)
-                        return
-
-            nursery.start_soon(on_signal)
-            if command == "attach":
-                nursery.start_soon(wait_for_head)
-            await actor.run(args.connect, curve=curve)
-            nursery.cancel_scope.cancel()
-
-    from runtime.actor import ActorRefused
-
-    try:
-        trio.run(serve)
-    except BaseException as exc:  # nurseries wrap errors in exception groups
-        refused = _find(exc, ActorRefused)
-        if refused is None:
-            raise
-        print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
-        return 2
-    if gave_up:
-        print(f"{command} error: {gave_up[0]}", file=sys.stderr)
-        return 1
-    return 0
+            actor.stop("wait_timeout")
+            return
+        limit = f" of {wait:g}" if wait else ""
+        print(
+            f"{command}: waiting for {whose} at {args.connect} ({waited:.0f} s{limit})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _find(exc: BaseException, kind: type) -> BaseException | None:
