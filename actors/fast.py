@@ -17,9 +17,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from crafter import constants
+
 from envs.artifacts import ArtifactRefused, store_artifact
 from envs.reward_check import check_reward
 from envs.setup_code import compose_setup, in_training
+from knowledge import recipes
+from knowledge.options import (
+    OPTION_NAMES,
+    STAGE_CODE,
+    STAGE_CODE_STEPS,
+    option,
+    options_for,
+    stage_code_option,
+)
 from llm.contracts import subtask_achievement
 from messages import Envelope, preferring
 from messages.control import Failure
@@ -40,9 +51,11 @@ from method.paired import (
     stage_outcomes,
     worlds_to_draw,
 )
+from method.seeds import code_seeds_within, more_code_seeds
 from method.settings import MethodSettings
 from method.split import Affinity, rollout_split
 from method.tboard import log_dir
+from runtime import cpu
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
 from runtime.head import log_progress
@@ -136,8 +149,6 @@ def rl_config(
     setup runs the coded ``setup`` stages with the run's survival ``needs`` served as
     the final policy serves them (:func:`envs.setup_code.compose_setup`), and its
     training episodes serve them too (:attr:`RLConfig.needs`)."""
-    from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS
-
     for n in needs:
         if not in_training(n):
             # Served in play (until its stage's test holds); setup and training serve a
@@ -252,9 +263,7 @@ def env_workers(choice: str, n_envs: int) -> bool:
     :data:`AUTO_WORKERS_MIN_ENVS` envs, on a machine with at least 2 usable cores and
     at most :data:`AUTO_ENVS_PER_CORE` envs per core)."""
     if choice == "auto":
-        from runtime.cpu import usable_cores
-
-        cores = usable_cores()[0]
+        cores = cpu.usable_cores()[0]  # looked up at call time: tests set the count
         return AUTO_WORKERS_MIN_ENVS <= n_envs <= AUTO_ENVS_PER_CORE * cores and cores >= 2
     return choice == "on"
 
@@ -484,9 +493,6 @@ class FastAgent(Actor):
     # ------------------------------------------------------------------ RL
 
     async def _rl_loop(self, work: WorkOn, loop: _InnerLoop) -> None:
-        from knowledge import recipes
-        from knowledge.options import OPTION_NAMES, option, options_for, stage_code_option
-
         sub = work.subaction
         meant = subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
         if meant is None:
@@ -781,8 +787,6 @@ class FastAgent(Actor):
         :func:`method.paired.grow_by`). The challenger's outcomes there, by seed; the kept
         version's go into ``best.more`` (played once: a later challenger reuses them).
         Every episode is evaluated like any other: booked, counted, journalled."""
-        from method.seeds import code_seeds_within, more_code_seeds
-
         name = work.subaction.name
         seeds = list(work.seeds)
         cap = self.settings.task.decide_episodes
@@ -824,8 +828,6 @@ class FastAgent(Actor):
         counted and journalled). Later versions play the same worlds from the starts
         made here (``worlds_drawn``). How many are drawn, and when drawing stops, is
         :func:`method.paired.worlds_to_draw`'s to say."""
-        from method.seeds import code_seeds_within, more_code_seeds
-
         name = work.subaction.name
         seeds = list(work.seeds)
         want = len(seeds)
@@ -854,6 +856,4 @@ class FastAgent(Actor):
 
 
 def _world_actions() -> tuple[str, ...]:
-    from crafter import constants
-
     return tuple(constants.actions)

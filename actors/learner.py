@@ -40,13 +40,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import trio
+from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.logger import Logger
 
 from envs.artifacts import PolicyUnusable, policy_spec, restore_checkpoint, sha256_of
-from envs.env_workers import EnvWorkers
-from envs.held_out import held_out
-from envs.rl_env import SetupError
+from envs.env_workers import EnvWorkers, WorkerDied, WorkerVecEnv
+from envs.held_out import held_out, play_learned
+from envs.per_env import PerEnvPPO
+from envs.rl_env import SetupError, make_env, make_vec_env
+from envs.smdp import SMDPPPO
+from knowledge.options import STAGE_CODE
 from messages import Envelope
 from messages.artifact import JobReached
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
@@ -74,8 +80,6 @@ def set_torch_threads() -> int:
     """One torch thread per learner unless told otherwise: the policies are small MLPs,
     which a second thread barely speeds up, while two learners on two cores each running
     two spinning threads slowed each other down fivefold (measured)."""
-    import torch
-
     threads = int(os.environ.get(TORCH_THREADS_ENV, "1"))
     torch.set_num_threads(threads)
     return threads
@@ -465,8 +469,6 @@ class LearnerActor(Actor):
 
     def _training_envs(self, req: TrainRequest) -> Any:
         """The job's vectorised training envs, drawing worlds from its training pool."""
-        from envs.rl_env import make_vec_env
-
         return make_vec_env(
             req.config,
             req.n_envs,
@@ -594,8 +596,6 @@ def make_ppo(
     if tensorboard_log is None:
         # Without curves SB3 would still make an empty $TMPDIR/SB3-<time> folder per
         # learn(): a logger with no outputs writes nothing anywhere.
-        from stable_baselines3.common.logger import Logger
-
         model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 
@@ -608,8 +608,6 @@ def code_prior(model: Any, req: TrainRequest) -> int | None:
     code among the actions, or None when there is nothing to do (no prior, or the config
     offers no stage code: said as ``code_prior_unused``). Options come after the
     primitives in the action space."""
-    from knowledge.options import STAGE_CODE
-
     p = req.ppo.code_prior
     if p <= 0:
         return None
@@ -622,7 +620,6 @@ def code_prior(model: Any, req: TrainRequest) -> int | None:
         raise ValueError(f"[training.ppo] code_prior must be in [0, 1): got {p}")
     n = int(model.action_space.n)
     index = n - len(names) + names.index(STAGE_CODE)
-    import torch
 
     bias = torch.full((n,), math.log((1 - p) / (n - 1)))
     bias[index] = math.log(p)
@@ -687,14 +684,9 @@ def resume(
 def ppo_class(settings: PPOSettings) -> Any:
     """The SB3 algorithm class ``settings`` ask for: SMDP PPO or plain PPO."""
     if settings.smdp:
-        from envs.smdp import SMDPPPO
-
         return SMDPPPO
     if settings.collect == "per_env":
-        from envs.per_env import PerEnvPPO
-
         return PerEnvPPO
-    from stable_baselines3 import PPO
 
     return PPO
 
@@ -748,9 +740,6 @@ def evaluate(
     seed and the world's), so the figure is reproducible and the same wherever the
     episodes run: split over the job's env workers when ``vec`` is one (both cores
     play; see :meth:`envs.env_workers.WorkerVecEnv.held_out`), else in this process."""
-    from envs.env_workers import WorkerDied, WorkerVecEnv
-    from envs.held_out import play_learned
-
     count = req.eval_episodes if episodes is None else episodes
     seeds = list(range(req.eval_seed, req.eval_seed + count))
     check = None
@@ -771,8 +760,6 @@ def evaluate(
 
 def random_success(req: TrainRequest, episodes: int, seed: int = 0) -> float:
     """The same held-out evaluation for a uniformly random policy: the bar to beat."""
-    from envs.rl_env import make_env
-
     rng = np.random.default_rng(seed)
     probe = make_env(req.config)
     n = int(probe.action_space.n)

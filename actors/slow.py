@@ -17,7 +17,10 @@ import re
 from typing import Any, get_args
 
 import trio
+from crafter import constants
 
+from knowledge import recipes, survival
+from llm.contracts import resolve_achievement, subtask_achievement
 from llm.errors import TokenBudgetSpent
 from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
@@ -80,8 +83,6 @@ class SlowAgent(Actor):
 
     @handles(RunTask)
     async def on_task(self, task: RunTask, env: Envelope) -> TaskReport:
-        from knowledge import recipes
-
         curriculum = task.target_item == ALL_ACHIEVEMENTS
         steps = recipes.describe(
             recipes.curriculum() if curriculum else recipes.chain(task.target_item)
@@ -786,8 +787,6 @@ def plan_name(plan: Plan, name: str) -> str | None:
     """The plan's sub-action a model's name means: the name itself, the same name with
     case and spaces normalised (``"Collect Wood"``), or the one sub-action standing for
     the same Crafter achievement (``"get_logs"`` → ``collect_wood``); None otherwise."""
-    from llm.contracts import resolve_achievement, subtask_achievement
-
     names = [sub.name for sub in plan.subactions]
     if name in names:
         return name
@@ -823,8 +822,6 @@ def _stalled(outs: list[SubActionOutcome]) -> bool:
 
 def needs_table() -> list[dict[str, Any]]:
     """The survival needs the skill library knows, as the planner's request shows them."""
-    from knowledge import survival
-
     return [
         {
             "name": st.name,
@@ -841,6 +838,4 @@ def needs_table() -> list[dict[str, Any]]:
 
 
 def _achievements() -> list[str]:
-    from crafter import constants
-
     return list(constants.achievements)

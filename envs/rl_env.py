@@ -119,6 +119,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import gymnasium as gym
 import numpy as np
+from crafter import constants
 from gymnasium import spaces
 
 from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
@@ -247,8 +248,6 @@ class Layout:
 
 def crafter_layout() -> Layout:
     """Crafter's names, read from its own data (``crafter.constants``)."""
-    from crafter import constants
-
     return Layout(
         tile_names=(VOID, *constants.materials),
         # Every crafter.objects class a player can see (Fence exists, worldgen never adds it).

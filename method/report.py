@@ -8,6 +8,7 @@ from typing import Any
 
 from messages.plan import Critique, RunTask, SubActionOutcome, TaskReport
 from method.paired import compare, paired_outcomes
+from method.plots import report_plots
 from method.rates import best_rates, failed_rl, first_rates, versioned
 from method.settings import ALL_ACHIEVEMENTS, MethodSettings
 
@@ -148,8 +149,6 @@ def write_report(
 ) -> Path:
     """Write ``report.md`` in ``run_dir``: the headline figures, then one section after
     the other (each its own function below, in the order a reader meets them)."""
-    from method.plots import report_plots
-
     plots = report_plots(run_dir, report, summary)
     by_name: dict[str, list[SubActionOutcome]] = {}
     for o in report.outcomes:

@@ -27,18 +27,39 @@ stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import trio
+
+from actors import ROLES, actor_class, agent_classes
+from llm import models
+from llm.errors import BackendConfigError, ModelUnavailable
+from llm.local_server import INSTALL_HINT, missing_modules
 from messages.codec import DEFAULT_MAX_FRAME
+from method import settings as method_settings
+from method.agents import make_backend
+from method.compare import main as compare
+from method.driver import run_method
+from rlgpt import view as views
 from rlgpt.keys import keys_from_text, run_keys
-from runtime.config import MAX_CAPACITY, MAX_FRAME, MIN_FRAME
+from rlgpt.ray_attach import launch
+from runtime import config, events, security
+from runtime.actor import ActorRefused
+from runtime.config import MAX_CAPACITY, MAX_FRAME, MIN_FRAME, ConfigError
+from runtime.devices import DeviceError, check_device
+from runtime.forward import QUEUE_EVENTS, EventForwarder
+from runtime.head import EXIT_CONFIG, check_run_dir, check_run_id, new_run_dir, run_head
+from runtime.security import CurveClient, KeysMissing, is_loopback
+from runtime.tail import TailError, follow
 
 
 @dataclass(frozen=True)
@@ -109,14 +130,6 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import trio
-
-    from actors import ROLES
-    from method import settings as method_settings
-    from rlgpt import view as views
-    from runtime import config
-    from runtime.head import EXIT_CONFIG, check_run_dir, check_run_id, new_run_dir, run_head
-
     try:
         if args.run_id:
             check_run_id(args.run_id)
@@ -155,11 +168,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings.run.driver == "checkup":
         from method.checkup import checkup as driver
     else:
-        import functools
-
-        from actors import agent_classes
-        from method.driver import run_method
-
         driver = functools.partial(run_method, agent_classes=agent_classes())
 
     if args.resume:
@@ -200,11 +208,6 @@ def _check_backend(settings) -> None:
         return
     if agents.backend != "openai" or not agents.check_endpoint:
         return
-    import trio
-
-    from llm.errors import BackendConfigError, ModelUnavailable
-    from method.agents import make_backend
-    from runtime.config import ConfigError
 
     try:
         backend = make_backend(agents)
@@ -221,10 +224,6 @@ def _check_backend(settings) -> None:
 
 def _check_local(settings) -> None:
     """The local backend's model file and server are there (status 2 otherwise)."""
-    from llm import models
-    from llm.local_server import INSTALL_HINT, missing_modules
-    from runtime.config import ConfigError
-
     try:
         models.resolve(settings.agents.model)
     except models.ModelError as exc:
@@ -379,12 +378,7 @@ def cmd_actor(args: argparse.Namespace) -> int:
     head stops it; 2 when its arguments or the head refuse it, 1 when no head answered."""
     command = args.command.name
     if getattr(args, "ray", ""):
-        from rlgpt.ray_attach import launch
-
         return launch(args)
-    import trio
-
-    from runtime.actor import ActorRefused
 
     checked = _checked_actor_args(args, command)
     if isinstance(checked, int):
@@ -393,8 +387,6 @@ def cmd_actor(args: argparse.Namespace) -> int:
     forwarder = _configure_actor_events(args, cls)
     limits = getattr(cls, "apply_process_limits", None)
     if limits is not None:
-        from runtime import events
-
         events.log.info("process_limits", **limits())
     actor = cls(
         name=args.name,
@@ -427,10 +419,6 @@ def _checked_actor_args(args: argparse.Namespace, command: str) -> tuple[type, A
     """The actor's class and its CURVE client keys (None on loopback without keys), or
     2 with the problem printed: an unknown role or device, a bad run id, missing keys,
     a run folder that is not one, a remote head without keys."""
-    from actors import actor_class
-    from runtime.devices import DeviceError, check_device
-    from runtime.security import CurveClient, KeysMissing, is_loopback
-
     try:
         cls = actor_class(args.role)
         check_device(args.device)
@@ -470,8 +458,6 @@ def _configure_actor_events(args: argparse.Namespace, cls: type) -> Any:
     """Send the actor's events to its run folder's log, or (with no run folder here:
     attached from another machine) to the head, which writes them into the run's log;
     the console shows them too. The event forwarder in the second case, else None."""
-    from runtime import events
-
     events.configure(
         events_file=Path(args.run_dir) / "events.jsonl" if args.run_dir else None,
         console_level="warning" if args.quiet else os.environ.get("RLGPT_CONSOLE_LEVEL", "info"),
@@ -480,9 +466,6 @@ def _configure_actor_events(args: argparse.Namespace, cls: type) -> Any:
     )
     if args.run_dir:
         return None
-    import socket
-
-    from runtime.forward import QUEUE_EVENTS, EventForwarder
 
     forwarder = EventForwarder(
         socket.gethostname(),
@@ -498,8 +481,6 @@ async def _serve_actor(
 ) -> None:
     """Run ``actor`` against the head at ``--connect`` until it stops; SIGTERM and SIGINT
     stop it cleanly; ``attach`` also says while no head answers (:func:`_wait_for_head`)."""
-    import trio
-
     async with trio.open_nursery() as nursery:
 
         async def on_signal() -> None:
@@ -520,8 +501,6 @@ async def _wait_for_head(
 ) -> None:
     """Say every few seconds that no head answers yet; stop after ``wait`` s (0: never),
     with the reason in ``gave_up``."""
-    import trio
-
     start = trio.current_time()
     whose = f"the head of run {args.run_id}" if args.run_id else "a head"
     while True:
@@ -567,8 +546,6 @@ def tail_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from runtime.tail import TailError, follow
-
     try:
         return follow(
             args.run_dir, args.runs_dir, keep_following=not args.no_follow, level=args.level
@@ -607,8 +584,6 @@ def keys_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from runtime import security
-
     folder = Path(getattr(args, "sub_dir", None) or args.dir)
     force = args.force or getattr(args, "sub_force", False)
     action = args.action or "init"
@@ -669,8 +644,6 @@ def models_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from llm import models
-
     if args.action == "list":
         print("\n".join(models.listing()))
         return 0
@@ -692,8 +665,6 @@ def cmd_play(command: str, argv: list[str]) -> int:
 
 
 def cmd_compare(command: str, argv: list[str]) -> int:
-    from method.compare import main as compare
-
     return compare(argv)
 
 
