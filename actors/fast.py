@@ -17,12 +17,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from crafter import constants
+
 from envs.artifacts import ArtifactRefused, store_artifact
 from envs.reward_check import check_reward
 from envs.setup_code import compose_setup, in_training
+from knowledge import recipes
+from knowledge.options import (
+    OPTION_NAMES,
+    STAGE_CODE,
+    STAGE_CODE_STEPS,
+    option,
+    options_for,
+    stage_code_option,
+)
 from llm.contracts import subtask_achievement
 from messages import Envelope, preferring
-from messages.causes import SETUP_FAILED
 from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
@@ -33,16 +43,19 @@ from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
 from method.paired import (
     NOT_REACHED,
-    Comparison,
-    below_target,
-    compare,
-    faulted,
+    START_DRAW_FACTOR,
+    KeptVersion,
+    can_grow,
+    grow_by,
     reached,
     stage_outcomes,
+    worlds_to_draw,
 )
+from method.seeds import code_seeds_within, more_code_seeds
 from method.settings import MethodSettings
 from method.split import Affinity, rollout_split
 from method.tboard import log_dir
+from runtime import cpu
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
 from runtime.head import log_progress
@@ -58,15 +71,6 @@ version already tried: well above the default 0.2, so that sampling leaves the p
 that led to the same code, and below 1 so the reply still keeps to its contract."""
 ROLLOUT_WALL_S = 120.0
 """Wall-clock budget of one evaluation episode (a long composed chain included)."""
-START_DRAW_FACTOR = 8
-"""From starts, at most this many choosing worlds are drawn per world wanted that
-reaches the stage: 8x ``code_episodes`` for the choosing worlds (:meth:`FastAgent._draw`),
-8x ``decide_episodes`` in all when a comparison grows (:meth:`FastAgent._settle`). A
-world that does not reach it costs its setup once per runner (then nothing: its
-failure is kept); collect_diamond's
-setup reached its start in about half the worlds, deep stages of the simplest templates
-in a fifth, so 8x finds them all but always and bounds what a stage no setup reaches
-costs: 8x ``code_episodes`` composed setups, about what two versions cost from reset."""
 
 
 def subaction_dict(sub: SubAction) -> dict[str, Any]:
@@ -149,8 +153,6 @@ def rl_config(
     setup runs the coded ``setup`` stages with the run's survival ``needs`` served as
     the final policy serves them (:func:`envs.setup_code.compose_setup`), and its
     training episodes serve them too (:attr:`RLConfig.needs`)."""
-    from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS
-
     for n in needs:
         if not in_training(n):
             # Served in play (until its stage's test holds); setup and training serve a
@@ -265,9 +267,7 @@ def env_workers(choice: str, n_envs: int) -> bool:
     :data:`AUTO_WORKERS_MIN_ENVS` envs, on a machine with at least 2 usable cores and
     at most :data:`AUTO_ENVS_PER_CORE` envs per core)."""
     if choice == "auto":
-        from runtime.cpu import usable_cores
-
-        cores = usable_cores()[0]
+        cores = cpu.usable_cores()[0]  # looked up at call time: tests set the count
         return AUTO_WORKERS_MIN_ENVS <= n_envs <= AUTO_ENVS_PER_CORE * cores and cores >= 2
     return choice == "on"
 
@@ -296,97 +296,6 @@ def _train_steps(result: TrainResult) -> int:
 
 
 @dataclasses.dataclass
-class _Best:
-    """The version of a sub-action kept so far in one mode (the incumbent): the first
-    measured, replaced only by a version measurably better on the same worlds
-    (:func:`method.paired.compare`), never on a tie."""
-
-    rate: float = -1.0
-    """Its success rate among the evaluation worlds that reached it (-1: no version)."""
-    stage: Stage | None = None
-    """The version itself, None until one was measured."""
-    mode: str = "code"
-    """``code`` or ``rl``: which inner loop it came from."""
-    task_rate: float = 0.0
-    """The success rate of the whole composed episode it was measured in, over the
-    ``code_episodes`` choosing worlds (from starts too: an episode from a start goes on
-    exactly as the composed episode that made it, so its end is that episode's end)."""
-    seeds: list[int] = dataclasses.field(default_factory=list)
-    """The evaluation worlds of :attr:`outcomes`, in order."""
-    outcomes: list[int] = dataclasses.field(default_factory=list)
-    """Its outcome per evaluation world (1, 0, or -1 not reached); from starts, the
-    worlds drawn until ``code_episodes`` reached the stage (:attr:`_InnerLoop.worlds`)."""
-    faulted: bool = False
-    """Whether it failed everywhere it ran by a fault of its code (:func:`faulted`)."""
-    more: dict[int, int] = dataclasses.field(default_factory=dict)
-    """Its outcomes on further choosing worlds, by seed, where a comparison grew
-    (:meth:`FastAgent._settle`): measured once, reused by every later challenger."""
-
-    def offer(
-        self,
-        result: RolloutResult,
-        name: str,
-        stage: Stage,
-        seeds: list[int],
-        more: dict[int, int] | None = None,
-        task_rate: float | None = None,
-    ) -> bool:
-        """Keep ``stage`` if it is the first version, or measurably better than the kept
-        one; a version with no success is kept too when it is the first (an empty stage
-        would break every composed episode after it). A kept version that only ever
-        faulted (the sandbox stopped it, it crashed its runner) is replaced by the first
-        version that does not: it has no behaviour to compare. Returns whether it was
-        kept. ``more``: the challenger's outcomes on further worlds, by seed, compared
-        with the kept version's on the same ones. ``task_rate``: the whole composed
-        episode's success rate (default: ``result``'s, over all its episodes)."""
-        more = more or {}
-        rate, _ = result.stage_rate(name)
-        outcomes = stage_outcomes(result, name, seeds)
-        broken = faulted(result, name)
-        if self.stage is not None and self.faulted and not broken:
-            log.info("version_compared", subaction=name, mode=self.mode, kept=False,
-                     reason="the kept version only faulted")  # fmt: skip
-        elif self.stage is not None:
-            verdict = self.compare(outcomes, more)
-            log.info(
-                "version_compared",
-                subaction=name,
-                mode=self.mode,
-                kept=not verdict.challenger_wins,
-                worlds=verdict.worlds,
-                difference=round(verdict.difference, 4),
-                lower=round(verdict.lower, 4),
-            )
-            if not verdict.challenger_wins:
-                return False
-        task = result.success_rate if task_rate is None else task_rate
-        self.rate, self.stage, self.task_rate = rate, stage, task
-        self.outcomes, self.faulted, self.more = outcomes, broken, dict(more)
-        self.seeds = list(seeds)
-        return True
-
-    def meets(self, target: float) -> bool:
-        """Whether the kept version answers ``target``: it was measured and is not
-        measurably under it (:func:`method.paired.below_target`, over the worlds that
-        reached it)."""
-        return self.stage is not None and not below_target(
-            self.rate, reached(self.outcomes), target
-        )
-
-    def grown(self) -> list[int]:
-        """The worlds of :attr:`more` outside its evaluation worlds, in order."""
-        return sorted(set(self.more) - set(self.seeds))
-
-    def compare(self, outcomes: list[int], more: dict[int, int]) -> Comparison:
-        """A challenger's outcomes (on the evaluation worlds, and ``more`` further ones
-        by seed) against this version's on the same worlds."""
-        extra = sorted(s for s in more if s in self.more)  # another comparison's growth: not ours
-        return compare(
-            self.outcomes + [self.more[s] for s in extra], outcomes + [more[s] for s in extra]
-        )
-
-
-@dataclasses.dataclass
 class _InnerLoop:
     """What the inner loop over one :class:`WorkOn` did so far: its outcome's figures."""
 
@@ -400,11 +309,11 @@ class _InnerLoop:
     """The critique of every version, in order."""
     exhausted: bool = False
     """The backend answered a revision with the code unchanged: it has nothing better."""
-    coded: _Best = dataclasses.field(default_factory=lambda: _Best(mode="code"))
+    coded: KeptVersion = dataclasses.field(default_factory=lambda: KeptVersion(mode="code"))
     """The best coded version."""
-    learned: _Best = dataclasses.field(default_factory=lambda: _Best(mode="rl"))
+    learned: KeptVersion = dataclasses.field(default_factory=lambda: KeptVersion(mode="rl"))
     """The best learned version."""
-    rival: _Best = dataclasses.field(default_factory=_Best)
+    rival: KeptVersion = dataclasses.field(default_factory=KeptVersion)
     """``WorkOn.incumbent`` as this loop measured it (:meth:`FastAgent._versus`): on its
     worlds, and on the further worlds where a version's comparison with it grew."""
     failed_trace: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -416,7 +325,7 @@ class _InnerLoop:
     until ``code_episodes`` of them reached the stage (:meth:`FastAgent._draw`). Empty
     until then, and when evaluating from reset."""
 
-    def best(self, mode: str) -> _Best:
+    def best(self, mode: str) -> KeptVersion:
         """The best version in ``mode`` (``code`` or ``rl``)."""
         return self.coded if mode == "code" else self.learned
 
@@ -659,9 +568,6 @@ class FastAgent(Actor):
     # ------------------------------------------------------------------ RL
 
     async def _rl_loop(self, work: WorkOn, loop: _InnerLoop) -> None:
-        from knowledge import recipes
-        from knowledge.options import OPTION_NAMES, option, options_for, stage_code_option
-
         sub = work.subaction
         meant = subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
         if meant is None:
@@ -947,22 +853,20 @@ class FastAgent(Actor):
         return more
 
     async def _settle(
-        self, work: WorkOn, best: _Best, result: RolloutResult, stage: Stage, loop: _InnerLoop
+        self, work: WorkOn, best: KeptVersion, result: RolloutResult, stage: Stage, loop: _InnerLoop
     ) -> dict[int, int]:
         """Grow an undecided comparison: while ``stage`` did better than the kept version
         on the worlds so far but the paired bound does not say so, play both on as many
         further choosing worlds again (:func:`method.seeds.more_code_seeds`), up to
         ``[task] decide_episodes`` worlds (from starts: worlds where both reached the
-        stage, drawing at most :data:`START_DRAW_FACTOR` times as many). The challenger's
-        outcomes there, by seed; the kept version's go into ``best.more`` (played once: a
-        later challenger reuses them).
+        stage, drawing at most :data:`START_DRAW_FACTOR` times as many:
+        :func:`method.paired.grow_by`). The challenger's outcomes there, by seed; the kept
+        version's go into ``best.more`` (played once: a later challenger reuses them).
         Every episode is evaluated like any other: booked, counted, journalled."""
-        from method.seeds import code_seeds_within, more_code_seeds
-
         name = work.subaction.name
         seeds = list(work.seeds)
         cap = self.settings.task.decide_episodes
-        if best.stage is None or best.faulted or faulted(result, name) or not seeds:
+        if not can_grow(best, result, name, seeds):
             return {}
         outcomes = stage_outcomes(result, name, seeds)
         starts = self._from_starts(work)
@@ -970,19 +874,10 @@ class FastAgent(Actor):
         while True:
             verdict = best.compare(outcomes, more)
             drawn = len(seeds) + len(more)
-            # From starts a comparison grows in worlds that reach the stage (the pairs):
-            # a world that does not reach it says nothing of either version.
-            have = verdict.worlds if starts else drawn
-            if not verdict.undecided or have >= cap:
+            count = grow_by(verdict, drawn, cap, starts)
+            if count is None:
                 return more
-            count = min(have, cap - have)
-            if starts:
-                share = max(have, 1) / drawn  # of the worlds drawn so far, those reached
-                # At most START_DRAW_FACTOR x decide_episodes worlds in all: pairs that stop
-                # coming (later worlds' setups fail) must not draw the whole code range.
-                room = max(0, START_DRAW_FACTOR * cap - drawn)
-                count = min(-(-count // share), START_DRAW_FACTOR * count, room)
-            new = more_code_seeds(seeds, drawn, code_seeds_within(seeds, drawn, int(count)))
+            new = more_code_seeds(seeds, drawn, code_seeds_within(seeds, drawn, count))
             if not new:
                 return more
             log.info(
@@ -1007,26 +902,16 @@ class FastAgent(Actor):
         ``code_episodes`` worlds reach the stage or :data:`START_DRAW_FACTOR` times as
         many were drawn; ``result`` with those episodes added (each evaluation booked,
         counted and journalled). Later versions play the same worlds from the starts
-        made here (``worlds_drawn``). Only a world whose setup died (``setup_failed``)
-        asks for another: one the stage did not get to for any other reason (the
-        environment could not run it, a runner crashed) would fail as well elsewhere, so
-        drawing stops there."""
-        from method.seeds import code_seeds_within, more_code_seeds
-
+        made here (``worlds_drawn``). How many are drawn, and when drawing stops, is
+        :func:`method.paired.worlds_to_draw`'s to say."""
         name = work.subaction.name
         seeds = list(work.seeds)
         want = len(seeds)
         episodes = list(result.episodes)
         got = reached(stage_outcomes(result, name, seeds))
         limit = code_seeds_within(seeds, 0, START_DRAW_FACTOR * want)
-
-        def setups_only(batch: list[EpisodeReport]) -> bool:
-            return all(e.reached(name) or e.cause == SETUP_FAILED for e in batch)
-
-        while got < want and len(episodes) < limit and setups_only(episodes):
-            share = max(got, 1) / len(episodes)
-            count = min(-(-(want - got) // share), limit - len(episodes))
-            new = more_code_seeds(seeds, len(episodes), int(count))
+        while count := worlds_to_draw(name, want, got, episodes, limit):
+            new = more_code_seeds(seeds, len(episodes), count)
             extra = await self._evaluate(dataclasses.replace(work, seeds=new), stage)
             loop.code_steps += extra.steps
             episodes += extra.episodes
@@ -1066,6 +951,4 @@ def _failed_trace(result: RolloutResult) -> list[dict[str, Any]]:
 
 
 def _world_actions() -> tuple[str, ...]:
-    from crafter import constants
-
     return tuple(constants.actions)

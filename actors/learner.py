@@ -40,13 +40,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import trio
+from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.logger import Logger
 
 from envs.artifacts import PolicyUnusable, policy_spec, restore_checkpoint, sha256_of
-from envs.env_workers import EnvWorkers
-from envs.held_out import held_out
-from envs.rl_env import SetupError
+from envs.env_workers import EnvWorkers, WorkerDied, WorkerVecEnv
+from envs.held_out import held_out, play_learned
+from envs.per_env import PerEnvPPO
+from envs.rl_env import SetupError, make_env, make_vec_env
+from envs.smdp import SMDPPPO
+from knowledge.options import STAGE_CODE
 from messages import Envelope
 from messages.artifact import JobReached
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
@@ -74,8 +80,6 @@ def set_torch_threads() -> int:
     """One torch thread per learner unless told otherwise: the policies are small MLPs,
     which a second thread barely speeds up, while two learners on two cores each running
     two spinning threads slowed each other down fivefold (measured)."""
-    import torch
-
     threads = int(os.environ.get(TORCH_THREADS_ENV, "1"))
     torch.set_num_threads(threads)
     return threads
@@ -399,64 +403,18 @@ class LearnerActor(Actor):
     ) -> TrainResult:
         """Train and evaluate (blocking; runs in a worker thread). ``head``: what the
         head's store holds of this job (its newest checkpoint, fetched)."""
-        from envs.rl_env import make_vec_env
-
         started = time.monotonic()
-        base = self._base()
-        folder = base / "learners" / req.name
-        trusted = self._trusted_local(req.name, folder, head)
-        folder.mkdir(parents=True, exist_ok=True)
-        attempts = folder / "attempts.jsonl"
-        if not trusted and attempts.exists():
-            # Its records are no more this run's than the folder's checkpoints: counted,
-            # they would report decisions lost that this run never made.
-            log.warning("learner_files_stale", job=req.name, paths=[str(attempts)])
-            attempts.unlink()
-        reached = max(_furthest(attempts), head.reached if head is not None else 0)
+        folder, attempts, trusted, reached = self._job_folder(req, head)
         # Beside the run-level figures: one TensorBoard log dir for the whole run.
-        curves = base / LOG_DIR / req.name
-        vec = make_vec_env(
-            req.config,
-            req.n_envs,
-            req.seed,
-            subproc=req.subproc,
-            # Long-lived worker processes: both cores step worlds, and the starts they
-            # made stay cached for this sub-action's later versions.
-            workers=self.env_workers() if req.subproc else None,
-            world_pool=training_worlds(req),
-            pool_only=True,  # PPO seeds each env's first reset: a pool world, shared
-            setup_retries=seeds.SETUP_RETRIES,
-            setup_retry_stride=seeds.RETRY_STRIDE,
-            setup_redraws=seeds.SETUP_REDRAWS,
-            # Setup once, train many: each world's start is made (and counted) once in
-            # this process, then restored; later jobs on the same setup share them.
-            start_states=True,
-        )
+        curves = self._base() / LOG_DIR / req.name
+        vec = self._training_envs(req)
         try:
             model, resumed_from = resume(
                 req, vec, device, folder if trusted else None, curves, head
             )
             steps_lost = max(0, reached - resumed_from)
             _append(attempts, {"actor": self.actor_id, "resumed_from": resumed_from})
-            counter = EpisodeCounter()
-            # In this order: the counts first (the report reads them), the stop last (it
-            # sees a stop the report set in the same step).
-            callback = CallbackList(
-                [
-                    counter,
-                    SaveCheckpoints(
-                        folder,
-                        attempts,
-                        self.actor_id,
-                        req.checkpoint_every,
-                        resumed_from,
-                        share=lambda path, steps: self.share_checkpoint(req.name, path, steps),
-                    ),
-                    ReportProgress(self, req, asker, counter, attempts, stop, resumed_from),
-                    StopOnCancel(stop),
-                    StopAtWorldSteps(vec, req.max_world_steps, req.name),
-                ]
-            )
+            callback = self._callbacks(req, asker, stop, vec, folder, attempts, resumed_from)
             remaining = max(0, req.total_steps - resumed_from)
             learn_started = time.monotonic()
             try:
@@ -485,41 +443,129 @@ class LearnerActor(Actor):
             train_s = time.monotonic() - learn_started
             if stop.is_set():
                 raise RuntimeError("training cancelled")
-            policy = folder / "policy.zip"
-            tmp = folder / "policy.part.zip"
-            model.save(tmp)
-            os.replace(tmp, policy)
-            trained = world_tally(vec)
-            held = {}
-            success, _ = evaluate(req, str(policy), tally=held, vec=vec)
-            setup = trained["setup_steps"] + held["setup_steps"]
-            episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
-            unlocked = _unlocked(trained["episodes"] + held["episodes"])
-            digest = sha256_of(policy)
-            return TrainResult(
-                name=req.name,
-                policy_path=str(policy),
-                sha256=digest,
-                steps=int(model.num_timesteps),
-                primitive_steps=trained["world_steps"] - trained["setup_steps"],
-                eval_success_rate=success,
-                eval_episodes=req.eval_episodes,
-                eval_primitive_steps=held["world_steps"] - held["setup_steps"],
-                resumed_from=resumed_from,
-                steps_lost=steps_lost,
-                tensorboard_dir=str(curves),
-                wall_s=round(time.monotonic() - started, 3),
-                train_s=round(train_s, 3),
-                device=str(model.device),
-                actor_id=self.actor_id,
-                policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
-                episodes=len(episodes),
-                achievement_episodes=unlocked,
-                setup_steps=setup,
-                world_episodes=episodes,
+            return self._trained(
+                req, model, vec, folder, curves, resumed_from, steps_lost, started, train_s
             )
         finally:
             vec.close()
+
+    def _job_folder(
+        self, req: TrainRequest, head: HeadCheckpoint | None
+    ) -> tuple[Path, Path, bool, int]:
+        """The job's folder (made), its attempts file, whether the folder's files are
+        this run's own (:meth:`_trusted_local`), and the furthest step any attempt of
+        the job reached (here or in the head's store)."""
+        folder = self._base() / "learners" / req.name
+        trusted = self._trusted_local(req.name, folder, head)
+        folder.mkdir(parents=True, exist_ok=True)
+        attempts = folder / "attempts.jsonl"
+        if not trusted and attempts.exists():
+            # Its records are no more this run's than the folder's checkpoints: counted,
+            # they would report decisions lost that this run never made.
+            log.warning("learner_files_stale", job=req.name, paths=[str(attempts)])
+            attempts.unlink()
+        reached = max(_furthest(attempts), head.reached if head is not None else 0)
+        return folder, attempts, trusted, reached
+
+    def _training_envs(self, req: TrainRequest) -> Any:
+        """The job's vectorised training envs, drawing worlds from its training pool."""
+        return make_vec_env(
+            req.config,
+            req.n_envs,
+            req.seed,
+            subproc=req.subproc,
+            # Long-lived worker processes: both cores step worlds, and the starts they
+            # made stay cached for this sub-action's later versions.
+            workers=self.env_workers() if req.subproc else None,
+            world_pool=training_worlds(req),
+            pool_only=True,  # PPO seeds each env's first reset: a pool world, shared
+            setup_retries=seeds.SETUP_RETRIES,
+            setup_retry_stride=seeds.RETRY_STRIDE,
+            setup_redraws=seeds.SETUP_REDRAWS,
+            # Setup once, train many: each world's start is made (and counted) once in
+            # this process, then restored; later jobs on the same setup share them.
+            start_states=True,
+        )
+
+    def _callbacks(
+        self,
+        req: TrainRequest,
+        asker: str,
+        stop: threading.Event,
+        vec: Any,
+        folder: Path,
+        attempts: Path,
+        resumed_from: int,
+    ) -> CallbackList:
+        """What runs beside PPO's steps: episode counts, checkpoints (shared with the
+        head), progress reports, the stop on cancel and at the job's world-step cap."""
+        counter = EpisodeCounter()
+        # In this order: the counts first (the report reads them), the stop last (it
+        # sees a stop the report set in the same step).
+        return CallbackList(
+            [
+                counter,
+                SaveCheckpoints(
+                    folder,
+                    attempts,
+                    self.actor_id,
+                    req.checkpoint_every,
+                    resumed_from,
+                    share=lambda path, steps: self.share_checkpoint(req.name, path, steps),
+                ),
+                ReportProgress(self, req, asker, counter, attempts, stop, resumed_from),
+                StopOnCancel(stop),
+                StopAtWorldSteps(vec, req.max_world_steps, req.name),
+            ]
+        )
+
+    def _trained(
+        self,
+        req: TrainRequest,
+        model: Any,
+        vec: Any,
+        folder: Path,
+        curves: Path,
+        resumed_from: int,
+        steps_lost: int,
+        started: float,
+        train_s: float,
+    ) -> TrainResult:
+        """Save the trained policy, evaluate it on held-out worlds and report the job:
+        every world step of training and of the evaluation, setup's included."""
+        policy = folder / "policy.zip"
+        tmp = folder / "policy.part.zip"
+        model.save(tmp)
+        os.replace(tmp, policy)
+        trained = world_tally(vec)
+        held = {}
+        success, _ = evaluate(req, str(policy), tally=held, vec=vec)
+        setup = trained["setup_steps"] + held["setup_steps"]
+        episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
+        unlocked = _unlocked(trained["episodes"] + held["episodes"])
+        digest = sha256_of(policy)
+        return TrainResult(
+            name=req.name,
+            policy_path=str(policy),
+            sha256=digest,
+            steps=int(model.num_timesteps),
+            primitive_steps=trained["world_steps"] - trained["setup_steps"],
+            eval_success_rate=success,
+            eval_episodes=req.eval_episodes,
+            eval_primitive_steps=held["world_steps"] - held["setup_steps"],
+            resumed_from=resumed_from,
+            steps_lost=steps_lost,
+            tensorboard_dir=str(curves),
+            wall_s=round(time.monotonic() - started, 3),
+            train_s=round(train_s, 3),
+            device=str(model.device),
+            actor_id=self.actor_id,
+            policy_bytes=policy.read_bytes() if self.run_dir is None else b"",
+            episodes=len(episodes),
+            achievement_episodes=unlocked,
+            setup_steps=setup,
+            world_episodes=episodes,
+        )
 
 
 def make_ppo(
@@ -550,8 +596,6 @@ def make_ppo(
     if tensorboard_log is None:
         # Without curves SB3 would still make an empty $TMPDIR/SB3-<time> folder per
         # learn(): a logger with no outputs writes nothing anywhere.
-        from stable_baselines3.common.logger import Logger
-
         model.set_logger(Logger(folder=None, output_formats=[]))
     return model
 
@@ -564,8 +608,6 @@ def code_prior(model: Any, req: TrainRequest) -> int | None:
     code among the actions, or None when there is nothing to do (no prior, or the config
     offers no stage code: said as ``code_prior_unused``). Options come after the
     primitives in the action space."""
-    from knowledge.options import STAGE_CODE
-
     p = req.ppo.code_prior
     if p <= 0:
         return None
@@ -578,7 +620,6 @@ def code_prior(model: Any, req: TrainRequest) -> int | None:
         raise ValueError(f"[training.ppo] code_prior must be in [0, 1): got {p}")
     n = int(model.action_space.n)
     index = n - len(names) + names.index(STAGE_CODE)
-    import torch
 
     bias = torch.full((n,), math.log((1 - p) / (n - 1)))
     bias[index] = math.log(p)
@@ -643,14 +684,9 @@ def resume(
 def ppo_class(settings: PPOSettings) -> Any:
     """The SB3 algorithm class ``settings`` ask for: SMDP PPO or plain PPO."""
     if settings.smdp:
-        from envs.smdp import SMDPPPO
-
         return SMDPPPO
     if settings.collect == "per_env":
-        from envs.per_env import PerEnvPPO
-
         return PerEnvPPO
-    from stable_baselines3 import PPO
 
     return PPO
 
@@ -704,9 +740,6 @@ def evaluate(
     seed and the world's), so the figure is reproducible and the same wherever the
     episodes run: split over the job's env workers when ``vec`` is one (both cores
     play; see :meth:`envs.env_workers.WorkerVecEnv.held_out`), else in this process."""
-    from envs.env_workers import WorkerDied, WorkerVecEnv
-    from envs.held_out import play_learned
-
     count = req.eval_episodes if episodes is None else episodes
     seeds = list(range(req.eval_seed, req.eval_seed + count))
     check = None
@@ -727,8 +760,6 @@ def evaluate(
 
 def random_success(req: TrainRequest, episodes: int, seed: int = 0) -> float:
     """The same held-out evaluation for a uniformly random policy: the bar to beat."""
-    from envs.rl_env import make_env
-
     rng = np.random.default_rng(seed)
     probe = make_env(req.config)
     n = int(probe.action_space.n)

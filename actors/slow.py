@@ -17,7 +17,10 @@ import re
 from typing import Any, get_args
 
 import trio
+from crafter import constants
 
+from knowledge import recipes, survival
+from llm.contracts import resolve_achievement, subtask_achievement
 from llm.errors import TokenBudgetSpent
 from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
@@ -26,7 +29,7 @@ from messages.task import Need, NeedStat, Stage, Subtask
 from method import ledger, seeds
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
-from method.paired import compare, paired_outcomes, played_on
+from method.paired import chosen_version, join_incumbent, usable
 from method.settings import ALL_ACHIEVEMENTS, FINAL_WALL_S, MethodSettings
 from method.split import rollout_split, whole_parts
 from method.video import video_episodes
@@ -80,8 +83,6 @@ class SlowAgent(Actor):
 
     @handles(RunTask)
     async def on_task(self, task: RunTask, env: Envelope) -> TaskReport:
-        from knowledge import recipes
-
         curriculum = task.target_item == ALL_ACHIEVEMENTS
         steps = recipes.describe(
             recipes.curriculum() if curriculum else recipes.chain(task.target_item)
@@ -120,7 +121,7 @@ class SlowAgent(Actor):
                 stop_reason = "wall_time"
                 log.warning("budget_spent", kind="wall_time", budget_s=wall_s)
             rates = {
-                name: round(self._best(outs).success_rate, 4) for name, outs in outcomes.items()
+                name: round(chosen_version(outs).success_rate, 4) for name, outs in outcomes.items()
             }
             last = plan.subactions[-1].name
             task_rate = self._task_rate(outcomes.get(last, []))
@@ -136,7 +137,9 @@ class SlowAgent(Actor):
             if stop_reason == "wall_time":
                 break
             if task_rate >= task.success_target and all(
-                self._best(outcomes[s.name]).accepted for s in plan.subactions if s.name in outcomes
+                chosen_version(outcomes[s.name]).accepted
+                for s in plan.subactions
+                if s.name in outcomes
             ):
                 stop_reason = "target_met"
                 break
@@ -172,44 +175,19 @@ class SlowAgent(Actor):
         iteration: int,
         spent: _Spent,
     ) -> None:
-        """One pass of the inner loops over every sub-action that still needs work."""
+        """One pass of the inner loops over every sub-action that still needs work: each
+        starts once the ancestors it waits for are done (:func:`schedule`), and asks the
+        fast agent for its inner loop (:meth:`_work_on`)."""
+        settings = self.settings.task
 
         def pending(sub: SubAction) -> bool:
             # Redo what the revision named; otherwise work once per mode.
             have = outcomes.get(sub.name, [])
             return sub.name in redo or not any(o.mode == sub.mode for o in have)
 
-        settings = self.settings.task
-        done = {s.name: trio.Event() for s in plan.subactions}
         todo = {s.name for s in plan.subactions if not s.need and pending(s)}
-        # What each sub-action waits for, fixed before anything starts (so the result
-        # does not depend on which inner loop ends first): an ancestor still to work on
-        # whose work could change the coded versions its setup uses. An ancestor that
-        # relearns in RL and already has a usable version and a coded one (from an
-        # earlier iteration) cannot: its RL work adds learned versions only. Such an
-        # ancestor is not waited for; the sub-action starts at once and is measured after
-        # the ancestor's version chosen when this pass began, the same for every one of
-        # its versions, so their comparison stays paired (``subaction_ahead``). Two RL
-        # sub-actions of a chain thus train at once on two learners instead of one
-        # after the other.
         at_start = {name: list(outs) for name, outs in outcomes.items()}
-
-        def holds_up(name: str) -> bool:
-            if name not in todo:
-                return False
-            if by_name[name].mode != "rl":
-                return True
-            outs = at_start.get(name, [])
-            return not (outs and _usable(self._chosen(outs)) and self._coded(outs) is not None)
-
-        by_name = {s.name: s for s in plan.subactions}
-        ahead: dict[str, list[str]] = {}
-        waits: dict[str, list[str]] = {}
-        for s in plan.subactions:
-            line = self._ancestors(plan, s)
-            waits[s.name] = [a for a in line if holds_up(a)]
-            if s.name in todo:
-                ahead[s.name] = [a for a in line if a in todo and a not in waits[s.name]]
+        waits, ahead = schedule(plan, todo, at_start)
         # The env-step budget reaches into training: each RL sub-action, when it starts,
         # gets an equal share of what is left (less what running ones were given) for
         # its training jobs, so an iteration cannot overrun the budget by whole jobs.
@@ -219,86 +197,107 @@ class SlowAgent(Actor):
             {s.name for s in plan.subactions if not s.need and s.mode == "rl" and pending(s)},
             train_cap=int(settings.env_steps * settings.train_share),
         )
-
-        async def one(sub: SubAction, needs: list[Need]) -> None:
-            try:
-                for dep in waits[sub.name]:
-                    await done[dep].wait()
-                early = ahead.get(sub.name, [])
-                if early:
-                    log.info("subaction_ahead", subaction=sub.name, of=early)
-
-                def versions(d: str) -> list[SubActionOutcome]:
-                    return at_start.get(d, []) if d in early else outcomes.get(d, [])
-
-                # (An ancestor with no usable version is left out, never composed empty.)
-                ancestors = [
-                    d
-                    for d in self._ancestors(plan, sub)
-                    if versions(d) and _usable(self._chosen(versions(d)))
-                ]
-                before = [self._chosen(versions(d)).stage for d in ancestors]
-                setup = [self._coded(versions(d)) for d in ancestors]
-                if sub.name in todo:
-                    base = WorkOn(
-                        subaction=sub,
-                        before=before,
-                        needs=needs,
-                        iteration=iteration,
-                        seeds=list(task.code_seeds),
-                        revisions=settings.revisions,
-                        train_steps=settings.train_steps,
-                        hint=redo.get(sub.name, ""),
-                        setup=[st for st in setup if st is not None],
-                    )
-                    if sub.mode == "rl" and settings.learn_over_code and not outcomes.get(sub.name):
-                        # RL first, over the step's own first code: written and measured
-                        # once (no revisions), then the code PPO learns over and the
-                        # version each learned one is measured against.
-                        log.info("code_before_learning", subaction=sub.name)
-                        code = dataclasses.replace(sub, mode="code")
-                        first = dataclasses.replace(base, subaction=code, revisions=0)
-                        coded: SubActionOutcome = await self.ask(
-                            "@fast", first, expect=SubActionOutcome
-                        )
-                        outcomes.setdefault(sub.name, []).append(coded)
-                        spent.add(coded)
-                    # The version the run stands on (of either mode): this loop's versions
-                    # are measured against it on enough worlds to decide. Paired only on
-                    # the worlds both loops drew, a redo's version at 0.67 lost to a kept
-                    # 0.10 (BENCHMARKS.md, "From the simplest templates at 1M").
-                    prior = outcomes.get(sub.name, [])
-                    kept = self._chosen(prior) if prior else None
-                    if kept is not None and not _usable(kept):
-                        kept = None
-                    work = dataclasses.replace(
-                        base,
-                        env_steps_cap=shares.take(sub.name),
-                        incumbent=kept.stage if kept is not None else None,
-                    )
-                    outcome: SubActionOutcome = await self.ask(
-                        "@fast", work, expect=SubActionOutcome
-                    )
-                    if kept is not None:
-                        self._join_incumbent(prior, kept, outcome)
-                    outcomes.setdefault(sub.name, []).append(outcome)
-                    spent.add(outcome)
-            finally:
-                shares.release(sub.name)
-                done[sub.name].set()
-
+        p = _Pass(
+            task=task,
+            plan=plan,
+            outcomes=outcomes,
+            redo=redo,
+            iteration=iteration,
+            spent=spent,
+            todo=todo,
+            at_start=at_start,
+            waits=waits,
+            ahead=ahead,
+            shares=shares,
+            done={s.name: trio.Event() for s in plan.subactions},
+        )
         needs = list(self._need_list)
         async with trio.open_nursery() as nursery:
             for sub in plan.subactions:
                 if not sub.need:
-                    nursery.start_soon(one, sub, needs)
+                    nursery.start_soon(self._run_one, p, sub, needs)
         for name, early in ahead.items():
             for d in early:
-                then, now = self._chosen(at_start[d]).stage, self._chosen(outcomes[d]).stage
+                then, now = chosen_version(at_start[d]).stage, chosen_version(outcomes[d]).stage
                 if then != now:
                     # Its versions were measured after the ancestor's earlier version:
                     # paired among themselves, but the final policy composes the new one.
                     log.warning("measured_before_changed", subaction=name, ancestor=d)
+
+    async def _run_one(self, p: _Pass, sub: SubAction, needs: list[Need]) -> None:
+        """Wait for the ancestors ``sub`` waits for, then work on it if it is to do;
+        always release its share and say it is done."""
+        try:
+            for dep in p.waits[sub.name]:
+                await p.done[dep].wait()
+            early = p.ahead.get(sub.name, [])
+            if early:
+                log.info("subaction_ahead", subaction=sub.name, of=early)
+
+            def versions(d: str) -> list[SubActionOutcome]:
+                return p.at_start.get(d, []) if d in early else p.outcomes.get(d, [])
+
+            # (An ancestor with no usable version is left out, never composed empty.)
+            ancestors = [
+                d
+                for d in self._ancestors(p.plan, sub)
+                if versions(d) and usable(chosen_version(versions(d)))
+            ]
+            before = [chosen_version(versions(d)).stage for d in ancestors]
+            setup = [self._coded(versions(d)) for d in ancestors]
+            if sub.name in p.todo:
+                await self._work_on(p, sub, needs, before, [st for st in setup if st is not None])
+        finally:
+            p.shares.release(sub.name)
+            p.done[sub.name].set()
+
+    async def _work_on(
+        self, p: _Pass, sub: SubAction, needs: list[Need], before: list[Stage], setup: list[Stage]
+    ) -> None:
+        """Ask the fast agent for ``sub``'s inner loop, composed after ``before`` (its
+        training setup running ``setup``), measured against the version the run stands on;
+        a learning sub-action with no version yet has its own code written first."""
+        settings = self.settings.task
+        outcomes = p.outcomes
+        base = WorkOn(
+            subaction=sub,
+            before=before,
+            needs=needs,
+            iteration=p.iteration,
+            seeds=list(p.task.code_seeds),
+            revisions=settings.revisions,
+            train_steps=settings.train_steps,
+            hint=p.redo.get(sub.name, ""),
+            setup=setup,
+        )
+        if sub.mode == "rl" and settings.learn_over_code and not outcomes.get(sub.name):
+            # RL first, over the step's own first code: written and measured
+            # once (no revisions), then the code PPO learns over and the
+            # version each learned one is measured against.
+            log.info("code_before_learning", subaction=sub.name)
+            code = dataclasses.replace(sub, mode="code")
+            first = dataclasses.replace(base, subaction=code, revisions=0)
+            coded: SubActionOutcome = await self.ask("@fast", first, expect=SubActionOutcome)
+            outcomes.setdefault(sub.name, []).append(coded)
+            p.spent.add(coded)
+        # The version the run stands on (of either mode): this loop's versions
+        # are measured against it on enough worlds to decide. Paired only on
+        # the worlds both loops drew, a redo's version at 0.67 lost to a kept
+        # 0.10 (BENCHMARKS.md, "From the simplest templates at 1M").
+        prior = outcomes.get(sub.name, [])
+        kept = chosen_version(prior) if prior else None
+        if kept is not None and not usable(kept):
+            kept = None
+        work = dataclasses.replace(
+            base,
+            env_steps_cap=p.shares.take(sub.name),
+            incumbent=kept.stage if kept is not None else None,
+        )
+        outcome: SubActionOutcome = await self.ask("@fast", work, expect=SubActionOutcome)
+        if kept is not None:
+            join_incumbent(prior, kept, outcome)
+        outcomes.setdefault(sub.name, []).append(outcome)
+        p.spent.add(outcome)
 
     async def _revise(
         self,
@@ -417,8 +416,8 @@ class SlowAgent(Actor):
         for s in plan.subactions:
             if s.need or not outcomes.get(s.name):
                 continue
-            chosen = self._chosen(outcomes[s.name])
-            if not _usable(chosen):
+            chosen = chosen_version(outcomes[s.name])
+            if not usable(chosen):
                 # Nothing was ever written for it (its training failed, say): no empty
                 # stage goes into the policy; the episode's planner goes on without it.
                 log.warning("stage_missing", subaction=s.name, reason="no usable version")
@@ -430,9 +429,9 @@ class SlowAgent(Actor):
             if (
                 not sub.need
                 and outcomes.get(sub.name)
-                and _usable(self._chosen(outcomes[sub.name]))
+                and usable(chosen_version(outcomes[sub.name]))
             ):
-                chosen = self._chosen(outcomes[sub.name])
+                chosen = chosen_version(outcomes[sub.name])
                 log.info(
                     "final_stage",
                     subaction=sub.name,
@@ -624,42 +623,6 @@ class SlowAgent(Actor):
         return [s.name for s in plan.subactions if s.name in seen]
 
     @staticmethod
-    def _best(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        """The version the run stands on (:meth:`_chosen`)."""
-        return SlowAgent._chosen(outs)
-
-    @staticmethod
-    def _chosen(outs: list[SubActionOutcome]) -> SubActionOutcome:
-        """The version the final policy uses: the first usable one (a stage with code or
-        a policy), replaced by a later one only when it is measurably better on the same
-        worlds (:func:`method.paired.compare`: the lower bound of the paired difference
-        above 0). A tie keeps the incumbent: no preference for learned or for newer.
-        Only when no version is usable is the first outcome returned (its stage empty:
-        :meth:`_finish` leaves such a stage out and says so)."""
-        usable = [o for o in outs if _usable(o)]
-        if not usable:
-            return outs[0]
-        kept = usable[0]
-        for challenger in usable[1:]:
-            paired = paired_outcomes(kept, challenger)
-            if paired is not None and compare(*paired).challenger_wins:
-                kept = challenger
-        return kept
-
-    @staticmethod
-    def _join_incumbent(
-        outs: list[SubActionOutcome], kept: SubActionOutcome, outcome: SubActionOutcome
-    ) -> None:
-        """Add to ``kept`` (one of ``outs``, the incumbent an inner loop was asked to
-        measure its versions against: ``WorkOn.incumbent``) its outcomes on the worlds
-        that loop played it on (``outcome.incumbent_seeds``), so that :meth:`_chosen`
-        pairs the two on every one. Measured after the same stages as the challenger,
-        they replace what it had for the same worlds."""
-        if outcome.incumbent_seeds:
-            at = next(i for i, o in enumerate(outs) if o is kept)
-            outs[at] = played_on(kept, outcome.incumbent_seeds, outcome.incumbent_outcomes)
-
-    @staticmethod
     def _coded(outs: list[SubActionOutcome]) -> Stage | None:
         """The best coded version (for a training setup), None if there is none."""
         coded = [o for o in outs if o.mode == "code" and o.stage.code]
@@ -736,6 +699,69 @@ class _Spent:
         self.train += outcome.train_steps
 
 
+def schedule(
+    plan: Plan,
+    todo: set[str],
+    at_start: dict[str, list[SubActionOutcome]],
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """What each sub-action of a pass waits for, and which ancestors still to work on it
+    starts ahead of (those to work on in ``todo``; ``at_start``: the outcomes when the
+    pass began).
+
+    Fixed before anything starts (so the result does not depend on which inner loop ends
+    first): a sub-action waits for an ancestor still to work on whose work could change
+    the coded versions its setup uses. An ancestor that relearns in RL and already has a
+    usable version and a coded one (from an earlier iteration) cannot: its RL work adds
+    learned versions only. Such an ancestor is not waited for; the sub-action starts at
+    once and is measured after the ancestor's version chosen when this pass began, the
+    same for every one of its versions, so their comparison stays paired
+    (``subaction_ahead``). Two RL sub-actions of a chain thus train at once on two
+    learners instead of one after the other."""
+    by_name = {s.name: s for s in plan.subactions}
+
+    def holds_up(name: str) -> bool:
+        if name not in todo:
+            return False
+        if by_name[name].mode != "rl":
+            return True
+        outs = at_start.get(name, [])
+        return not (outs and usable(chosen_version(outs)) and SlowAgent._coded(outs) is not None)
+
+    ahead: dict[str, list[str]] = {}
+    waits: dict[str, list[str]] = {}
+    for s in plan.subactions:
+        line = SlowAgent._ancestors(plan, s)
+        waits[s.name] = [a for a in line if holds_up(a)]
+        if s.name in todo:
+            ahead[s.name] = [a for a in line if a in todo and a not in waits[s.name]]
+    return waits, ahead
+
+
+@dataclasses.dataclass
+class _Pass:
+    """One pass of :meth:`SlowAgent._work`: what its sub-actions' tasks share."""
+
+    task: RunTask
+    plan: Plan
+    outcomes: dict[str, list[SubActionOutcome]]
+    """Every sub-action's outcomes so far (this pass appends to them)."""
+    redo: dict[str, str]
+    """Sub-actions the last revision named, with its reason (the fast agent's hint)."""
+    iteration: int
+    spent: _Spent
+    todo: set[str]
+    """Sub-actions this pass works on."""
+    at_start: dict[str, list[SubActionOutcome]]
+    """The outcomes as they were when the pass began."""
+    waits: dict[str, list[str]]
+    """Sub-action → the ancestors it waits for (:func:`schedule`)."""
+    ahead: dict[str, list[str]]
+    """Sub-action → the ancestors to work on that it starts ahead of."""
+    shares: Shares
+    done: dict[str, trio.Event]
+    """Sub-action → set once its work in this pass ended (or it had none)."""
+
+
 def revise_request(
     task: RunTask,
     plan: Plan,
@@ -748,7 +774,6 @@ def revise_request(
     measured rate, the critic's last verdict and cause, and whether code has run out of
     answers (``exhausted``: the fast agent said its code cannot change; ``stalled``: the
     last round did not raise it) — what decides code or RL."""
-    best = SlowAgent._best
     summary = []
     for sub in plan.subactions:
         outs = outcomes.get(sub.name, [])
@@ -759,8 +784,8 @@ def revise_request(
                 "name": sub.name,
                 "mode": sub.mode,
                 "target": sub.target,
-                "success_rate": round(best(outs).success_rate, 4) if outs else 0.0,
-                "accepted": bool(outs) and best(outs).accepted,
+                "success_rate": round(chosen_version(outs).success_rate, 4) if outs else 0.0,
+                "accepted": bool(outs) and chosen_version(outs).accepted,
                 "verdict": critique.verdict if critique else "revise",
                 "cause": critique.cause if critique else "",
                 "advice": critique.advice if critique else "",
@@ -805,8 +830,6 @@ def plan_name(plan: Plan, name: str) -> str | None:
     """The plan's sub-action a model's name means: the name itself, the same name with
     case and spaces normalised (``"Collect Wood"``), or the one sub-action standing for
     the same Crafter achievement (``"get_logs"`` → ``collect_wood``); None otherwise."""
-    from llm.contracts import resolve_achievement, subtask_achievement
-
     names = [sub.name for sub in plan.subactions]
     if name in names:
         return name
@@ -822,11 +845,6 @@ def plan_name(plan: Plan, name: str) -> str | None:
         if subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal) == meant
     ]
     return same[0] if len(same) == 1 else None
-
-
-def _usable(outcome: SubActionOutcome) -> bool:
-    """Whether the outcome's stage can run: it has code or a policy."""
-    return bool(outcome.stage.code.strip() or outcome.stage.policy_path)
 
 
 def _unreached(outs: list[SubActionOutcome]) -> bool:
@@ -847,8 +865,6 @@ def _stalled(outs: list[SubActionOutcome]) -> bool:
 
 def needs_table() -> list[dict[str, Any]]:
     """The survival needs the skill library knows, as the planner's request shows them."""
-    from knowledge import survival
-
     return [
         {
             "name": st.name,
@@ -865,6 +881,4 @@ def needs_table() -> list[dict[str, Any]]:
 
 
 def _achievements() -> list[str]:
-    from crafter import constants
-
     return list(constants.achievements)

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gymnasium.spaces.utils import flatdim
+
+from envs.rl_env import make_env
 from messages.train import TrainResult
 
 
@@ -294,8 +297,6 @@ def load_policy(
     from stable_baselines3 import PPO
     from stable_baselines3.common.utils import set_random_seed
 
-    from envs.rl_env import make_env
-
     env = make_env(config)  # as the learner's envs: spaces only, no episode
     try:
         observation_space, action_space = env.observation_space, env.action_space
@@ -319,7 +320,6 @@ def _affordable(path: Path, state: dict[str, Any], observation_space: Any, arch:
     for. Storage bytes are counted, not shapes: a tensor can claim a large shape over a
     small storage (stride 0)."""
     import torch
-    from gymnasium.spaces.utils import flatdim
 
     widths = [flatdim(observation_space), *arch]
     weights = sum(a * b for a, b in zip(widths, widths[1:], strict=False))

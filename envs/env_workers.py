@@ -31,9 +31,15 @@ import pickle
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import VecEnv
+
+from envs.held_out import merge_checks
+from envs.rl_env import _build
 
 STOP_TIMEOUT_S = 5.0
 """How long :meth:`EnvWorkers.close` waits for a worker to end before killing it."""
@@ -46,7 +52,6 @@ class WorkerDied(RuntimeError):
 def _serve(conn: Any) -> None:
     """A worker's loop: build, step, reset, query and close one job's env at a time."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # no torch thread pool per worker
-    from envs.rl_env import _build
 
     env = None
     while True:
@@ -297,8 +302,6 @@ class EnvWorkers:
 
 
 def _vec_env_base() -> type:
-    from stable_baselines3.common.vec_env import VecEnv
-
     return VecEnv
 
 
@@ -350,8 +353,6 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         step by :meth:`step_one`): ``(index, (obs, reward, done, info, reset_info))``,
         the lowest index of those ready. An error is raised once the others asked
         have answered too (no answer is left in a pipe for the next command)."""
-        from multiprocessing.connection import wait
-
         conns = {id(self._workers[i].conn): i for i in indices}
         ready = wait([self._workers[i].conn for i in indices])
         index = min(conns[id(c)] for c in ready)
@@ -374,8 +375,6 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         made by the worker that plays it and restored there in later jobs, while the
         same workers serve at the same places (a worker started in place of a dead one,
         or a job with another number of envs, makes them again: counted again)."""
-        from envs.held_out import merge_checks
-
         n = len(self._workers)
         asked = [(w, list(seeds[i::n])) for i, w in enumerate(self._workers) if seeds[i::n]]
         for w, part in asked:
@@ -455,8 +454,6 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
 
 def _stack(obs: Sequence[Any], space: Any) -> Any:
     """Stack per-env observations as SB3 does: arrays, or dicts/tuples of arrays."""
-    from gymnasium import spaces
-
     if isinstance(space, spaces.Dict):
         return {k: np.stack([o[k] for o in obs]) for k in space.spaces}
     if isinstance(space, spaces.Tuple):

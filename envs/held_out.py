@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envs.artifacts import load_policy
 from envs.rl_env import SetupError, make_env
 
 
@@ -117,8 +118,6 @@ def play_learned(
     (worlds whose setup failed are not played), ``steps`` (the policy's world steps),
     ``records`` (per episode, see :func:`held_out`) and ``tally`` (``world_steps``,
     ``setup_steps``, ``episodes``: every world step taken, setup included)."""
-    from envs.artifacts import load_policy
-
     policy = load_policy(policy_path, config=config)
     tally: dict[str, Any] = {}
     _, steps, records = held_out(

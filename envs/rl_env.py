@@ -119,6 +119,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import gymnasium as gym
 import numpy as np
+from crafter import constants
 from gymnasium import spaces
 
 from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
@@ -247,8 +248,6 @@ class Layout:
 
 def crafter_layout() -> Layout:
     """Crafter's names, read from its own data (``crafter.constants``)."""
-    from crafter import constants
-
     return Layout(
         tile_names=(VOID, *constants.materials),
         # Every crafter.objects class a player can see (Fence exists, worldgen never adds it).
@@ -264,6 +263,26 @@ class _Option:
     compiled: CompiledCode
     max_steps: int
     resumable: bool = False
+
+
+def _world_and_layout(
+    config: RLConfig, world_factory: Callable[[], World] | None, layout: Layout | None
+) -> tuple[Callable[[], World], Layout]:
+    """The world and layout an env of ``config`` plays: Crafter's unless both are given
+    (no other world has an RL backend)."""
+    if world_factory is None:
+        if config.world != "crafter":
+            raise ValueError(
+                f"world {config.world!r} has no RL backend yet (the MineDojo adapter is a"
+                " stand-in, not for training): use world='crafter' or pass world_factory"
+                " and layout"
+            )
+        world_factory = CrafterWorld
+    if layout is None:
+        if config.world != "crafter":
+            raise ValueError(f"pass a layout for world {config.world!r}")
+        layout = crafter_layout()
+    return world_factory, layout
 
 
 class SubtaskEnv(gym.Env):
@@ -325,18 +344,7 @@ class SubtaskEnv(gym.Env):
         render_mode: str | None = None,
         pool_only: bool = False,
     ) -> None:
-        if world_factory is None:
-            if config.world != "crafter":
-                raise ValueError(
-                    f"world {config.world!r} has no RL backend yet (the MineDojo adapter is a"
-                    " stand-in, not for training): use world='crafter' or pass world_factory"
-                    " and layout"
-                )
-            world_factory = CrafterWorld
-        if layout is None:
-            if config.world != "crafter":
-                raise ValueError(f"pass a layout for world {config.world!r}")
-            layout = crafter_layout()
+        world_factory, layout = _world_and_layout(config, world_factory, layout)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', not {render_mode!r}")
         self.config = config
@@ -357,6 +365,16 @@ class SubtaskEnv(gym.Env):
         self._world = world_factory()
         self._world_actions = tuple(self._world.action_names)
 
+        self._compile_menu()
+        self._make_spaces(flatten)
+        self._start_states = resolve_start_states(start_states)
+        self._init_state()
+
+    def _compile_menu(self) -> None:
+        """Check the subtask and primitives and compile what the config's code defines:
+        the coded actions, the survival needs, ``setup_code`` and ``reward_code``;
+        :attr:`action_names` is the menu PPO chooses from."""
+        config = self.config
         self._check_subtask()
         self.primitives = self._check_primitives()
         self._options = tuple(self._compile_options())
@@ -375,6 +393,10 @@ class SubtaskEnv(gym.Env):
         self._setup = self._compile_entry("setup_code", config.setup_code, "run", True)
         self._reward_code = self._compile_entry("reward_code", config.reward_code, "reward", False)
 
+    def _make_spaces(self, flatten: bool) -> None:
+        """The observation space (the parts the config observes, each a box of one-hot
+        channels or counts; one flat box with ``flatten``) and the action space."""
+        layout = self.layout
         self._parts = self._check_parts()
         self._tile_eye = np.eye(len(layout.tile_names), dtype=np.float32)
         self._map_eye = np.eye(len(layout.tile_names) + 1, dtype=np.float32)
@@ -392,6 +414,9 @@ class SubtaskEnv(gym.Env):
             self.observation_space = spaces.Dict(part_spaces)
         self.action_space = spaces.Discrete(len(self.action_names))
 
+    def _init_state(self) -> None:
+        """The episode's state (set by reset()) and the counters kept across episodes, at
+        their start."""
         # Episode state, set by reset().
         self._obs: Observation | None = None
         self._skills: Skills | None = None
@@ -418,7 +443,6 @@ class SubtaskEnv(gym.Env):
         self._booked_from: dict[str, int] = {}
         """Achievement counts the episode started with that were booked elsewhere (a
         restored start's: the episode that made it booked them)."""
-        self._start_states = resolve_start_states(start_states)
         self._start_restored = False
         self.starts_restored = 0
         """Resets that restored a cached start instead of running setup (no step taken)."""

@@ -57,6 +57,7 @@ import dataclasses
 import io
 import math
 import os
+import re
 import resource
 import signal
 import struct
@@ -72,6 +73,13 @@ from typing import Any
 import numpy as np
 import trio
 
+import sandbox
+from envs.artifacts import PolicyUnusable, load_policy
+from envs.composite import prepare_stages, run_composed
+from envs.crafter_world import CrafterWorld
+from envs.held_out import held_out, seed_each_episode
+from envs.start_states import resolve as resolve_start_states
+from envs.trace import TracingSkills
 from messages import DEFAULT_MAX_FRAME, DecodeError, decode, encode
 from messages.base import message
 from messages.causes import (
@@ -86,6 +94,7 @@ from messages.causes import (
 )
 from messages.control import Failure
 from messages.rollout import EpisodeReport, RolloutRequest, StageRun
+from runtime import events
 from runtime.events import log
 
 # Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
@@ -384,8 +393,6 @@ class Fault:
         elif self.kind == "exit":
             os._exit(3)
         else:
-            import re
-
             # Nested quantifiers backtrack through 2**40 ways to fail: one C call in the
             # regex engine, the GIL held all along.
             re.match(r"(a+)+b", "a" * 40)
@@ -402,9 +409,6 @@ class Rollouts:
     runner drives it; a benchmark may too (no process in between)."""
 
     def __init__(self, run_dir: Path | None = None, fault: Fault | None = None) -> None:
-        from envs.crafter_world import CrafterWorld
-        from envs.start_states import resolve as resolve_start_states
-
         self.world = CrafterWorld()
         self.run_dir = run_dir
         self.fault = fault
@@ -419,8 +423,6 @@ class Rollouts:
 
     def run(self, req: RolloutRequest, emit: Emit) -> RunnerDone:
         """Run every episode of ``req``, ``emit`` each as it ends (blocking)."""
-        import sandbox
-
         before = sandbox.compile_stats()
         if req.policy_path or any(stage.policy_path for stage in req.stages):
             import_policy_libraries()
@@ -444,8 +446,6 @@ class Rollouts:
             self.fault.maybe_fire(req, index, seed)
 
     def _code(self, req: RolloutRequest, emit: Emit) -> RunnerDone:
-        import sandbox
-
         try:
             compiled = sandbox.compile_code(req.code, filename=f"<{req.subtask.name}>")
         except sandbox.SandboxError as err:
@@ -465,9 +465,6 @@ class Rollouts:
         return RunnerDone(steps, frames=frames_npz(frames) if frames else b"")
 
     def _composed(self, req: RolloutRequest, emit: Emit) -> RunnerDone:
-        from envs.composite import prepare_stages, run_composed
-        from envs.trace import TracingSkills
-
         # Loading SB3 zips happens here, before the first episode's budget starts.
         stages = prepare_stages(req.stages, self.world)
         need_stages = prepare_stages([n.stage for n in req.needs], self.world)
@@ -504,9 +501,6 @@ class Rollouts:
         """A trained SB3 policy on ``req``'s worlds, through the RL interface it was
         trained with, coded actions included; each episode's detail lists the actions
         it chose. All episodes come in one call (their reports at its end)."""
-        from envs.artifacts import PolicyUnusable, load_policy
-        from envs.held_out import held_out, seed_each_episode
-
         try:
             model = load_policy(
                 req.policy_path, req.policy_sha256, root=self.run_dir, config=req.config
@@ -546,9 +540,6 @@ class Rollouts:
     def _episode(
         self, req: RolloutRequest, compiled: Any, seed: int, frames: list[np.ndarray] | None
     ) -> RunnerEpisode:
-        import sandbox
-        from envs.trace import TracingSkills
-
         started = time.monotonic()
         world = self.world
         obs = world.reset(seed)
@@ -657,7 +648,6 @@ def main(argv: list[str] | None = None) -> int:
     out = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from runtime import events
 
     events.configure(console=None)  # the actor reports what happens here
     rollouts = Rollouts(run_dir, Fault.from_env())

@@ -42,6 +42,8 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from crafter import constants
+
 from envs.navigation import DIRECTIONS, Goal, Navigator, Plan, Pos, add
 from envs.world import VOID, Observation, World
 from messages.causes import (
@@ -82,8 +84,6 @@ class Rules:
 
 def crafter_rules() -> Rules:
     """The rules read from Crafter's own data.yaml, so recipes are never hard-coded."""
-    from crafter import constants
-
     return Rules(
         walkable=frozenset(constants.walkable),
         deadly=frozenset({"lava"}),

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 
@@ -120,8 +121,6 @@ class SMDPPPO(PerEnvCollect, PPO):
 
     def _setup_model(self) -> None:
         if self.rollout_buffer_class is None:
-            from gymnasium import spaces
-
             dict_obs = isinstance(self.observation_space, spaces.Dict)
             self.rollout_buffer_class = SMDPDictRolloutBuffer if dict_obs else SMDPRolloutBuffer
         super()._setup_model()

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 DEFAULT_FPS = 15
 DEFAULT_MAX_FRAMES = 600
@@ -45,8 +46,6 @@ def write_gif(
     """Write ``frames`` (``.npz`` bytes or a T×H×W×3 array) as an animated GIF that loops;
     returns the path. Frames beyond ``max_frames`` are thinned evenly (the last frame
     is always kept), so the GIF plays faster than the episode but shows all of it."""
-    from PIL import Image
-
     array = frames_from_npz(frames) if isinstance(frames, bytes) else _check(np.asarray(frames))
     if fps <= 0 or max_frames < 1:
         raise ValueError(f"fps and max_frames must be positive, not {fps}, {max_frames}")

@@ -29,6 +29,7 @@ from pathlib import Path
 from knowledge import skill_prelude
 from knowledge.recipes import Step, achievement_step, sources
 from knowledge.revisions import Params, best_params
+from messages.task import Stage, Subtask
 
 # ---------------------------------------------------------------------- the prelude
 
@@ -244,8 +245,6 @@ def coded_stages(steps: list[Step], by_achievement: bool = False) -> list:
     planner gives them: the goal inventory when there is one, else the achievement
     (``by_achievement``: always the achievement). No survival code of their own: the
     task planner's needs keep the vitals up."""
-    from messages.task import Stage, Subtask
-
     out = []
     for step in steps:
         goal = {} if by_achievement else {k: int(v) for k, v in step.goal.items()}

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 
+from crafter import constants
+
 from knowledge.recipes import Step, sources
 
 # Options that do not depend on Crafter's tables: name → (description, body of run).
@@ -61,8 +63,6 @@ def _collect_option(tile: str, item: str) -> tuple[str, str]:
 def _all_options() -> dict[str, tuple[str, str]]:
     """Every option, name → (description, body of ``run``): the fixed ones and one per
     tile to walk to, item to collect, station to place and tool to make."""
-    from crafter import constants
-
     out = dict(_OPTION_BODIES)
     for tile in list(constants.collect) + ["cow", "zombie", "skeleton", "table", "furnace"]:
         out[f"walk_to_{tile}"] = _walk_option(tile)

@@ -25,6 +25,7 @@ from knowledge.skill_prelude import (
     HEALTH_BELOW,
     HEALTH_UNTIL,
 )
+from messages.task import Need, Stage, Subtask
 
 NEED_MAX_STEPS = 300
 """Step cap of one run of a survival need: room for two survival trips (the prelude's
@@ -116,8 +117,6 @@ def survival_stages() -> list[SurvivalStage]:
 
 def survival_needs() -> list:
     """:func:`survival_stages` as the task planner takes them (``messages.task.Need``)."""
-    from messages.task import Need, Stage, Subtask
-
     return [
         Need(
             stat=s.stat,
@@ -140,8 +139,6 @@ trigger (``below`` 0), and a run lasts until the code returns."""
 def arbiter_needs() -> list:
     """:func:`survival_needs` and the :data:`ARBITER_ONLY` options, as needs: what the
     survival arbiter chooses among (its options name these stages)."""
-    from messages.task import Need, Stage, Subtask
-
     p = survival_params()
     extra = [
         Need(

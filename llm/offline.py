@@ -30,6 +30,7 @@ import dataclasses
 import time
 from typing import Any
 
+from knowledge import library, revisions
 from llm.backend import CallResult
 from messages.causes import (
     EPISODE_DONE,
@@ -82,8 +83,6 @@ are what its options cannot decide for it (crafting and placing come as options)
 
 def _step(sub: dict[str, Any]) -> Any:
     """The library's step for a sub-action, with the plan's goal counts."""
-    from knowledge import library
-
     return library.subtask_step(sub["name"], sub["achievement"], sub.get("goal"))
 
 
@@ -227,8 +226,6 @@ class OfflineBackend:
     # ------------------------------------------------------------------ fast agent
 
     def _fast_code(self, req: dict[str, Any]) -> dict[str, Any]:
-        from knowledge import library, revisions
-
         sub = req["subaction"]
         step = _step(sub)
         previous = req.get("previous")
@@ -342,8 +339,6 @@ def revise_for(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, st
     the cause, the search itself is made stronger (what answers a search that gave up or
     ran out of steps), since a sub-action that succeeds sooner is exposed less. None when
     nothing changes."""
-    from knowledge import library
-
     best = library.complete_params(step)
     for other in (cause, *(c for c in SEARCH_CAUSES if c != cause)):
         revised = _revise_one(step, params, other, detail)
@@ -420,8 +415,6 @@ def _towards(old: Any, new: Any, best: Any) -> bool:
 
 
 def _revise_one(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, str] | None:
-    from knowledge import library, revisions
-
     first = revisions.revise(step, params, cause, detail)
     if first is None:
         return None

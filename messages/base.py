@@ -22,7 +22,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 REGISTRY: dict[str, type] = {}
 """kind tag → message class; filled by :func:`message`, read by the codec."""
@@ -303,14 +303,3 @@ def message(kind: str, *, version: int = 1) -> Callable[[type], type]:
         return dc
 
     return wrap
-
-
-class Message:
-    """Marker used only in annotations: any class declared with :func:`message`."""
-
-    __message_kind__: ClassVar[str]
-    __message_version__: ClassVar[int]
-
-
-def kind_of(obj: Any) -> str:
-    return obj.__message_kind__

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.artifacts import inside, sha256_of
+from envs.rl_env import SubtaskEnv
 from messages.base import SchemaError, build, to_wire
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import CodedAction, Need, RLConfig, Stage, Subtask
@@ -210,8 +211,6 @@ def _write_stage(put: Any, base: str, stage: Stage, run_dir: Path) -> dict[str, 
 def observation_spec(config: RLConfig) -> dict[str, Any]:
     """What a learned stage's policy sees and picks from, as its learner built it (a dict
     observation of float parts in [0, 1], one discrete action per name)."""
-    from envs.rl_env import SubtaskEnv
-
     env = SubtaskEnv(config)
     layout = env.layout
     return {

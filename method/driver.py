@@ -16,11 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from llm import models
+from llm.local_server import LocalServer
 from messages.plan import RunTask, TaskReport
 from method import ledger, seeds
 from method.agents import Agents, make_backend
 from method.paired import wilson_interval
+from method.report import write_report
 from method.settings import LOCAL_N_CTX, MethodSettings
+from method.tboard import write_run_events
 from runtime.cpu import available_cores, tree_cpu_seconds
 from runtime.events import log
 from runtime.head import Head
@@ -61,9 +65,6 @@ async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
 
 def local_server(head: Head) -> LocalServer:
     """The ``local`` backend's server for this run, its output in ``model-server.log``."""
-    from llm import models
-    from llm.local_server import LocalServer
-
     a = head.settings.agents
     path = models.resolve(a.model)
     alias = path.stem if models.is_path(a.model) else a.model
@@ -165,12 +166,9 @@ async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: A
     summary["actor_counts"] = {role: a.count for role, a in s.actors.items()}
     if head.run_dir is not None:
         (head.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    from method.report import write_report
 
     write_report(head.run_dir, s, task, report, summary, slow.critiques)
     if head.run_dir is not None:
-        from method.tboard import write_run_events
-
         write_run_events(head.run_dir, report, summary)
     return summary
 

@@ -15,6 +15,13 @@ bound of the paired difference is ``(n10 + n01) / n × (2·p_lo − 1)``. A chal
 replaces the incumbent only when that bound is above 0 — four disagreements, all won,
 are the least that can do it; 7 won of 8 do, 6 of 8 do not — and a tie keeps the
 incumbent, whatever its mode or age.
+
+This module is the one home of that choice. Within an inner loop the fast agent keeps
+one :class:`KeptVersion` per mode and grows an undecided comparison on further worlds
+(:func:`grow_by`; from starts it first draws worlds until enough reach the stage,
+:func:`worlds_to_draw`); across inner loops the slow agent takes :func:`chosen_version` of a
+sub-action's outcomes, with the incumbent's outcomes on a later loop's worlds joined in
+(:func:`join_incumbent`). The actors only run the evaluations these ask for.
 """
 
 from __future__ import annotations
@@ -24,12 +31,25 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from messages.causes import CODE_FAULTS, cause_kind
+from messages.causes import CODE_FAULTS, SETUP_FAILED, cause_kind
+from messages.plan import SubActionOutcome
+from messages.rollout import EpisodeReport, RolloutResult
+from messages.task import Stage
+from runtime.events import log
 
 NOT_REACHED = -1
 """A world whose episode never reached the stage."""
 Z95 = 1.959963984540054
 """The normal quantile of a two-sided 95 % interval."""
+START_DRAW_FACTOR = 8
+"""From starts, at most this many choosing worlds are drawn per world wanted that
+reaches the stage: 8x ``code_episodes`` for the choosing worlds (:func:`worlds_to_draw`),
+8x ``decide_episodes`` in all when a comparison grows (:func:`grow_by`). A
+world that does not reach it costs its setup once per runner (then nothing: its
+failure is kept); collect_diamond's
+setup reached its start in about half the worlds, deep stages of the simplest templates
+in a fifth, so 8x finds them all but always and bounds what a stage no setup reaches
+costs: 8x ``code_episodes`` composed setups, about what two versions cost from reset."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,3 +195,178 @@ def below_target(rate: float, reached: int, target: float) -> bool:
         return rate < target
     successes = round(rate * reached)
     return wilson_interval(successes, reached)[1] < target
+
+
+# ---------------------------------------------------------------------- within an inner loop
+
+
+@dataclasses.dataclass
+class KeptVersion:
+    """The version of a sub-action kept so far in one mode (the incumbent): the first
+    measured, replaced only by a version measurably better on the same worlds
+    (:func:`compare`), never on a tie."""
+
+    rate: float = -1.0
+    """Its success rate among the evaluation worlds that reached it (-1: no version)."""
+    stage: Stage | None = None
+    """The version itself, None until one was measured."""
+    mode: str = "code"
+    """``code`` or ``rl``: which inner loop it came from."""
+    task_rate: float = 0.0
+    """The success rate of the whole composed episode it was measured in, over the
+    ``code_episodes`` choosing worlds (from starts too: an episode from a start goes on
+    exactly as the composed episode that made it, so its end is that episode's end)."""
+    seeds: list[int] = dataclasses.field(default_factory=list)
+    """The evaluation worlds of :attr:`outcomes`, in order."""
+    outcomes: list[int] = dataclasses.field(default_factory=list)
+    """Its outcome per evaluation world (1, 0, or -1 not reached); from starts, the
+    worlds drawn until ``code_episodes`` reached the stage (:func:`worlds_to_draw`)."""
+    faulted: bool = False
+    """Whether it failed everywhere it ran by a fault of its code (:func:`faulted`)."""
+    more: dict[int, int] = dataclasses.field(default_factory=dict)
+    """Its outcomes on further choosing worlds, by seed, where a comparison grew
+    (:func:`grow_by`): measured once, reused by every later challenger."""
+
+    def offer(
+        self,
+        result: RolloutResult,
+        name: str,
+        stage: Stage,
+        seeds: list[int],
+        more: dict[int, int] | None = None,
+        task_rate: float | None = None,
+    ) -> bool:
+        """Keep ``stage`` if it is the first version, or measurably better than the kept
+        one; a version with no success is kept too when it is the first (an empty stage
+        would break every composed episode after it). A kept version that only ever
+        faulted (the sandbox stopped it, it crashed its runner) is replaced by the first
+        version that does not: it has no behaviour to compare. Returns whether it was
+        kept. ``more``: the challenger's outcomes on further worlds, by seed, compared
+        with the kept version's on the same ones. ``task_rate``: the whole composed
+        episode's success rate (default: ``result``'s, over all its episodes)."""
+        more = more or {}
+        rate, _ = result.stage_rate(name)
+        outcomes = stage_outcomes(result, name, seeds)
+        broken = faulted(result, name)
+        if self.stage is not None and self.faulted and not broken:
+            log.info("version_compared", subaction=name, mode=self.mode, kept=False,
+                     reason="the kept version only faulted")  # fmt: skip
+        elif self.stage is not None:
+            verdict = self.compare(outcomes, more)
+            log.info(
+                "version_compared",
+                subaction=name,
+                mode=self.mode,
+                kept=not verdict.challenger_wins,
+                worlds=verdict.worlds,
+                difference=round(verdict.difference, 4),
+                lower=round(verdict.lower, 4),
+            )
+            if not verdict.challenger_wins:
+                return False
+        task = result.success_rate if task_rate is None else task_rate
+        self.rate, self.stage, self.task_rate = rate, stage, task
+        self.outcomes, self.faulted, self.more = outcomes, broken, dict(more)
+        self.seeds = list(seeds)
+        return True
+
+    def meets(self, target: float) -> bool:
+        """Whether the kept version answers ``target``: it was measured and is not
+        measurably under it (:func:`below_target`, over the worlds that reached it)."""
+        return self.stage is not None and not below_target(
+            self.rate, reached(self.outcomes), target
+        )
+
+    def grown(self) -> list[int]:
+        """The worlds of :attr:`more` outside its evaluation worlds, in order."""
+        return sorted(set(self.more) - set(self.seeds))
+
+    def compare(self, outcomes: list[int], more: dict[int, int]) -> Comparison:
+        """A challenger's outcomes (on the evaluation worlds, and ``more`` further ones
+        by seed) against this version's on the same worlds."""
+        extra = sorted(s for s in more if s in self.more)  # another comparison's growth: not ours
+        return compare(
+            self.outcomes + [self.more[s] for s in extra], outcomes + [more[s] for s in extra]
+        )
+
+
+def can_grow(kept: KeptVersion, result: RolloutResult, name: str, seeds: Sequence[int]) -> bool:
+    """Whether a challenger's comparison with ``kept`` may grow at all: both have
+    behaviour to compare (neither only faulted) and there are worlds to start from."""
+    return not (kept.stage is None or kept.faulted or faulted(result, name) or not seeds)
+
+
+def grow_by(verdict: Comparison, drawn: int, cap: int, starts: bool) -> int | None:
+    """How many further choosing worlds an undecided comparison asks for next, or None
+    when it stops: it is decided (or the challenger does not lead), or it has ``cap``
+    (``[task] decide_episodes``) worlds. ``drawn``: the worlds played so far. Each round
+    doubles the worlds; from ``starts`` a comparison grows in worlds that reach the stage
+    (the pairs: a world that does not reach it says nothing of either version), so it
+    draws as many more as the share reached so far needs, at most
+    :data:`START_DRAW_FACTOR` times as many."""
+    have = verdict.worlds if starts else drawn
+    if not verdict.undecided or have >= cap:
+        return None
+    count = min(have, cap - have)
+    if starts:
+        share = max(have, 1) / drawn  # of the worlds drawn so far, those reached
+        # At most START_DRAW_FACTOR x decide_episodes worlds in all: pairs that stop
+        # coming (later worlds' setups fail) must not draw the whole code range.
+        room = max(0, START_DRAW_FACTOR * cap - drawn)
+        count = min(-(-count // share), START_DRAW_FACTOR * count, room)
+    return int(count)
+
+
+def worlds_to_draw(
+    name: str, want: int, got: int, episodes: Sequence[EpisodeReport], limit: int
+) -> int:
+    """From starts: how many further choosing worlds a version's first evaluation draws
+    next so that ``want`` worlds reach stage ``name`` (``got`` did so far, of
+    ``episodes``), at most ``limit`` worlds in all; 0 when drawing stops. Only a world
+    whose setup died (``setup_failed``) asks for another: one the stage did not get to
+    for any other reason (the environment could not run it, a runner crashed) would fail
+    as well elsewhere, so drawing stops there."""
+    setups_only = all(e.reached(name) or e.cause == SETUP_FAILED for e in episodes)
+    if got >= want or len(episodes) >= limit or not setups_only:
+        return 0
+    share = max(got, 1) / len(episodes)
+    return int(min(-(-(want - got) // share), limit - len(episodes)))
+
+
+# ---------------------------------------------------------------------- across inner loops
+
+
+def usable(outcome: SubActionOutcome) -> bool:
+    """Whether the outcome's stage can run: it has code or a policy."""
+    return bool(outcome.stage.code.strip() or outcome.stage.policy_path)
+
+
+def chosen_version(outs: Sequence[SubActionOutcome]) -> SubActionOutcome:
+    """The version the run stands on and the final policy uses: the first usable one (a
+    stage with code or a policy), replaced by a later one only when it is measurably
+    better on the same worlds (:func:`compare`: the lower bound of the paired difference
+    above 0). A tie keeps the incumbent: no preference for learned or for newer. Only
+    when no version is usable is the first outcome returned (its stage empty: the final
+    policy leaves such a stage out and says so)."""
+    candidates = [o for o in outs if usable(o)]
+    if not candidates:
+        return outs[0]
+    kept = candidates[0]
+    for challenger in candidates[1:]:
+        paired = paired_outcomes(kept, challenger)
+        if paired is not None and compare(*paired).challenger_wins:
+            kept = challenger
+    return kept
+
+
+def join_incumbent(
+    outs: list[SubActionOutcome], kept: SubActionOutcome, outcome: SubActionOutcome
+) -> None:
+    """Add to ``kept`` (one of ``outs``, the incumbent an inner loop was asked to
+    measure its versions against: ``WorkOn.incumbent``) its outcomes on the worlds that
+    loop played it on (``outcome.incumbent_seeds``), so that :func:`chosen_version` pairs the
+    two on every one. Measured after the same stages as the challenger, they replace
+    what it had for the same worlds."""
+    if outcome.incumbent_seeds:
+        at = next(i for i, o in enumerate(outs) if o is kept)
+        outs[at] = played_on(kept, outcome.incumbent_seeds, outcome.incumbent_outcomes)

@@ -20,7 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from envs.composite import prepare_stages, run_composed
+from envs.crafter_world import CrafterWorld
+from envs.trace import TracingSkills
 from method.bundle import Bundle, BundleError, load_bundle, versions
+from method.video import Clip, write_labelled_gif
 
 
 def parser() -> argparse.ArgumentParser:
@@ -88,8 +94,6 @@ def main(argv: list[str]) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("".join(json.dumps(r) + "\n" for r in records))
     if args.video:
-        from method.video import write_labelled_gif
-
         print(f"video: {write_labelled_gif(clips, args.video)}")
     return 0
 
@@ -103,11 +107,6 @@ def _writable(folder: Path) -> bool:
 
 def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> Iterator[tuple[Any, Any]]:
     """Play one episode per seed, yielding (ComposedEpisode, Clip or None) as each ends."""
-    from envs.composite import prepare_stages, run_composed
-    from envs.crafter_world import CrafterWorld
-    from envs.trace import TracingSkills
-    from method.video import Clip
-
     world = CrafterWorld()
     stages = prepare_stages(bundle.stages, world)
     need_stages = prepare_stages([n.stage for n in bundle.needs], world)
@@ -129,8 +128,6 @@ def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> Iterator[tuple[A
         )
         clip = None
         if frames:
-            import numpy as np
-
             clip = Clip(
                 np.stack(frames),
                 seed=episode.seed,

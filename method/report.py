@@ -8,6 +8,7 @@ from typing import Any
 
 from messages.plan import Critique, RunTask, SubActionOutcome, TaskReport
 from method.paired import compare, paired_outcomes
+from method.plots import report_plots
 from method.rates import best_rates, failed_rl, first_rates, versioned
 from method.settings import ALL_ACHIEVEMENTS, MethodSettings
 
@@ -146,10 +147,38 @@ def write_report(
     summary: dict[str, Any],
     critiques: list[Critique],
 ) -> Path:
-    from method.plots import report_plots
-
+    """Write ``report.md`` in ``run_dir``: the headline figures, then one section after
+    the other (each its own function below, in the order a reader meets them)."""
     plots = report_plots(run_dir, report, summary)
+    by_name: dict[str, list[SubActionOutcome]] = {}
+    for o in report.outcomes:
+        by_name.setdefault(o.name, []).append(o)
     lines = [
+        *_headline(run_dir, settings, task, report, summary),
+        *_final_policy(report, by_name),
+        *_coded_against_learned(run_dir, report, by_name),
+        *_plan_history(report),
+        *_rates_by_iteration(report),
+        *_critiques(critiques),
+        *_achievements(report),
+        *_plots_and_video(plots, summary),
+        *_replay(run_dir, summary),
+    ]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _headline(
+    run_dir: Path,
+    settings: MethodSettings,
+    task: RunTask,
+    report: TaskReport,
+    summary: dict[str, Any],
+) -> list[str]:
+    """The title and the run's figures at a glance: backend, final success, why it
+    stopped, wall time, env steps, throughput, Crafter score, agent calls."""
+    return [
         f"# {task.task}: run {run_dir.name}",
         "",
         f"- Backend: **{summary['backend']}**"
@@ -191,15 +220,19 @@ def write_report(
         f"on resume); tokens {summary['tokens_in']:,} in, {summary['tokens_out']:,} out",
         f"- Written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; "
         f"config {settings.source}, seed {settings.run.seed}",
+    ]
+
+
+def _final_policy(report: TaskReport, by_name: dict[str, list[SubActionOutcome]]) -> list[str]:
+    """One row per stage and need of the final policy: its kind, the chosen version's
+    rate, and the best rate of each kind."""
+    lines = [
         "",
         "## Final policy",
         "",
         "| Stage | Kind | Success (sub-action, chosen version) | Best coded | Best learned |",
         "|---|---|---|---|---|",
     ]
-    by_name: dict[str, list[SubActionOutcome]] = {}
-    for o in report.outcomes:
-        by_name.setdefault(o.name, []).append(o)
     rates = best_rates(report)
 
     def kinds(name: str) -> str:
@@ -224,12 +257,20 @@ def write_report(
         lines.append(
             f"| need: {need.label()} | {kind} | {_rate(best)} | {kinds(need.stage.subtask.name)}"
         )
+    return lines
+
+
+def _coded_against_learned(
+    run_dir: Path, report: TaskReport, by_name: dict[str, list[SubActionOutcome]]
+) -> list[str]:
+    """The best coded and learned version of every sub-action that has both, with their
+    paired difference; and the sub-actions worked on in RL that never got a policy."""
     compared = [
         (name, coded, learned)
         for name, outs in by_name.items()
         if (coded := _best_outcome(outs, "code")) and (learned := _best_outcome(outs, "rl"))
     ]
-    lines += ["", "## Coded against learned", ""]
+    lines = ["", "## Coded against learned", ""]
     if compared:
         lines += [
             "The best version of each kind. Coded and Learned: each one's success on the "
@@ -274,7 +315,12 @@ def write_report(
             "Worked on in RL without a learned version (every training job failed: "
             "`training_failed` in `events.jsonl`): " + ", ".join(unlearned) + ".",
         ]
-    lines += ["", "## Plan history", ""]
+    return lines
+
+
+def _plan_history(report: TaskReport) -> list[str]:
+    """Every plan version with its sub-actions, modes, dependencies, targets and reasons."""
+    lines = ["", "## Plan history", ""]
     for plan in report.plans:
         lines.append(f"### Plan v{plan.version}" + (f": {plan.reason}" if plan.reason else ""))
         lines.append("")
@@ -286,7 +332,13 @@ def write_report(
                 f"| {label} | {s.mode} | {', '.join(s.depends)} | {s.target:.2f} | {s.reason} |"
             )
         lines.append("")
-    lines += ["## Success per sub-action per iteration", ""]
+    return lines
+
+
+def _rates_by_iteration(report: TaskReport) -> list[str]:
+    """Each sub-action's rate from its first version to the one chosen after each
+    iteration, and the task's."""
+    lines = ["## Success per sub-action per iteration", ""]
     names = sorted({k for h in report.history for k in h if k != "task"})
     if report.history:
         first = first_rates(report)
@@ -305,7 +357,12 @@ def write_report(
             cells = [f"{first[name]:.2f}" if name in first else ""]
             cells += [f"{h[name]:.2f}" if name in h else "" for h in report.history]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += [
+    return lines
+
+
+def _critiques(critiques: list[Critique]) -> list[str]:
+    """Every critique the critic streamed, in arrival order."""
+    lines = [
         "",
         "## Critiques",
         "",
@@ -318,38 +375,55 @@ def write_report(
             f"| {c.subaction} | {c.version} | {c.mode} | {c.success_rate:.2f} | {c.verdict} | "
             f"{c.cause} | {advice} |"
         )
-    if report.achievements:
-        lines += [
-            "",
-            "## Final evaluation: achievements",
-            "",
-            "| Achievement | Episodes |",
-            "|---|---|",
-        ]
-        for name, frac in sorted(report.achievements.items(), key=lambda kv: -kv[1]):
-            lines.append(f"| {name} | {frac:.0%} |")
-    if plots or summary.get("video"):
-        lines += ["", "## Plots and video", ""]
-        for title, name in plots:
-            lines.append(f"![{title}]({name})")
-        if summary.get("video"):
-            shown = "; ".join(
-                f"seed {e['seed']}: {'success' if e['success'] else 'failed'}, {e['steps']} steps"
-                for e in summary.get("video_episodes", [])
-            )
-            lines.append(f"![evaluation episodes ({shown})]({summary['video']})")
-    if summary.get("policy"):
-        lines += [
-            "",
-            "## Replay and TensorBoard",
-            "",
-            f"The final policy is bundled in `{summary['policy']}`: "
-            f"`python run.py play {run_dir}` replays it on any seed (`--seed N --episodes K"
-            " --video out.gif`).",
-            "",
-            f"TensorBoard (the PPO jobs' curves and the run's figures): "
-            f"`tensorboard --logdir {run_dir}/tensorboard`.",
-        ]
-    path = run_dir / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return lines
+
+
+def _achievements(report: TaskReport) -> list[str]:
+    """The share of the final evaluation's episodes that unlocked each achievement
+    (nothing when none did)."""
+    if not report.achievements:
+        return []
+    lines = [
+        "",
+        "## Final evaluation: achievements",
+        "",
+        "| Achievement | Episodes |",
+        "|---|---|",
+    ]
+    for name, frac in sorted(report.achievements.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {name} | {frac:.0%} |")
+    return lines
+
+
+def _plots_and_video(plots: list[tuple[str, str]], summary: dict[str, Any]) -> list[str]:
+    """The report's pictures and the episode video (nothing when there are none)."""
+    if not (plots or summary.get("video")):
+        return []
+    lines = ["", "## Plots and video", ""]
+    for title, name in plots:
+        lines.append(f"![{title}]({name})")
+    if summary.get("video"):
+        shown = "; ".join(
+            f"seed {e['seed']}: {'success' if e['success'] else 'failed'}, {e['steps']} steps"
+            for e in summary.get("video_episodes", [])
+        )
+        lines.append(f"![evaluation episodes ({shown})]({summary['video']})")
+    return lines
+
+
+def _replay(run_dir: Path, summary: dict[str, Any]) -> list[str]:
+    """How to replay the bundled final policy and open TensorBoard (nothing without a
+    bundle)."""
+    if not summary.get("policy"):
+        return []
+    return [
+        "",
+        "## Replay and TensorBoard",
+        "",
+        f"The final policy is bundled in `{summary['policy']}`: "
+        f"`python run.py play {run_dir}` replays it on any seed (`--seed N --episodes K"
+        " --video out.gif`).",
+        "",
+        f"TensorBoard (the PPO jobs' curves and the run's figures): "
+        f"`tensorboard --logdir {run_dir}/tensorboard`.",
+    ]

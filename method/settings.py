@@ -15,10 +15,12 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from knowledge import recipes
 from messages.train import PPOSettings
 from method import seeds
 from runtime import config
 from runtime.config import ConfigError, Settings, check, check_fields
+from runtime.security import is_loopback
 
 BACKENDS = ("offline", "openai", "local")
 """The values of ``[agents] backend``."""
@@ -383,7 +385,6 @@ def _check_learn(s: MethodSettings) -> None:
     chain, not all 22 achievements: ``collect_sapling`` is no step of a diamond's plan.)"""
     if not s.task.learn:
         return
-    from knowledge import recipes
 
     target = s.task.target
     steps = recipes.curriculum() if target == ALL_ACHIEVEMENTS else recipes.chain(target)
@@ -417,7 +418,6 @@ def _check_openai(s: MethodSettings) -> None:
             repr(a.base_url),
             "e.g. http://localhost:8000/v1",
         )
-    from runtime.security import is_loopback
 
     if is_loopback(a.base_url):
         return  # a local server needs no key (one is sent if the variable is set)

@@ -10,11 +10,19 @@ the other. ``run.py play --video`` labels the episodes it plays the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import trio
+
+from method import ledger
+from method.journal import job_key
+from method.settings import FINAL_WALL_S
+from runtime.actor import RemoteFailure
+from runtime.events import log
 
 SCALE = 4
 """Crafter's 64×64 frames drawn 4× (256×256, nearest-neighbour): big enough for the
@@ -211,16 +219,7 @@ async def render_report_video(head, final: tuple | None, path: Path) -> list[dic
     their steps in the ledger (kind ``video``) and write them labelled to ``path``.
     Returns what each shows (seed, steps, success, cause, achievements); [] when there
     is nothing to show or rendering failed (logged)."""
-    import dataclasses
-
-    import trio
-
     from envs.video import frames_from_npz
-    from method import ledger
-    from method.journal import job_key
-    from method.settings import FINAL_WALL_S
-    from runtime.actor import RemoteFailure
-    from runtime.events import log
 
     if final is None:
         return []

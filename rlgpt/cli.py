@@ -27,17 +27,39 @@ stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import trio
+
+from actors import ROLES, actor_class, agent_classes
+from llm import models
+from llm.errors import BackendConfigError, ModelUnavailable
+from llm.local_server import INSTALL_HINT, missing_modules
 from messages.codec import DEFAULT_MAX_FRAME
+from method import settings as method_settings
+from method.agents import make_backend
+from method.compare import main as compare
+from method.driver import run_method
+from rlgpt import view as views
 from rlgpt.keys import keys_from_text, run_keys
-from runtime.config import MAX_CAPACITY, MAX_FRAME, MIN_FRAME
+from rlgpt.ray_attach import launch
+from runtime import config, events, security
+from runtime.actor import ActorRefused
+from runtime.config import MAX_CAPACITY, MAX_FRAME, MIN_FRAME, ConfigError
+from runtime.devices import DeviceError, check_device
+from runtime.forward import QUEUE_EVENTS, EventForwarder
+from runtime.head import EXIT_CONFIG, check_run_dir, check_run_id, new_run_dir, run_head
+from runtime.security import CurveClient, KeysMissing, is_loopback
+from runtime.tail import TailError, follow
 
 
 @dataclass(frozen=True)
@@ -108,14 +130,6 @@ def run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import trio
-
-    from actors import ROLES
-    from method import settings as method_settings
-    from rlgpt import view as views
-    from runtime import config
-    from runtime.head import EXIT_CONFIG, check_run_dir, check_run_id, new_run_dir, run_head
-
     try:
         if args.run_id:
             check_run_id(args.run_id)
@@ -154,11 +168,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings.run.driver == "checkup":
         from method.checkup import checkup as driver
     else:
-        import functools
-
-        from actors import agent_classes
-        from method.driver import run_method
-
         driver = functools.partial(run_method, agent_classes=agent_classes())
 
     if args.resume:
@@ -199,11 +208,6 @@ def _check_backend(settings) -> None:
         return
     if agents.backend != "openai" or not agents.check_endpoint:
         return
-    import trio
-
-    from llm.errors import BackendConfigError, ModelUnavailable
-    from method.agents import make_backend
-    from runtime.config import ConfigError
 
     try:
         backend = make_backend(agents)
@@ -220,10 +224,6 @@ def _check_backend(settings) -> None:
 
 def _check_local(settings) -> None:
     """The local backend's model file and server are there (status 2 otherwise)."""
-    from llm import models
-    from llm.local_server import INSTALL_HINT, missing_modules
-    from runtime.config import ConfigError
-
     try:
         models.resolve(settings.agents.model)
     except models.ModelError as exc:
@@ -374,19 +374,51 @@ def attach_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_actor(args: argparse.Namespace) -> int:
+    """Run one actor process (``actor``, or ``attach`` from another machine) until the
+    head stops it; 2 when its arguments or the head refuse it, 1 when no head answered."""
     command = args.command.name
     if getattr(args, "ray", ""):
-        from rlgpt.ray_attach import launch
-
         return launch(args)
-    import trio
 
-    from actors import actor_class
-    from runtime import events
-    from runtime.devices import DeviceError, check_device
-    from runtime.security import CurveClient, KeysMissing, is_loopback
-
+    checked = _checked_actor_args(args, command)
+    if isinstance(checked, int):
+        return checked
+    cls, curve = checked
+    forwarder = _configure_actor_events(args, cls)
+    limits = getattr(cls, "apply_process_limits", None)
+    if limits is not None:
+        events.log.info("process_limits", **limits())
+    actor = cls(
+        name=args.name,
+        capacity=args.capacity,
+        device=args.device,
+        parent_pid=args.parent_pid,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        max_frame_bytes=args.max_frame_bytes,
+        allow_version_mismatch=args.allow_version_mismatch,
+    )
+    actor.join_run = args.run_id
+    actor.forwarder = forwarder
+    gave_up: list[str] = []
     wait = args.wait if args.wait is not None else (ATTACH_WAIT_S if command == "attach" else 0)
+    try:
+        trio.run(_serve_actor, actor, args, command, curve, wait, gave_up)
+    except BaseException as exc:  # nurseries wrap errors in exception groups
+        refused = _find(exc, ActorRefused)
+        if refused is None:
+            raise
+        print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
+        return 2
+    if gave_up:
+        print(f"{command} error: {gave_up[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _checked_actor_args(args: argparse.Namespace, command: str) -> tuple[type, Any] | int:
+    """The actor's class and its CURVE client keys (None on loopback without keys), or
+    2 with the problem printed: an unknown role or device, a bad run id, missing keys,
+    a run folder that is not one, a remote head without keys."""
     try:
         cls = actor_class(args.role)
         check_device(args.device)
@@ -419,96 +451,77 @@ def cmd_actor(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    return cls, curve
+
+
+def _configure_actor_events(args: argparse.Namespace, cls: type) -> Any:
+    """Send the actor's events to its run folder's log, or (with no run folder here:
+    attached from another machine) to the head, which writes them into the run's log;
+    the console shows them too. The event forwarder in the second case, else None."""
     events.configure(
         events_file=Path(args.run_dir) / "events.jsonl" if args.run_dir else None,
         console_level="warning" if args.quiet else os.environ.get("RLGPT_CONSOLE_LEVEL", "info"),
         view=events.JsonView() if args.console == "json" else None,
         role=cls.role,
     )
-    forwarder = None
-    if not args.run_dir:
-        # No run folder here (attached from another machine): the head writes our
-        # events into the run's log; the console keeps showing them too.
-        import socket
+    if args.run_dir:
+        return None
 
-        from runtime.forward import QUEUE_EVENTS, EventForwarder
-
-        forwarder = EventForwarder(
-            socket.gethostname(),
-            queue_events=args.events_queue or QUEUE_EVENTS,
-            max_frame_bytes=args.max_frame_bytes,
-        )
-        events.forward_to(forwarder.put)
-    limits = getattr(cls, "apply_process_limits", None)
-    if limits is not None:
-        events.log.info("process_limits", **limits())
-    actor = cls(
-        name=args.name,
-        capacity=args.capacity,
-        device=args.device,
-        parent_pid=args.parent_pid,
-        run_dir=Path(args.run_dir) if args.run_dir else None,
+    forwarder = EventForwarder(
+        socket.gethostname(),
+        queue_events=args.events_queue or QUEUE_EVENTS,
         max_frame_bytes=args.max_frame_bytes,
-        allow_version_mismatch=args.allow_version_mismatch,
     )
-    actor.join_run = args.run_id
-    gave_up: list[str] = []
+    events.forward_to(forwarder.put)
+    return forwarder
 
-    async def wait_for_head() -> None:
-        """Say every few seconds that no head answers yet; stop after ``wait`` s."""
-        start = trio.current_time()
-        whose = f"the head of run {args.run_id}" if args.run_id else "a head"
-        while True:
-            left = wait - (trio.current_time() - start) if wait else WAIT_PROGRESS_S
-            with trio.move_on_after(min(WAIT_PROGRESS_S, max(left, 0.0))):
-                await actor.wait_registered()
-                return
-            waited = trio.current_time() - start
-            if wait and waited >= wait:
-                gave_up.append(
-                    f"no head answered at {args.connect} within {wait:g} s (--wait); is "
-                    f"{whose} running, listening there, and reachable from this machine?"
-                )
-                actor.stop("wait_timeout")
-                return
-            limit = f" of {wait:g}" if wait else ""
-            print(
-                f"{command}: waiting for {whose} at {args.connect} ({waited:.0f} s{limit})",
-                file=sys.stderr,
-                flush=True,
+
+async def _serve_actor(
+    actor: Any, args: argparse.Namespace, command: str, curve: Any, wait: float, gave_up: list[str]
+) -> None:
+    """Run ``actor`` against the head at ``--connect`` until it stops; SIGTERM and SIGINT
+    stop it cleanly; ``attach`` also says while no head answers (:func:`_wait_for_head`)."""
+    async with trio.open_nursery() as nursery:
+
+        async def on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    actor.stop(signal.Signals(signum).name)
+                    return
+
+        nursery.start_soon(on_signal)
+        if command == "attach":
+            nursery.start_soon(_wait_for_head, actor, args, command, wait, gave_up)
+        await actor.run(args.connect, curve=curve)
+        nursery.cancel_scope.cancel()
+
+
+async def _wait_for_head(
+    actor: Any, args: argparse.Namespace, command: str, wait: float, gave_up: list[str]
+) -> None:
+    """Say every few seconds that no head answers yet; stop after ``wait`` s (0: never),
+    with the reason in ``gave_up``."""
+    start = trio.current_time()
+    whose = f"the head of run {args.run_id}" if args.run_id else "a head"
+    while True:
+        left = wait - (trio.current_time() - start) if wait else WAIT_PROGRESS_S
+        with trio.move_on_after(min(WAIT_PROGRESS_S, max(left, 0.0))):
+            await actor.wait_registered()
+            return
+        waited = trio.current_time() - start
+        if wait and waited >= wait:
+            gave_up.append(
+                f"no head answered at {args.connect} within {wait:g} s (--wait); is "
+                f"{whose} running, listening there, and reachable from this machine?"
             )
-
-    actor.forwarder = forwarder
-
-    async def serve() -> None:
-        async with trio.open_nursery() as nursery:
-
-            async def on_signal() -> None:
-                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for signum in signals:
-                        actor.stop(signal.Signals(signum).name)
-                        return
-
-            nursery.start_soon(on_signal)
-            if command == "attach":
-                nursery.start_soon(wait_for_head)
-            await actor.run(args.connect, curve=curve)
-            nursery.cancel_scope.cancel()
-
-    from runtime.actor import ActorRefused
-
-    try:
-        trio.run(serve)
-    except BaseException as exc:  # nurseries wrap errors in exception groups
-        refused = _find(exc, ActorRefused)
-        if refused is None:
-            raise
-        print(f"{command} error: the head refused this actor: {refused}", file=sys.stderr)
-        return 2
-    if gave_up:
-        print(f"{command} error: {gave_up[0]}", file=sys.stderr)
-        return 1
-    return 0
+            actor.stop("wait_timeout")
+            return
+        limit = f" of {wait:g}" if wait else ""
+        print(
+            f"{command}: waiting for {whose} at {args.connect} ({waited:.0f} s{limit})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _find(exc: BaseException, kind: type) -> BaseException | None:
@@ -533,8 +546,6 @@ def tail_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from runtime.tail import TailError, follow
-
     try:
         return follow(
             args.run_dir, args.runs_dir, keep_following=not args.no_follow, level=args.level
@@ -573,8 +584,6 @@ def keys_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    from runtime import security
-
     folder = Path(getattr(args, "sub_dir", None) or args.dir)
     force = args.force or getattr(args, "sub_force", False)
     action = args.action or "init"
@@ -635,8 +644,6 @@ def models_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from llm import models
-
     if args.action == "list":
         print("\n".join(models.listing()))
         return 0
@@ -658,8 +665,6 @@ def cmd_play(command: str, argv: list[str]) -> int:
 
 
 def cmd_compare(command: str, argv: list[str]) -> int:
-    from method.compare import main as compare
-
     return compare(argv)
 
 

@@ -4,13 +4,14 @@ launcher, :mod:`rlgpt.ray_attach`, hands each copy it starts)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from runtime.security import RUN_KEYS, CurveClient
 
 
 def keys_to_text(curve) -> str:
     """A :class:`runtime.security.CurveClient` as the JSON ``--keys-stdin`` reads."""
-    import json
-
     return json.dumps(
         {
             "public": curve.public.decode(),
@@ -22,10 +23,6 @@ def keys_to_text(curve) -> str:
 
 def keys_from_text(text: str):
     """The keys ``--keys-stdin`` got (:func:`keys_to_text`); ValueError if malformed."""
-    import json
-
-    from runtime.security import CurveClient
-
     try:
         data = json.loads(text)
         fields = {k: str(data[k]).encode() for k in ("public", "secret", "server_public")}
@@ -40,8 +37,6 @@ def run_keys(connect: str, run_dir: str, name: str = "client") -> str:
     """The keys a head made for its run (``RUN_DIR/keys``), for an actor attached on the
     same machine to its loopback tcp endpoint with ``--run-dir`` and no ``--keys``; ''
     where there are none (ipc needs none)."""
-    from runtime.security import RUN_KEYS
-
     if not run_dir or not connect.startswith("tcp://"):
         return ""
     folder = Path(run_dir) / RUN_KEYS

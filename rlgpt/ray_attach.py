@@ -40,6 +40,9 @@ import threading
 import time
 from pathlib import Path
 
+from rlgpt.keys import keys_to_text, run_keys
+from runtime.security import CurveClient, KeysMissing, is_loopback
+
 RAY_EXTRA = "pip install -e '.[ray]' (from a checkout) or pip install 'rlgpt-actors[ray]'"
 """How to get Ray: the project's optional extra."""
 PLACE_PROGRESS_S = 5.0
@@ -135,9 +138,6 @@ def launch(args: argparse.Namespace) -> int:
 def child_command(args: argparse.Namespace) -> tuple[list[str], str]:
     """The attach each copy runs (after ``python``), and the keys text for its standard
     input ('' without keys). Raises :class:`LaunchError` for what cannot work."""
-    from rlgpt.keys import keys_to_text, run_keys
-    from runtime.security import CurveClient, KeysMissing, is_loopback
-
     if args.count < 1:
         raise LaunchError(f"--count {args.count}: start at least 1")
     if args.gpus_per_learner < 0 or args.cpus_per_learner < 0:

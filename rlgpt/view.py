@@ -26,6 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
 from runtime import events
 from runtime.events import Item, Output, Status
 
@@ -317,9 +323,6 @@ class LiveView:
     """Redraws per second: the clock ticks visibly, the terminal is not flooded."""
 
     def __init__(self, state: RunState, stream: TextIO) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
         self.state = state
         self.console = Console(file=stream, highlight=False, markup=False)
         self.lock = threading.Lock()
@@ -337,8 +340,6 @@ class LiveView:
         self.closed = False
 
     def show(self, item: Item) -> str | None:
-        from rich.text import Text
-
         with self.lock:
             if self.closed:
                 return self._after_close(item)
@@ -367,11 +368,6 @@ class LiveView:
             self.live.stop()
 
     def _panel(self):
-        from rich.console import Group
-        from rich.panel import Panel
-        from rich.table import Table
-        from rich.text import Text
-
         s, now = self.state, time.monotonic()
         head = Text()
         head.append("RL-GPT", style="bold")

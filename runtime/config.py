@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import re
 import tomllib
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from messages.codec import DEFAULT_MAX_FRAME
+from runtime.devices import DeviceError, check_device
+from runtime.security import is_loopback
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "rlgpt" / "configs"
 """Where a bare config name (``diamond``, ``diamond.toml``) is also looked up: the configs
@@ -519,8 +522,6 @@ def load(name: str, cls: type[S] = Settings, roles: Collection[str] | None = Non
 def load_resolved(path: Path, cls: type[S] = Settings, roles: Collection[str] | None = None) -> S:
     """The settings a run recorded in its ``config.json`` (for ``--resume``): the run goes
     on with exactly the settings it started with, whatever the TOML file says now."""
-    import json
-
     try:
         table = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -559,7 +560,6 @@ def check_settings(s: Settings, roles: Collection[str] | None = None) -> None:
         )
     if rt.listen:
         _check_listen(f, rt.listen)
-    from runtime.security import is_loopback
 
     if rt.listen and not is_loopback(rt.listen) and not rt.keys_dir:
         raise ConfigError(
@@ -579,7 +579,6 @@ def check_settings(s: Settings, roles: Collection[str] | None = None) -> None:
                 f"'{rt.keys_dir}' without server.key_secret and authorized/*.key",
                 f"run `python run.py keys --dir {rt.keys_dir}`",
             )
-    from runtime.devices import DeviceError, check_device
 
     for role, a in s.actors.items():
         if roles is not None and role not in roles:

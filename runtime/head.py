@@ -41,7 +41,7 @@ from runtime import events, provenance
 from runtime.actor import Actor, RemoteFailure, handles, wire_cap
 from runtime.artifacts import ArtifactServer
 from runtime.broker import Broker, BrokerSettings
-from runtime.config import ConfigError, Settings, resolve_counts
+from runtime.config import ConfigError, RuntimeSettings, Settings, resolve_counts
 from runtime.cpu import usable_cores
 from runtime.events import log
 from runtime.forward import FINAL_WAIT_S
@@ -344,26 +344,14 @@ async def run_head(
     ipc_file = ipc_path(run_id)
     endpoint = f"ipc://{ipc_file}"
     inproc = f"inproc://broker-{run_id}"
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.SNDHWM, 100_000)
-    sock.setsockopt(zmq.RCVHWM, 100_000)
-    sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(rt.max_frame_bytes))
+    sock = _router_socket(ctx, rt.max_frame_bytes)
     status = {"code": EXIT_FAILED, "why": "did not finish"}
     reserve = run_dir / RESERVE_FILE
     bound_ipc = False
     try:
         _reserve_space(reserve)
         _write_json(run_dir / "config.json", {"source": settings.source, **asdict(settings)})
-        keys_dir = Path(rt.keys_dir) if rt.keys_dir else None
-        if rt.listen and keys_dir is None:
-            if not is_loopback(rt.listen):
-                raise RuntimeError(f"{rt.listen} is not loopback and no keys_dir is set")
-            # Loopback tcp is open to every local user: it demands CURVE as a remote
-            # endpoint does, with keys made for this run (RUN_DIR/keys, owner only).
-            keys_dir = run_dir / RUN_KEYS
-            run_keys(keys_dir)
+        keys_dir = _keys_dir(rt.listen, rt.keys_dir, run_dir)
         curve = CurveServer.load(keys_dir) if keys_dir is not None else None
         auth = Authenticator(ctx, curve, poll_s=rt.heartbeat_interval)
         sock.bind(inproc)
@@ -371,15 +359,7 @@ async def run_head(
         claim_ipc_path(ipc_file)
         sock.bind(endpoint)
         bound_ipc = True
-        listen = ""
-        if rt.listen:
-            # CURVE applies to binds made after it is set: local ipc/inproc stay plain
-            # (the ipc file's folder admits only this user; inproc is this process).
-            assert curve is not None
-            curve.apply(sock)
-            auth.watch(sock)
-            sock.bind(rt.listen.replace(":0", ":*") if rt.listen.endswith(":0") else rt.listen)
-            listen = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        listen = _bind_listen(sock, rt.listen, curve, auth)
         _write_json(
             run_dir / "endpoint.json",
             {
@@ -390,18 +370,8 @@ async def run_head(
                 "pid": os.getpid(),
             },
         )
-        broker = Broker(
-            BrokerSettings(
-                heartbeat_interval=rt.heartbeat_interval,
-                heartbeat_timeout=rt.heartbeat_timeout,
-                max_job_tries=rt.max_job_tries,
-                max_frame_bytes=rt.max_frame_bytes,
-                run_id=run_id,
-                key_allowed=curve.keys.allows if curve is not None and listen else None,
-                provenance=provenance.current(),
-                remote_events_per_s=rt.remote_events_per_s,
-            ),
-            sock,
+        broker = _broker(
+            rt, run_id, sock, curve.keys.allows if curve is not None and listen else None
         )
         auth.on_keys_changed = broker.check_keys
         supervisor = Supervisor(
@@ -412,91 +382,11 @@ async def run_head(
         )
         broker.settings.on_lost = supervisor.kill
         log.info("run_started", run_dir=str(run_dir), endpoint=endpoint, listen=listen)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_signals, nursery.cancel_scope, status)
-            nursery.start_soon(auth.run)
-            await nursery.start(broker.serve)
-            if view is not None and view.wants_status:
-                nursery.start_soon(_report_status, broker)
-            client = Client(max_frame_bytes=rt.max_frame_bytes, name="head")
-            await nursery.start(
-                functools.partial(
-                    client.run, inproc, context=ctx, routing_id=broker.local_identity()
-                )
-            )
-            # The run's files by sha256, for workers on any machine (runtime/artifacts.py).
-            artifacts = ArtifactServer(run_dir=run_dir, max_frame_bytes=rt.max_frame_bytes)
-            await nursery.start(
-                functools.partial(
-                    artifacts.run, inproc, context=ctx, routing_id=broker.local_identity()
-                )
-            )
-            children_done = trio.Event()
-
-            async def supervise_all() -> None:
-                try:
-                    async with trio.open_nursery() as kids:
-                        for role, spec in settings.actors.items():
-                            for i in range(spec.count):
-                                name = f"{role}-{i}"
-                                argv = actor_argv(
-                                    role, name, endpoint, run_dir=run_dir,
-                                    capacity=spec.capacity, device=spec.device,
-                                    max_frame_bytes=rt.max_frame_bytes,
-                                )  # fmt: skip
-                                kids.start_soon(supervisor.supervise, ChildSpec(name, role, argv))
-                finally:
-                    children_done.set()
-
-            nursery.start_soon(supervise_all)
-
-            async def start_local(actor: Actor) -> None:
-                run = functools.partial(
-                    actor.run, inproc, context=ctx, routing_id=broker.local_identity()
-                )
-                await nursery.start(run)
-
-            head = Head(
-                client, broker, settings, run_dir, run_id, endpoint, listen, start_local,
-                keys_dir if listen else None,
-            )  # fmt: skip
-            started = time.monotonic()
-            report = await driver(head)
-            report.setdefault("wall_s", round(time.monotonic() - started, 3))
-            report.setdefault("restarts", supervisor.restart_count)
-            _write_json(run_dir / "report.json", report)
-            log.info("run_finished", **{k: v for k, v in report.items() if _scalar(v)})
-            status.update(code=0, why="finished")
-            # Ask actors to leave on their own first, then stop what remains.
-            supervisor.stopping = True
-            broker.shutdown_all("run_finished")
-            await broker.sock.flush()
-            with trio.move_on_after(rt.shutdown_grace):
-                # Attached actors' last events (sent as they stop) go into the file too.
-                await broker.wait_for_last_events(min(FINAL_WAIT_S, rt.shutdown_grace))
-                await children_done.wait()
-            nursery.cancel_scope.cancel()
+        wiring = _Wiring(settings, run_dir, run_id, ctx, inproc, endpoint, listen, broker)
+        await _serve(wiring, driver, auth, supervisor, view, status, keys_dir)
         reserve.unlink(missing_ok=True)
     except Exception as exc:
-        cause = _root_cause(exc)
-        full = _disk_full(exc)
-        if full is not None:
-            # The reserve makes room for the last records (run_failed, run_stopped).
-            reserve.unlink(missing_ok=True)
-            events.mend_file()
-            why = (
-                f"no space left on the disk that holds {run_dir} ({full}). Free space there,"
-                f" or move the run folder to a disk with room, then continue it with"
-                f" `python run.py --resume {run_dir}`; what was journalled is kept"
-            )
-            log.error("run_failed", reason="disk_full", detail=why)
-            status.update(code=EXIT_FAILED, why=why)
-        elif isinstance(cause, RestartIntensityExceeded):
-            log.error("run_failed", reason="restart_intensity", detail=str(cause))
-        else:
-            log.error("run_failed", reason=type(cause).__name__, detail=str(cause), exc_info=exc)
-        if full is None:
-            status.update(code=EXIT_FAILED, why=str(cause))
+        _record_failure(exc, run_dir, reserve, status)
     finally:
         if status["code"] != 0:
             reserve.unlink(missing_ok=True)  # whatever ended the run, nothing is left
@@ -507,6 +397,192 @@ async def run_head(
             log.error("run_stopped", status=status["code"], why=status["why"])
         events.close()
     return int(status["code"])
+
+
+def _router_socket(ctx: zmq.Context, max_frame_bytes: int) -> zmq.Socket:
+    """The broker's ROUTER socket, unbound: it refuses unroutable sends, drops what is
+    queued on close, and holds a deep queue each way (a burst of progress messages must
+    not block the head)."""
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 100_000)
+    sock.setsockopt(zmq.RCVHWM, 100_000)
+    sock.setsockopt(zmq.MAXMSGSIZE, wire_cap(max_frame_bytes))
+    return sock
+
+
+def _keys_dir(listen: str, keys_dir: str, run_dir: Path) -> Path | None:
+    """The CURVE keys the head's tcp endpoint demands: ``[runtime] keys_dir``, or keys
+    made for this run when it listens on loopback without one (None: no tcp endpoint)."""
+    if keys_dir:
+        return Path(keys_dir)
+    if not listen:
+        return None
+    if not is_loopback(listen):
+        raise RuntimeError(f"{listen} is not loopback and no keys_dir is set")
+    # Loopback tcp is open to every local user: it demands CURVE as a remote
+    # endpoint does, with keys made for this run (RUN_DIR/keys, owner only).
+    made = run_dir / RUN_KEYS
+    run_keys(made)
+    return made
+
+
+def _bind_listen(
+    sock: zmq.Socket, listen: str, curve: CurveServer | None, auth: Authenticator
+) -> str:
+    """Bind the tcp endpoint ``[runtime] listen`` under CURVE; the endpoint bound (its
+    port chosen when ``listen`` ends in ``:0``), or "" when the head does not listen."""
+    if not listen:
+        return ""
+    # CURVE applies to binds made after it is set: local ipc/inproc stay plain
+    # (the ipc file's folder admits only this user; inproc is this process).
+    assert curve is not None
+    curve.apply(sock)
+    auth.watch(sock)
+    sock.bind(listen.replace(":0", ":*") if listen.endswith(":0") else listen)
+    return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+def _broker(
+    rt: RuntimeSettings, run_id: str, sock: zmq.Socket, key_allowed: Callable[[str], bool] | None
+) -> Broker:
+    """The run's broker on ``sock``, with the runtime settings it enforces."""
+    return Broker(
+        BrokerSettings(
+            heartbeat_interval=rt.heartbeat_interval,
+            heartbeat_timeout=rt.heartbeat_timeout,
+            max_job_tries=rt.max_job_tries,
+            max_frame_bytes=rt.max_frame_bytes,
+            run_id=run_id,
+            key_allowed=key_allowed,
+            provenance=provenance.current(),
+            remote_events_per_s=rt.remote_events_per_s,
+        ),
+        sock,
+    )
+
+
+@dataclass(frozen=True)
+class _Wiring:
+    """What the head's tasks share once the broker is bound."""
+
+    settings: Settings
+    run_dir: Path
+    run_id: str
+    ctx: zmq.Context
+    inproc: str
+    """The broker's in-process endpoint (the head's own client and actors)."""
+    endpoint: str
+    """The ipc endpoint actor processes connect to."""
+    listen: str
+    """The tcp endpoint bound for attached actors, "" if none."""
+    broker: Broker
+
+
+async def _serve(
+    w: _Wiring,
+    driver: Driver,
+    auth: Authenticator,
+    supervisor: Supervisor,
+    view: events.View | None,
+    status: dict[str, Any],
+    keys_dir: Path | None,
+) -> None:
+    """Serve the run: the broker, the head's client and artifact server, the actor
+    processes; drive the method to its end, then stop everything in order."""
+    rt = w.settings.runtime
+    broker = w.broker
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_signals, nursery.cancel_scope, status)
+        nursery.start_soon(auth.run)
+        await nursery.start(broker.serve)
+        if view is not None and view.wants_status:
+            nursery.start_soon(_report_status, broker)
+        client = Client(max_frame_bytes=rt.max_frame_bytes, name="head")
+        await nursery.start(
+            functools.partial(
+                client.run, w.inproc, context=w.ctx, routing_id=broker.local_identity()
+            )
+        )
+        # The run's files by sha256, for workers on any machine (runtime/artifacts.py).
+        artifacts = ArtifactServer(run_dir=w.run_dir, max_frame_bytes=rt.max_frame_bytes)
+        await nursery.start(
+            functools.partial(
+                artifacts.run, w.inproc, context=w.ctx, routing_id=broker.local_identity()
+            )
+        )
+        children_done = trio.Event()
+        nursery.start_soon(_supervise_all, w, supervisor, children_done)
+
+        async def start_local(actor: Actor) -> None:
+            run = functools.partial(
+                actor.run, w.inproc, context=w.ctx, routing_id=broker.local_identity()
+            )
+            await nursery.start(run)
+
+        head = Head(
+            client, broker, w.settings, w.run_dir, w.run_id, w.endpoint, w.listen,
+            start_local, keys_dir if w.listen else None,
+        )  # fmt: skip
+        started = time.monotonic()
+        report = await driver(head)
+        report.setdefault("wall_s", round(time.monotonic() - started, 3))
+        report.setdefault("restarts", supervisor.restart_count)
+        _write_json(w.run_dir / "report.json", report)
+        log.info("run_finished", **{k: v for k, v in report.items() if _scalar(v)})
+        status.update(code=0, why="finished")
+        # Ask actors to leave on their own first, then stop what remains.
+        supervisor.stopping = True
+        broker.shutdown_all("run_finished")
+        await broker.sock.flush()
+        with trio.move_on_after(rt.shutdown_grace):
+            # Attached actors' last events (sent as they stop) go into the file too.
+            await broker.wait_for_last_events(min(FINAL_WAIT_S, rt.shutdown_grace))
+            await children_done.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _supervise_all(w: _Wiring, supervisor: Supervisor, done: trio.Event) -> None:
+    """Start and watch every configured actor process; ``done`` is set once all ended."""
+    rt = w.settings.runtime
+    try:
+        async with trio.open_nursery() as kids:
+            for role, spec in w.settings.actors.items():
+                for i in range(spec.count):
+                    name = f"{role}-{i}"
+                    argv = actor_argv(
+                        role, name, w.endpoint, run_dir=w.run_dir,
+                        capacity=spec.capacity, device=spec.device,
+                        max_frame_bytes=rt.max_frame_bytes,
+                    )  # fmt: skip
+                    kids.start_soon(supervisor.supervise, ChildSpec(name, role, argv))
+    finally:
+        done.set()
+
+
+def _record_failure(exc: Exception, run_dir: Path, reserve: Path, status: dict[str, Any]) -> None:
+    """Log why the run failed (``run_failed``) and set ``status`` to say it; a full disk
+    first gives back the reserve so that these last records fit."""
+    cause = _root_cause(exc)
+    full = _disk_full(exc)
+    if full is not None:
+        # The reserve makes room for the last records (run_failed, run_stopped).
+        reserve.unlink(missing_ok=True)
+        events.mend_file()
+        why = (
+            f"no space left on the disk that holds {run_dir} ({full}). Free space there,"
+            f" or move the run folder to a disk with room, then continue it with"
+            f" `python run.py --resume {run_dir}`; what was journalled is kept"
+        )
+        log.error("run_failed", reason="disk_full", detail=why)
+        status.update(code=EXIT_FAILED, why=why)
+    elif isinstance(cause, RestartIntensityExceeded):
+        log.error("run_failed", reason="restart_intensity", detail=str(cause))
+    else:
+        log.error("run_failed", reason=type(cause).__name__, detail=str(cause), exc_info=exc)
+    if full is None:
+        status.update(code=EXIT_FAILED, why=str(cause))
 
 
 RESERVE_FILE = ".space-reserve"

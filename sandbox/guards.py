@@ -12,6 +12,7 @@ A guard that refuses something calls `Meter.trip`, which records the failure and
 
 from __future__ import annotations
 
+import builtins
 import collections
 import functools
 import heapq
@@ -703,8 +704,6 @@ _EXCEPTIONS = [
 
 def make_globals(runtime: Runtime) -> dict[str, Any]:
     """Fresh module globals for one namespace."""
-    import builtins
-
     safe = {name: getattr(builtins, name) for name in _PLAIN_BUILTINS + _EXCEPTIONS}
     safe.update(
         int=_stand_in(int, runtime.prepare_int),

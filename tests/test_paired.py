@@ -9,19 +9,25 @@ import math
 import pytest
 import trio
 
-from actors.fast import _Best
 from actors.slow import SlowAgent, _unreached
 from messages.plan import Plan, RunTask, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutResult, StageRun
 from messages.task import Stage, Subtask
 from method.paired import (
     NOT_REACHED,
+    START_DRAW_FACTOR,
+    KeptVersion,
     below_target,
+    can_grow,
+    chosen_version,
     compare,
     faulted,
+    grow_by,
+    join_incumbent,
     stage_outcomes,
     wilson_interval,
     wilson_lower,
+    worlds_to_draw,
 )
 
 X = NOT_REACHED
@@ -117,27 +123,27 @@ def stage(code: str) -> Stage:
 
 
 def test_the_first_version_is_kept_even_with_no_success():
-    best = _Best()
+    best = KeptVersion()
     assert best.offer(result([0] * 20), NAME, stage("v1"), SEEDS)
     assert best.stage is not None and best.stage.code == "v1" and best.rate == 0.0
 
 
 def test_the_kept_version_meets_its_target_unless_measurably_under_it():
-    best = _Best()
+    best = KeptVersion()
     assert not best.meets(0.9)  # nothing measured
     best.offer(result([1] * 16 + [0] * 4), NAME, stage("v1"), SEEDS)
     assert best.rate == 0.8 and best.meets(0.9)  # 16 of 20: Wilson upper end 0.919
-    worse = _Best()
+    worse = KeptVersion()
     worse.offer(result([1] * 14 + [0] * 6), NAME, stage("v1"), SEEDS)
     assert not worse.meets(0.9)  # 14 of 20: upper end 0.855
     # Only the worlds that reached the stage count: 8 of 10 (upper end 0.943), not 8 of 20.
-    unreached = _Best()
+    unreached = KeptVersion()
     unreached.offer(result([1] * 8 + [0] * 2 + [X] * 10), NAME, stage("v1"), SEEDS)
     assert unreached.rate == 0.8 and unreached.meets(0.9)
 
 
 def test_a_later_version_replaces_only_when_measurably_better():
-    best = _Best()
+    best = KeptVersion()
     best.offer(result([1] * 10 + [0] * 10), NAME, stage("v1"), SEEDS)
     # Same rate on other worlds (5 disagreements each way): kept.
     assert not best.offer(result([0] * 5 + [1] * 10 + [0] * 5), NAME, stage("v2"), SEEDS)
@@ -158,7 +164,7 @@ def faulting(causes: list[str]) -> RolloutResult:
 
 
 def test_a_version_that_only_faulted_is_replaced_by_the_first_that_runs():
-    best = _Best()
+    best = KeptVersion()
     assert best.offer(faulting(["memory"] * 20), NAME, stage("v1"), SEEDS)
     assert best.faulted
     # Another faulting version does not replace it (a tie, as before)...
@@ -190,9 +196,9 @@ def outcome(mode: str, outcomes: list[int], code: str = "x", policy: str = "") -
 def test_a_learned_version_does_not_win_a_tie():
     coded = outcome("code", [1] * 12 + [0] * 8)
     learned = outcome("rl", [1] * 12 + [0] * 8, code="", policy="p.zip")
-    assert SlowAgent._chosen([coded, learned]) is coded
+    assert chosen_version([coded, learned]) is coded
     better = outcome("rl", [1] * 19 + [0], code="", policy="p.zip")
-    assert SlowAgent._chosen([coded, learned, better]) is better
+    assert chosen_version([coded, learned, better]) is better
 
 
 def test_versions_of_different_inner_loops_are_paired_by_world_seed():
@@ -203,14 +209,14 @@ def test_versions_of_different_inner_loops_are_paired_by_world_seed():
     # The same count of outcomes, on other worlds: nothing to pair, the first stays.
     elsewhere = outcome("rl", [1] * 20, code="", policy="p.zip")
     elsewhere.seeds.extend(range(200, 220))
-    assert SlowAgent._chosen([coded, elsewhere]) is coded
+    assert chosen_version([coded, elsewhere]) is coded
     # More worlds drawn, 12 of them the coded version's: paired on those, it wins.
     overlapping = outcome("rl", [1] * 24, code="", policy="p.zip")
     overlapping.seeds.extend([*range(108, 120), *range(300, 312)])
-    assert SlowAgent._chosen([coded, overlapping]) is overlapping
+    assert chosen_version([coded, overlapping]) is overlapping
     # Outcomes from before seeds were recorded still pair by position.
     assert (
-        SlowAgent._chosen(
+        chosen_version(
             [outcome("code", [0] * 20), outcome("rl", [1] * 20, code="", policy="p.zip")]
         ).mode
         == "rl"
@@ -220,8 +226,50 @@ def test_versions_of_different_inner_loops_are_paired_by_world_seed():
 def test_an_empty_stage_is_never_chosen():
     empty = outcome("rl", [1] * 20, code="")  # training failed: nothing to compose
     coded = outcome("code", [0] * 20)
-    assert SlowAgent._chosen([coded, empty]) is coded
-    assert SlowAgent._chosen([empty, coded]) is coded
+    assert chosen_version([coded, empty]) is coded
+    assert chosen_version([empty, coded]) is coded
+
+
+def test_an_undecided_comparison_doubles_its_worlds_up_to_the_cap():
+    undecided = compare([1, 1, 0, 0], [1, 1, 1, 1])  # 2 of 2 disagreements: not enough
+    assert undecided.undecided
+    assert grow_by(undecided, drawn=4, cap=16, starts=False) == 4
+    assert grow_by(undecided, drawn=12, cap=16, starts=False) == 4  # only what the cap leaves
+    assert grow_by(undecided, drawn=16, cap=16, starts=False) is None
+    # Decided either way, or the challenger not ahead: nothing more to play.
+    assert grow_by(compare([0] * 8, [1] * 8), drawn=8, cap=16, starts=False) is None
+    assert grow_by(compare([1] * 4, [0] * 4), drawn=4, cap=16, starts=False) is None
+
+
+def test_from_starts_a_comparison_grows_in_pairs_and_draws_at_most_its_factor():
+    undecided = compare([1, 1, 0, 0], [1, 1, 1, 1])
+    # 4 pairs of 8 worlds drawn: half reach, so 8 more worlds for 4 more pairs.
+    assert grow_by(undecided, drawn=8, cap=16, starts=True) == 8
+    # Nothing left under START_DRAW_FACTOR x cap worlds drawn: 0 asked for.
+    assert grow_by(undecided, drawn=START_DRAW_FACTOR * 16, cap=16, starts=True) == 0
+
+
+def test_worlds_are_drawn_until_enough_reach_and_only_for_setups_that_died():
+    def episode(seed: int, reached: bool, cause: str = "setup_failed") -> EpisodeReport:
+        runs = [StageRun(NAME, True, 10, "success")] if reached else []
+        return EpisodeReport(seed, reached, 10, 0.0, [], cause, stages=runs)
+
+    two = [episode(0, True), episode(1, True), episode(2, False), episode(3, False)]
+    # 2 of 4 reached: 2 more wanted at that share asks for 4 worlds.
+    assert worlds_to_draw(NAME, 4, 2, two, limit=32) == 4
+    assert worlds_to_draw(NAME, 4, 2, two, limit=6) == 2  # not past the limit
+    assert worlds_to_draw(NAME, 4, 4, two, limit=32) == 0  # enough reached
+    failing = [*two[:3], episode(3, False, "rollout_failed")]
+    assert worlds_to_draw(NAME, 4, 2, failing, limit=32) == 0  # would fail elsewhere too
+
+
+def test_a_comparison_grows_only_between_versions_that_ran():
+    kept = KeptVersion()
+    assert not can_grow(kept, result([1] * 20), NAME, SEEDS)  # nothing kept yet
+    kept.offer(result([1] * 10 + [0] * 10), NAME, stage("v1"), SEEDS)
+    assert can_grow(kept, result([1] * 20), NAME, SEEDS)
+    assert not can_grow(kept, faulting(["memory"] * 20), NAME, SEEDS)
+    assert not can_grow(kept, result([1] * 20), NAME, [])
 
 
 def test_stage_outcomes_follow_the_worlds_order():
@@ -310,7 +358,7 @@ class EvaluatingFast:
         self.agent._evaluate = evaluate
 
 
-def settle(fast: EvaluatingFast, best: _Best, code: str, seeds: list[int]) -> bool:
+def settle(fast: EvaluatingFast, best: KeptVersion, code: str, seeds: list[int]) -> bool:
     from actors.fast import _InnerLoop
 
     work = WorkOn(SubAction(NAME, Subtask(name=NAME)), seeds=seeds)
@@ -329,7 +377,7 @@ FOUR = list(range(500_000, 500_004))
 
 def test_a_better_challenger_gets_more_worlds_until_the_bound_decides(tmp_path) -> None:
     fast = EvaluatingFast(tmp_path, decide=16)
-    best = _Best()
+    best = KeptVersion()
     best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
     assert settle(fast, best, "v2", FOUR)  # 4 of 4 against 2 of 4 alone would not replace
     assert best.stage.code == "v2"
@@ -346,7 +394,7 @@ def test_a_better_challenger_gets_more_worlds_until_the_bound_decides(tmp_path) 
 
 def test_without_room_to_grow_the_four_worlds_keep_the_incumbent(tmp_path) -> None:
     fast = EvaluatingFast(tmp_path, decide=4)
-    best = _Best()
+    best = KeptVersion()
     best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
     assert not settle(fast, best, "v2", FOUR)
     assert best.stage.code == "v1" and fast.played == [("v2", FOUR)]
@@ -354,7 +402,7 @@ def test_without_room_to_grow_the_four_worlds_keep_the_incumbent(tmp_path) -> No
 
 def test_a_challenger_no_better_is_not_played_again(tmp_path) -> None:
     fast = EvaluatingFast(tmp_path, decide=16)
-    best = _Best()
+    best = KeptVersion()
     best.offer(worlds(FOUR, PLAYS["v2"]), NAME, stage("v2"), FOUR)
     assert not settle(fast, best, "v1", FOUR)
     assert fast.played == [("v1", FOUR)]
@@ -362,7 +410,7 @@ def test_a_challenger_no_better_is_not_played_again(tmp_path) -> None:
 
 def test_the_incumbents_further_worlds_are_played_once(tmp_path) -> None:
     fast = EvaluatingFast(tmp_path, decide=8)
-    best = _Best()
+    best = KeptVersion()
     best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
     settle(fast, best, "v2", FOUR)  # grows to 8 worlds; 7 of 8 against 4 of 8 is not enough
     assert best.stage.code == "v1"
@@ -372,7 +420,7 @@ def test_the_incumbents_further_worlds_are_played_once(tmp_path) -> None:
 
 
 def test_a_comparison_from_starts_stops_drawing_when_pairs_stop_coming(tmp_path) -> None:
-    from actors.fast import START_DRAW_FACTOR, _InnerLoop
+    from actors.fast import _InnerLoop
 
     fast = EvaluatingFast(tmp_path, decide=16)
     evaluate = fast.agent._evaluate
@@ -387,7 +435,7 @@ def test_a_comparison_from_starts_stops_drawing_when_pairs_stop_coming(tmp_path)
         return RolloutResult.of_episodes(NAME, episodes, actor_id="t")
 
     fast.agent._evaluate = from_starts
-    best = _Best()
+    best = KeptVersion()
     best.offer(worlds(FOUR, PLAYS["v1"]), NAME, stage("v1"), FOUR)
     before = Stage(Subtask(name="collect_wood"), code="x")
     work = WorkOn(SubAction(NAME, Subtask(name=NAME)), before=[before], seeds=FOUR)
@@ -434,7 +482,6 @@ def _draw_from_starts(tmp_path, cause: str) -> list[tuple[str, list[int]]]:
 
 
 def test_worlds_are_drawn_for_setups_that_died_and_not_for_a_failing_environment(tmp_path):
-    from actors.fast import START_DRAW_FACTOR
 
     # Setups that died: further worlds are drawn (none of them reaches: up to the cap).
     played = _draw_from_starts(tmp_path, "setup_failed")
@@ -619,10 +666,10 @@ def test_a_new_version_is_measured_against_the_version_kept_until_decided(tmp_pa
     coded = outcome("code", [1, 0, 1, 0], code="v1")  # what the earlier loop measured
     coded.seeds.extend(FOUR)
     outs = [coded]
-    assert SlowAgent._chosen([coded, got]) is coded  # 4 pairs: undecided, v1 stays
-    SlowAgent._join_incumbent(outs, coded, got)
+    assert chosen_version([coded, got]) is coded  # 4 pairs: undecided, v1 stays
+    join_incumbent(outs, coded, got)
     assert outs[0] is not coded and outs[0].seeds == got.seeds
-    assert SlowAgent._chosen([*outs, got]) is got
+    assert chosen_version([*outs, got]) is got
 
 
 def test_a_learned_version_no_better_than_the_code_is_not_played_again(tmp_path):

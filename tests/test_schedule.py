@@ -12,6 +12,7 @@ import trio.testing
 from actors.slow import SlowAgent
 from messages.plan import Plan, RunTask, SubAction, SubActionOutcome, WorkOn
 from messages.task import Stage, Subtask
+from method.paired import chosen_version
 from method.settings import MethodSettings
 
 SEEDS = list(range(500_000, 500_020))
@@ -91,7 +92,7 @@ def test_an_rl_sub_action_starts_without_waiting_for_an_ancestor_that_relearns_i
     # pickaxe), although the learned pickaxe that ends meanwhile wins everywhere.
     assert [s.code for s in work.setup] == ["wood-v1", "pick-v1"]
     assert [s.code for s in work.before] == ["wood-v1", "pick-v1"]
-    assert SlowAgent._chosen(outcomes["make_stone_pickaxe"]).stage.policy_path == (
+    assert chosen_version(outcomes["make_stone_pickaxe"]).stage.policy_path == (
         "make_stone_pickaxe-new.zip"
     )
 
