@@ -333,7 +333,7 @@ class SlowAgent(Actor):
                 return None
             name, change = forced
             sub = next(s for s in plan.subactions if s.name == name)
-            best = self._best(outcomes[name])
+            best = chosen_version(outcomes[name])
             log.warning(
                 "plan_stop_overruled", subaction=name, change=change["change"],
                 success_rate=round(best.success_rate, 4), target=sub.target,
@@ -385,7 +385,7 @@ class SlowAgent(Actor):
             outs = outcomes.get(sub.name, [])
             if sub.need or not outs or _unreached(outs):
                 continue
-            best = self._best(outs)
+            best = chosen_version(outs)
             if best.accepted or best.success_rate >= sub.target:
                 continue
             why = (
