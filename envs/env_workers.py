@@ -47,6 +47,11 @@ def _serve(conn: Any) -> None:
     """A worker's loop: build, step, reset, query and close one job's env at a time."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # no torch thread pool per worker
     from envs.rl_env import _build
+    from sandbox import confine_memory
+
+    # A worker runs its env (and the policy code in it) and nothing beside: each call
+    # into policy code may get an address-space cap of its memory budget.
+    confine_memory()
 
     env = None
     while True:
