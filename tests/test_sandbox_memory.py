@@ -85,6 +85,7 @@ def _run(mode: str, line: str) -> dict:
     env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, mode, source, str(BUDGET_MIB * 2**20)],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=120,
