@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import os
 import resource
+import threading
 import time
 
 from sandbox.failures import Cause, Failure, agent_line_of_caller
 
 # A tick is ~60 ns; 256 trivial loop iterations take ~30 µs, so a timeout is seen within
 # microseconds of the deadline while the clock read (~50 ns) costs < 1 % of tick time.
+# Ticks separated by slow C calls are the watchdog's (see `_Watchdog`): 256 of them could
+# each hold a bounded but long call (a 1M-bit `%`: ~1 s).
 TICKS_PER_CHECK = 256
 # Reading /proc/self/statm costs a few µs: every 16 clock checks (~4k ticks) keeps that
 # near 1 % on tight loops. Big allocations force an earlier check (see `note_alloc`).
@@ -34,6 +37,57 @@ CLOCK_CHECKS_PER_MEMORY_CHECK = 16
 # Estimated bytes allocated by guarded operations after which memory is re-read at once,
 # so a loop of large allocations cannot run far past the budget between periodic checks.
 ALLOC_BYTES_PER_MEMORY_CHECK = 16 * 2**20
+
+
+# How often the watchdog looks at the armed meters' deadlines: the most a timeout is seen
+# late beyond the C call under way; 100 wake-ups a second cost well under 1 % of a core.
+WATCHDOG_POLL_S = 0.01
+
+
+class _Watchdog:
+    """One daemon thread per process that makes an armed meter read its clock at the next
+    tick once its deadline has passed (it sets the tick's countdown to zero).
+
+    The tick itself reads the clock only every `TICKS_PER_CHECK` ticks, which is cheap
+    while ticks are cheap; but agent code can put one slow C call between two ticks, and
+    256 calls of a second each would run minutes past a budget of seconds. The watchdog
+    cannot interrupt a C call (it needs the GIL the call holds) and raises nothing into
+    agent code: it runs as soon as the call returns (Python hands the GIL over at the next
+    bytecode after a 5 ms switch interval) and the agent's own next tick trips, at a
+    point the sandbox controls. So a budget is overrun by the C call under way at most,
+    plus `WATCHDOG_POLL_S`."""
+
+    def __init__(self) -> None:
+        self.armed: dict[int, Meter] = {}
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def watch(self, meter: Meter) -> None:
+        self.armed[id(meter)] = meter
+        if self._pid != os.getpid():  # none yet, or a fork's: threads do not survive it
+            self._start()
+
+    def unwatch(self, meter: Meter) -> None:
+        self.armed.pop(id(meter), None)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._pid = os.getpid()
+            threading.Thread(target=self._run, name="sandbox-watchdog", daemon=True).start()
+
+    def _run(self) -> None:
+        monotonic = time.monotonic
+        while True:
+            time.sleep(WATCHDOG_POLL_S)
+            now = monotonic()
+            for meter in list(self.armed.values()):
+                if meter._armed and now > meter._deadline:
+                    meter._reset_tick()  # its next tick reads the clock and trips
+
+
+_watchdog = _Watchdog()
 
 
 class Abort(BaseException):  # noqa: N818 - a control-flow signal, not an error
@@ -200,9 +254,11 @@ class Meter:
             self._capped = True
         self._armed = True
         self._reset_tick()
+        _watchdog.watch(self)
 
     def disarm(self) -> None:
         self._armed = False
+        _watchdog.unwatch(self)
         if self._capped:
             self._capped = False
             _address_space.leave()
