@@ -61,7 +61,7 @@ def test_the_learner_retries_with_the_tables_stride() -> None:
     from actors import learner
 
     assert learner.SETUP_RETRIES == seeds.SETUP_RETRIES
-    source = inspect.getsource(learner.LearnerActor.train)
+    source = inspect.getsource(learner.LearnerActor._train)
     assert "setup_retry_stride=seeds.RETRY_STRIDE" in source
 
 
