@@ -20,7 +20,7 @@ from typing import Any
 from crafter import constants
 
 from envs.artifacts import ArtifactRefused, store_artifact
-from envs.reward_check import check_reward
+from envs.reward_check import check_reward_apart
 from envs.setup_code import compose_setup, in_training
 from knowledge import recipes
 from knowledge.options import (
@@ -614,7 +614,9 @@ class FastAgent(Actor):
             # The shaped reward tried on scripted transitions before a step is trained on
             # it: one that pays for standing still or never for this step's progress is
             # dropped (the success reward stays), and the next version is told why.
-            checked = check_reward(config.reward_code, step)
+            # In a child process: reward code that crashes its process fails the check,
+            # never the head (where this agent runs).
+            checked = await self.run_blocking(check_reward_apart, config.reward_code, step)
             if not checked.ok:
                 log.warning(
                     "reward_check_failed", subaction=sub.name, version=version,

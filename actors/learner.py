@@ -53,7 +53,7 @@ from envs.per_env import PerEnvPPO
 from envs.rl_env import SetupError, make_env, make_vec_env
 from envs.smdp import SMDPPPO
 from knowledge.options import STAGE_CODE
-from messages import Envelope
+from messages import Envelope, encode
 from messages.artifact import JobReached
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
 from method import seeds
@@ -393,6 +393,21 @@ class LearnerActor(Actor):
             log.info("training_worker_ended", job=args[0].name)
             done.set()
 
+    def _crashed(self, req: TrainRequest, exc: WorkerDied) -> TrainResult:
+        """The failed result of a job whose environment process died: no policy, and the
+        world steps that process took died with it (uncounted; said in the failure)."""
+        detail = (
+            f"the policy's code crashed the process that runs it: {exc}; the world steps "
+            "it took in that process are lost with it"
+        )
+        log.warning("training_crashed", job=req.name, detail=detail[:300])
+        return TrainResult(
+            name=req.name, policy_path="", sha256="", steps=0, primitive_steps=0,
+            eval_success_rate=0.0, eval_episodes=0, eval_primitive_steps=0, resumed_from=0,
+            steps_lost=0, tensorboard_dir="", wall_s=0.0, train_s=0.0, device="",
+            actor_id=self.actor_id, failure=detail[:1000],
+        )  # fmt: skip
+
     def train(
         self,
         req: TrainRequest,
@@ -402,6 +417,23 @@ class LearnerActor(Actor):
         head: HeadCheckpoint | None = None,
     ) -> TrainResult:
         """Train and evaluate (blocking; runs in a worker thread). ``head``: what the
+        head's store holds of this job (its newest checkpoint, fetched). A job whose
+        envs' process died under it (policy code that crashed it: a C stack overflow,
+        memory) is that version's failure, never this learner's."""
+        try:
+            return self._train(req, device, stop, asker, head)
+        except WorkerDied as exc:
+            return self._crashed(req, exc)
+
+    def _train(
+        self,
+        req: TrainRequest,
+        device: str,
+        stop: threading.Event,
+        asker: str,
+        head: HeadCheckpoint | None = None,
+    ) -> TrainResult:
+        """Train and evaluate (:meth:`train` without the crash's result). ``head``: what the
         head's store holds of this job (its newest checkpoint, fetched)."""
         started = time.monotonic()
         folder, attempts, trusted, reached = self._job_folder(req, head)
@@ -476,7 +508,11 @@ class LearnerActor(Actor):
             subproc=req.subproc,
             # Long-lived worker processes: both cores step worlds, and the starts they
             # made stay cached for this sub-action's later versions.
-            workers=self.env_workers() if req.subproc else None,
+            # Long-lived worker processes: the starts they made stay cached for this
+            # sub-action's later versions, with ``subproc`` every env steps on a core of
+            # its own, and either way the policy code (options, reward, setup) runs
+            # there: a version that crashes its process costs that job, not the learner.
+            workers=self.env_workers(),
             world_pool=training_worlds(req),
             pool_only=True,  # PPO seeds each env's first reset: a pool world, shared
             setup_retries=seeds.SETUP_RETRIES,
@@ -539,7 +575,7 @@ class LearnerActor(Actor):
         os.replace(tmp, policy)
         trained = world_tally(vec)
         held = {}
-        success, _ = evaluate(req, str(policy), tally=held, vec=vec)
+        success, _ = evaluate(req, str(policy), tally=held, vec=vec, workers=self.env_workers())
         setup = trained["setup_steps"] + held["setup_steps"]
         episodes = [WorldEpisode(*e) for e in trained["episodes"] + held["episodes"]]
         unlocked = _unlocked(trained["episodes"] + held["episodes"])
@@ -730,6 +766,7 @@ def evaluate(
     episodes: int | None = None,
     tally: dict | None = None,
     vec: Any = None,
+    workers: EnvWorkers | None = None,
 ) -> tuple[float, int]:
     """Success rate of the policy saved at ``policy_path`` on held-out world seeds, and
     the world steps it took.
@@ -739,7 +776,10 @@ def evaluate(
     the sampled policy succeeds. Each episode samples from a seed of its own (the job's
     seed and the world's), so the figure is reproducible and the same wherever the
     episodes run: split over the job's env workers when ``vec`` is one (both cores
-    play; see :meth:`envs.env_workers.WorkerVecEnv.held_out`), else in this process."""
+    play; see :meth:`envs.env_workers.WorkerVecEnv.held_out`), else in one of
+    ``workers``, else (tests, benchmarks) in this process. A worker that dies under the
+    check is replaced once; a second death raises :class:`WorkerDied` (the policy's
+    code kills its process: the job fails, not the learner)."""
     count = req.eval_episodes if episodes is None else episodes
     seeds = list(range(req.eval_seed, req.eval_seed + count))
     check = None
@@ -747,9 +787,14 @@ def evaluate(
         try:
             check = vec.held_out(policy_path, seeds, req.seed)
         except WorkerDied as exc:
-            # The policy is trained and saved: check it here rather than lose the job.
-            # (What the dead worker had played of the check is lost with it, uncounted.)
+            # The policy is trained and saved: check it again rather than lose the job,
+            # in a fresh worker, never here (the code that killed it would kill this
+            # process). What the dead worker had played is lost with it, uncounted.
             log.warning("held_out_worker_died", job=req.name, detail=str(exc)[:300])
+            if workers is None:
+                raise
+    if check is None and workers is not None:
+        check = workers.held_out(encode(req.config), policy_path, seeds, req.seed)
     if check is None:
         check = play_learned(req.config, policy_path, seeds, req.seed)
     if tally is not None:

@@ -17,6 +17,11 @@ is the same state as a made one, so a job's episodes, its counted steps (every s
 made once, counted where it is made: the workers' own tallies, read through
 ``get_attr``) and its trained weights are the same either way.
 
+A job may also keep all its envs in one worker (``env_workers = "off"``: one core, as
+in the learner's own process), each in a slot of its own there: the learner never runs a
+version's code itself, so code that crashes its process (a C stack overflow, memory) costs
+that job (:class:`WorkerDied`, naming the signal), never the learner.
+
 Errors: an exception in a worker's env is sent back and raised again in the learner
 (:class:`~envs.rl_env.SetupError` with its fields), and the worker goes on serving, so
 the counts of a failed job can still be read. A worker that died (killed, out of memory)
@@ -28,6 +33,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -40,9 +46,12 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from envs.held_out import merge_checks
 from envs.rl_env import _build
+from sandbox import confine_memory
 
 STOP_TIMEOUT_S = 5.0
 """How long :meth:`EnvWorkers.close` waits for a worker to end before killing it."""
+DEATH_WAIT_S = 2.0
+"""How long a worker whose pipe closed is waited for, to name how it ended."""
 
 
 class WorkerDied(RuntimeError):
@@ -50,22 +59,28 @@ class WorkerDied(RuntimeError):
 
 
 def _serve(conn: Any) -> None:
-    """A worker's loop: build, step, reset, query and close one job's env at a time."""
+    """A worker's loop: build, step, reset, query and close one job's envs (one, or all
+    of a job's when the learner keeps them in one process), each in a slot of its own."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # no torch thread pool per worker
 
-    env = None
+    # A worker runs its env (and the policy code in it) and nothing beside: each call
+    # into policy code may get an address-space cap of its memory budget.
+    confine_memory()
+
+    envs: dict[int, Any] = {}
     while True:
         try:
-            cmd, data = conn.recv()
+            cmd, slot, data = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return  # the learner is gone
+        env = envs.get(slot)
         try:
             if cmd == "make":
-                if env is not None:
-                    old, env = env, None
+                old = envs.pop(slot, None)
+                if old is not None:
                     old.close()
                 blob, seed, monitor, kwargs = data
-                env = _build(blob, seed, monitor, kwargs)
+                env = envs[slot] = _build(blob, seed, monitor, kwargs)
                 result: Any = (env.observation_space, env.action_space)
             elif cmd == "step":
                 result = step_and_reset(env, data)
@@ -88,9 +103,8 @@ def _serve(conn: Any) -> None:
 
                 result = play_learned(*data)
             elif cmd == "release":
-                if env is not None:
-                    env.close()
-                env = None
+                while envs:
+                    envs.popitem()[1].close()
                 result = None
             elif cmd == "stop":
                 conn.send(("ok", None))
@@ -141,9 +155,9 @@ class _Worker:
         self.pending = 0
         """Commands sent and not yet answered (an error midway can leave some)."""
 
-    def send(self, cmd: str, data: Any = None) -> None:
+    def send(self, cmd: str, data: Any = None, slot: int = 0) -> None:
         try:
-            self.conn.send((cmd, data))
+            self.conn.send((cmd, slot, data))
         except (BrokenPipeError, EOFError, OSError) as exc:
             raise WorkerDied(f"environment worker {self.process.pid} is gone: {exc}") from None
         self.pending += 1
@@ -151,11 +165,8 @@ class _Worker:
     def receive(self) -> Any:
         try:
             status, value = self.conn.recv()
-        except (EOFError, OSError) as exc:
-            raise WorkerDied(
-                f"environment worker {self.process.pid} ended (exit code "
-                f"{self.process.exitcode}): {type(exc).__name__}"
-            ) from None
+        except (EOFError, OSError):
+            raise WorkerDied(f"environment worker {self.process.pid} {self.death()}") from None
         self.pending -= 1
         if status == "error":
             raise value
@@ -179,6 +190,20 @@ class _Worker:
 
     def alive(self) -> bool:
         return self.process.is_alive()
+
+    def death(self) -> str:
+        """How the process ended, as a cause: the signal that killed it (a segfault of
+        policy code's C call, the kernel's OOM killer) or its exit status."""
+        self.process.join(DEATH_WAIT_S)  # its pipe closed as it died: reaped in a moment
+        code = self.process.exitcode
+        if code is None:
+            return "stopped answering (its pipe closed)"
+        if code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with status {code}"
 
     def stop(self) -> None:
         """End the worker: asked to when it owes no answer, else (or when it does not
@@ -268,14 +293,19 @@ class EnvWorkers:
         *,
         monitor: bool = True,
         world_pools: Sequence[Sequence[int]] | None = None,
+        processes: int | None = None,
         **kwargs: Any,
     ) -> WorkerVecEnv:
         """A vector env of ``n_envs`` envs of the encoded config ``blob`` (env ``i`` with
-        world seed ``seed + i``), each in a worker of its own. Close it when the job ends:
-        that closes the envs and frees the workers, which go on living."""
+        world seed ``seed + i``), each in a worker of its own, or all in ``processes``
+        workers (1: the job steps on one core, as in the learner's own process, while
+        its policy code runs outside the learner). Close it when the job ends: that
+        closes the envs and frees the workers, which go on living."""
         if n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, not {n_envs}")
-        workers = self._take(n_envs)
+        processes = n_envs if processes is None else max(1, min(processes, n_envs))
+        taken = self._take(processes)
+        workers = [taken[i % processes] for i in range(n_envs)]
         per_env = [
             {**kwargs, "world_pool": tuple(world_pools[i])} if world_pools else kwargs
             for i in range(n_envs)
@@ -283,8 +313,23 @@ class EnvWorkers:
         try:
             return WorkerVecEnv(workers, blob, seed, monitor, per_env, self._give_back)
         except BaseException:
-            self._give_back(workers)
+            self._give_back(taken)
             raise
+
+    def held_out(
+        self, blob: bytes, policy_path: str, seeds: Sequence[int], sample_seed: int
+    ) -> dict:
+        """The held-out check of the policy at ``policy_path`` on ``seeds`` in one worker
+        (:func:`envs.held_out.play_learned`; a fresh one when none is free): for a check
+        whose job's workers died under it. Raises :class:`WorkerDied` if this one dies too."""
+        from envs.held_out import merge_checks
+
+        (worker,) = self._take(1)
+        try:
+            worker.send("held_out", (blob, policy_path, list(seeds), sample_seed))
+            return merge_checks(seeds, [worker.receive()])
+        finally:
+            self._give_back([worker])
 
     def close(self) -> None:
         """End every worker (their envs and caches with them). A worker a job still uses
@@ -306,7 +351,10 @@ def _vec_env_base() -> type:
 
 
 class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
-    """SB3's vector-env interface over :class:`EnvWorkers`' processes, one env each."""
+    """SB3's vector-env interface over :class:`EnvWorkers`' processes: env ``i`` in
+    ``workers[i]``, one env each or several in one (each in a slot of its own there).
+    A worker answers in the order it was asked, so the envs' answers are read in
+    env order, whichever workers they share."""
 
     def __init__(
         self,
@@ -317,24 +365,42 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         kwargs: Sequence[dict[str, Any]],
         give_back: Callable[[Sequence[_Worker]], None],
     ) -> None:
-        self._workers = list(workers)
+        self._envs = list(workers)
+        """Env index → its worker."""
+        self._slots: list[int] = []
+        """Env index → its slot in its worker."""
+        for i, w in enumerate(self._envs):
+            self._slots.append(sum(other is w for other in self._envs[:i]))
+        self._workers = list({id(w): w for w in self._envs}.values())
+        """The distinct workers, in the order of their first env."""
         self._give_back = give_back
         self._blob = blob
         self._closed = False
-        for i, w in enumerate(self._workers):
-            w.send("make", (blob, seed + i, monitor, kwargs[i]))
-        spaces = self._gather(self._workers)
-        super().__init__(len(self._workers), spaces[0][0], spaces[0][1])
+        for i, w in enumerate(self._envs):
+            w.send("make", (blob, seed + i, monitor, kwargs[i]), self._slots[i])
+        spaces = self._gather(self._envs)
+        super().__init__(len(self._envs), spaces[0][0], spaces[0][1])
 
-    def _targets(self, indices: Any) -> list[_Worker]:
-        return [self._workers[i] for i in self._get_indices(indices)]
+    @property
+    def shared(self) -> bool:
+        """Whether some worker holds more than one of the envs."""
+        return len(self._workers) < len(self._envs)
+
+    def _targets(self, indices: Any) -> list[int]:
+        return list(self._get_indices(indices))
+
+    def _send(self, indices: Sequence[int], cmd: str, data: Any = None) -> list[_Worker]:
+        """Send ``cmd`` to the envs ``indices``; their workers, in that order (to gather)."""
+        for i in indices:
+            self._envs[i].send(cmd, data, self._slots[i])
+        return [self._envs[i] for i in indices]
 
     def step_async(self, actions: np.ndarray) -> None:
-        for w, action in zip(self._workers, actions, strict=True):
-            w.send("step", action)
+        for i, action in enumerate(actions):
+            self._envs[i].send("step", action, self._slots[i])
 
     def step_wait(self) -> Any:
-        results = self._gather(self._workers)
+        results = self._gather(self._envs)
         obs, rewards, dones, infos, self.reset_infos = zip(*results, strict=True)
         return (
             _stack(obs, self.observation_space),
@@ -345,24 +411,29 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
 
     def step_one(self, index: int, action: Any) -> None:
         """Ask env ``index`` alone for a step (:mod:`envs.per_env`); its answer comes
-        from :meth:`next_answer`."""
-        self._workers[index].send("step", action)
+        from :meth:`next_answer` (or, when workers are shared, :meth:`answer_of`)."""
+        self._envs[index].send("step", action, self._slots[index])
+
+    def answer_of(self, index: int) -> Any:
+        """The answer to the step env ``index`` was asked last (read in the order asked
+        when envs share a worker)."""
+        return self._envs[index].receive()
 
     def next_answer(self, indices: Sequence[int]) -> tuple[int, Any]:
         """The first answer to come back from the envs ``indices`` (each asked for one
         step by :meth:`step_one`): ``(index, (obs, reward, done, info, reset_info))``,
         the lowest index of those ready. An error is raised once the others asked
         have answered too (no answer is left in a pipe for the next command)."""
-        conns = {id(self._workers[i].conn): i for i in indices}
-        ready = wait([self._workers[i].conn for i in indices])
+        conns = {id(self._envs[i].conn): i for i in indices}
+        ready = wait([self._envs[i].conn for i in indices])
         index = min(conns[id(c)] for c in ready)
         try:
-            return index, self._workers[index].receive()
+            return index, self._envs[index].receive()
         except WorkerDied:
             raise
         except Exception:
             try:
-                self._gather([self._workers[i] for i in indices if i != index])
+                self._gather([self._envs[i] for i in indices if i != index])
             except Exception:  # noqa: BLE001 - the first error is the one raised
                 pass
             raise
@@ -382,9 +453,9 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         return merge_checks(seeds, self._gather([w for w, _ in asked]))
 
     def reset(self) -> Any:
-        for i, w in enumerate(self._workers):
-            w.send("reset", (self._seeds[i], self._options[i]))
-        results = self._gather(self._workers)
+        for i, w in enumerate(self._envs):
+            w.send("reset", (self._seeds[i], self._options[i]), self._slots[i])
+        results = self._gather(self._envs)
         obs, self.reset_infos = zip(*results, strict=True)
         self._reset_seeds()
         self._reset_options()
@@ -423,30 +494,19 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
             self._give_back(self._workers)
 
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        targets = self._targets(indices)
-        for w in targets:
-            w.send("get_attr", attr_name)
-        return self._gather(targets)
+        return self._gather(self._send(self._targets(indices), "get_attr", attr_name))
 
     def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-        targets = self._targets(indices)
-        for w in targets:
-            w.send("set_attr", (attr_name, value))
-        self._gather(targets)
+        self._gather(self._send(self._targets(indices), "set_attr", (attr_name, value)))
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
     ) -> list[Any]:
-        targets = self._targets(indices)
-        for w in targets:
-            w.send("env_method", (method_name, method_args, method_kwargs))
-        return self._gather(targets)
+        call = (method_name, method_args, method_kwargs)
+        return self._gather(self._send(self._targets(indices), "env_method", call))
 
     def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
-        targets = self._targets(indices)
-        for w in targets:
-            w.send("is_wrapped", wrapper_class)
-        return self._gather(targets)
+        return self._gather(self._send(self._targets(indices), "is_wrapped", wrapper_class))
 
     def get_images(self) -> list[Any]:
         raise NotImplementedError("training envs in workers are not rendered")

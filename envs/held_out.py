@@ -6,7 +6,8 @@ policy's rollout); ``act`` is any callable from observation to action index, so
 
 :func:`play_learned` is the learner's held-out check of a saved policy: run where the
 job's envs ran (:meth:`envs.env_workers.WorkerVecEnv.held_out` splits the worlds over the
-job's worker processes, so both cores play them) or in the learner's own process. Each
+job's worker processes, so both cores play them), or in a fresh worker when those died
+under it (:meth:`envs.env_workers.EnvWorkers.held_out`), never in the learner. Each
 episode samples its actions from a torch seed of its own (:func:`episode_seed`: the job's
 seed and the world), so an episode is the same whichever process plays it and whatever
 was played before it: the check gives the same figure split or not.

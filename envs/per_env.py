@@ -100,9 +100,31 @@ class _InWorkers:
         return sum(self.busy.values())
 
 
-def _stepper(env: Any) -> _InProcess | _InWorkers | None:
+class _InSharedWorker:
+    """One env of a :class:`~envs.env_workers.WorkerVecEnv` whose envs share a worker
+    (the learner's envs kept in one process) stepped at a time; the answers in the order
+    asked, as the worker gives them and as :class:`_InProcess` does."""
+
+    def __init__(self, vec: WorkerVecEnv) -> None:
+        self.vec = vec
+        self.asked: deque[int] = deque()
+
+    def send(self, index: int, action: Any) -> None:
+        self.vec.step_one(index, action)
+        self.asked.append(index)
+
+    def next(self) -> tuple[int, Any]:
+        index = self.asked.popleft()
+        obs, reward, done, info, _reset_info = self.vec.answer_of(index)
+        return index, (obs, reward, done, info)
+
+    def pending(self) -> int:
+        return len(self.asked)
+
+
+def _stepper(env: Any) -> _InProcess | _InWorkers | _InSharedWorker | None:
     if isinstance(env, WorkerVecEnv):
-        return _InWorkers(env)
+        return _InSharedWorker(env) if env.shared else _InWorkers(env)
     if isinstance(env, DummyVecEnv):
         return _InProcess(env)
     return None  # wrapped or another kind: SB3's lockstep

@@ -19,13 +19,23 @@ It passes when every call returns a finite number, the idle step pays nothing (a
 the step has no use for) is reported, not judged. Snapshots have the shape
 ``envs.rl_env.SubtaskEnv`` passes: ``inventory``, ``status``, ``achievements``,
 ``steps``.
+
+The caller in the run (the fast agent, in the head's process) uses
+:func:`check_reward_apart`: the code runs in a child process of its own, so code that
+crashes its process (a C stack overflow, memory) fails this check, not the head.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
-from dataclasses import dataclass, field
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from crafter import constants
@@ -161,3 +171,63 @@ def check_reward(code: str, step: Step, *, wall_s: float = 0.1) -> RewardCheck:
             rewards,
         )
     return RewardCheck(True, _shown(rewards), rewards)
+
+
+APART_TIMEOUT_S = 120.0
+"""How long the child of :func:`check_reward_apart` may take: a fresh interpreter and its
+imports (~1-2 s on a loaded 2-core machine) and a few calls of ``wall_s`` each."""
+
+_CHILD = "from envs.reward_check import _child_main; _child_main()"
+
+
+def check_reward_apart(code: str, step: Step, *, wall_s: float = 0.1) -> RewardCheck:
+    """:func:`check_reward` in a child process (blocking: call it from a thread). A child
+    that dies or hangs fails the check with the cause (its signal or exit status)."""
+    if not code.strip():
+        return RewardCheck(True, "no shaped reward")
+    fields = ("name", "goal", "uses", "requires", "achievement")
+    asked = {
+        "code": code,
+        "wall_s": wall_s,
+        "step": {name: getattr(step, name) for name in fields},
+    }
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD],
+            input=json.dumps(asked),
+            capture_output=True,
+            text=True,
+            timeout=APART_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return RewardCheck(False, f"reward_code's check did not end in {APART_TIMEOUT_S:g} s")
+    if proc.returncode != 0:
+        code_ = proc.returncode
+        how = (
+            f"was killed by {signal.Signals(-code_).name}"
+            if code_ < 0 and -code_ in signal.valid_signals()
+            else f"exited with status {code_}"
+        )
+        tail = proc.stderr.strip().splitlines()[-1:] if code_ > 0 else []
+        return RewardCheck(
+            False, f"reward_code crashed the process that checked it: it {how}"
+            + (f" ({tail[0][:200]})" if tail else "")
+        )  # fmt: skip
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    return RewardCheck(found["ok"], found["detail"], found["rewards"])
+
+
+def _child_main() -> None:
+    """The child of :func:`check_reward_apart`: the request on stdin, the check on stdout."""
+    import resource
+
+    from sandbox import confine_memory
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file
+    confine_memory()  # this process runs the reward code and nothing else
+    asked = json.load(sys.stdin)
+    step = SimpleNamespace(**asked["step"])
+    checked = check_reward(asked["code"], step, wall_s=asked["wall_s"])
+    sys.stdout.write(json.dumps(asdict(checked)) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # nothing of this process is worth an orderly teardown

@@ -1181,10 +1181,12 @@ def make_vec_env(
 
     ``world_pool`` (in ``kwargs``) is split among the envs: env ``i`` draws from every
     ``n_envs``-th world of it from the ``i``-th (the whole pool when it has fewer worlds
-    than envs). ``subproc`` runs each env in its own process: in ``workers``' long-lived processes
-    when given (:mod:`envs.env_workers`: their start-state caches outlive the job), else
-    in SB3's ``SubprocVecEnv`` (``start_method`` as there); otherwise all run in this
-    one (``DummyVecEnv``). Close it when done.
+    than envs). With ``workers`` (:mod:`envs.env_workers`: long-lived processes whose
+    start-state caches outlive the job) the envs run there, each in its own process
+    when ``subproc``, else all in one, so policy code never runs in this process.
+    Without, ``subproc`` runs each env in a process of SB3's ``SubprocVecEnv``
+    (``start_method`` as there); otherwise all run in this one (``DummyVecEnv``). Close
+    it when done.
     """
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
@@ -1197,8 +1199,11 @@ def make_vec_env(
         pools = [pool[i::n_envs] for i in range(n_envs)]
     else:
         pools = [pool] * n_envs
-    if subproc and workers is not None:
-        return workers.vec_env(blob, n_envs, seed, monitor=monitor, world_pools=pools, **kwargs)
+    if workers is not None:
+        processes = n_envs if subproc else 1
+        return workers.vec_env(
+            blob, n_envs, seed, monitor=monitor, world_pools=pools, processes=processes, **kwargs
+        )
     fns = [
         env_factory(blob, seed=seed + i, monitor=monitor, world_pool=pools[i], **kwargs)
         for i in range(n_envs)

@@ -10,9 +10,11 @@ when the batch is done. Nothing on the pipe is pickled: the frames are 4-byte bi
 lengths followed by bodies of our msgpack codec (:mod:`messages.codec`), validated on
 the actor's side like any message from the wire.
 
-The runner's OS limits are its own: an address-space cap (``RLGPT_ENV_MEMORY_LIMIT``,
-default 2 GiB, raised by what torch maps when a learned policy first needs it:
-:func:`import_policy_libraries`), no core dumps, one torch thread, and per batch a
+The runner's OS limits are its own: each call into policy code runs under an
+address-space cap of the sandbox's memory budget (:func:`sandbox.confine_memory`), the
+runner as a whole under one of ``RLGPT_ENV_MEMORY_LIMIT`` (default 2 GiB, raised by
+what torch maps when a learned policy first needs it: :func:`import_policy_libraries`),
+no core dumps, one torch thread, and per batch a
 CPU-time limit (the soft ``RLIMIT_CPU`` set to the CPU used so far plus the batch's budget
 and grace), so a runaway costs SIGXCPU at worst. The actor side (:class:`Runner`) watches
 the wall clock: an episode that runs past its own budget plus grace
@@ -643,6 +645,11 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(argv[0]) if argv and argv[0] else None
     _die_with_parent(os.getppid())
     limits = apply_limits()
+    # This process runs policy code and nothing else: each call into it gets an
+    # address-space cap of its memory budget (the 2 GiB above is the host's backstop).
+    from sandbox import confine_memory
+
+    confine_memory()
     # The pipe to the actor is fd 1 as started; anything printed by a library goes to
     # stderr instead (the actor's own output), never into the protocol.
     out = os.dup(1)

@@ -13,7 +13,15 @@ prints goes to ``runs/<id>/model-server.log``.
 Events: ``model_server_started`` (pid, port, attempt), ``model_server_ready`` (seconds;
 ``cpu_features``, the instruction sets its llama.cpp build uses, and ``system_info``,
 llama.cpp's own line, read from the server's log),
-``model_server_exited`` (cause; a warning while the run needs it), ``model_server_stopped``.
+``model_server_exited`` (cause; a warning while the run needs it), ``model_server_failed``
+(down for good: the cause, the end of its log, the fix), ``model_server_stopped``.
+
+While a restart is under way, requests wait for it (:meth:`LocalServer.wait_serving`,
+which the ``openai`` backend of a ``local`` run calls on a failed connection) instead of
+spending their retries on a port nobody listens on; a server down for good makes them
+fail with its own cause. One that dies the same way :data:`SAME_DEATHS` times in a row
+(SIGILL at its first request, every time) is not started again: the run ends at once
+with the cause, the end of its log and the fix.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -54,6 +63,17 @@ PROBE_TIMEOUT_S = 5.0
 """One readiness probe; a loading server answers nothing or refuses at once."""
 LOG_TAIL_LINES = 20
 """Lines of the server's log quoted in an error."""
+SAME_DEATHS = 2
+"""Deaths in a row with the same cause after which the server is not started again: a
+server that dies the same way at every start (an instruction this CPU lacks) would only
+die again, and the run should end with that cause now, not after every restart."""
+SIGILL_HINT = (
+    "SIGILL: llama.cpp was built for CPU instructions this machine lacks (a build made on "
+    "another machine, a wheel from pip's cache, or one that uses AMX or AVX-512). Rebuild it "
+    'here without them: CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --force-reinstall '
+    "--no-cache-dir --no-binary llama-cpp-python 'llama-cpp-python[server]'"
+)
+"""The fix named when the server dies by SIGILL."""
 
 
 class LocalServerError(Exception):
@@ -69,6 +89,8 @@ class Endpoint:
     """``http://127.0.0.1:PORT/v1``."""
     alias: str
     """The model name the server answers to (``--model_alias``)."""
+    ready: Callable[[], Awaitable[bool]] | None = field(default=None, compare=False)
+    """Waits through a restart under way (:meth:`LocalServer.wait_serving`)."""
 
 
 def missing_modules() -> list[str]:
@@ -160,7 +182,34 @@ class LocalServer:
         """Restarts so far."""
         self.process: trio.Process | None = None
         """The running server process (None between runs)."""
-        self.endpoint = Endpoint(f"http://127.0.0.1:{self.port}/v1", alias)
+        self.endpoint = Endpoint(f"http://127.0.0.1:{self.port}/v1", alias, self.wait_serving)
+        self.failure: LocalServerError | None = None
+        """Why the server is down for good (set as :meth:`run` raises it)."""
+        self._serving = trio.Event()
+        """Set while the server answers; a fresh, unset one while it is being restarted."""
+
+    def check_installed(self) -> None:
+        """Raise :class:`LocalServerError` naming the install command when the server's
+        modules are missing."""
+        missing = missing_modules()
+        if missing:
+            raise LocalServerError(
+                f"the local model server is not installed (missing {', '.join(missing)}): "
+                f"{INSTALL_HINT}"
+            )
+
+    async def wait_serving(self) -> bool:
+        """Return once the server answers: False at once when it does, True after a
+        restart that was under way. Raises the server's :class:`LocalServerError` when it
+        is down for good (the backend's retries then end with its cause, not theirs)."""
+        waited = False
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if self._serving.is_set():
+                return waited
+            waited = True
+            await self._serving.wait()
 
     def argv(self) -> list[str]:
         return [
@@ -173,32 +222,47 @@ class LocalServer:
     async def run(self, task_status: trio.TaskStatus[Endpoint] = trio.TASK_STATUS_IGNORED) -> None:
         """Start the server, report :attr:`endpoint` once it answers, then keep it alive
         until cancelled. Raises :class:`LocalServerError` when it cannot start or dies
-        more than ``max_restarts`` times."""
-        missing = missing_modules()
-        if missing:
-            raise LocalServerError(
-                f"the local model server is not installed (missing {', '.join(missing)}): "
-                f"{INSTALL_HINT}"
-            )
-        cause = ""
+        more than ``max_restarts`` times, or :data:`SAME_DEATHS` times in a row the same
+        way (then at once, naming the cause, the end of its log and the fix)."""
+        try:
+            await self._supervise(task_status)
+        except LocalServerError as exc:
+            self.failure = exc
+            self._serving.set()  # wakes whoever waits for a restart: it raises the cause
+            log.error("model_server_failed", detail=str(exc)[:2000])
+            raise
+
+    async def _supervise(self, task_status: trio.TaskStatus[Endpoint]) -> None:
+        self.check_installed()
+        causes: list[str] = []
         for attempt in range(self.max_restarts + 1):
             self.restarts = attempt
             try:
                 await self._start(attempt)
+                self._serving.set()
                 if attempt == 0:
                     task_status.started(self.endpoint)
                 code = await self.process.wait()
-                cause = _describe_exit(code)
+                self._serving = trio.Event()  # a restart is under way: callers wait for it
+                causes.append(_describe_exit(code))
                 log.warning(
-                    "model_server_exited", pid=self.process.pid, cause=cause, attempt=attempt,
-                    restarts_left=self.max_restarts - attempt, log=str(self.log_path),
+                    "model_server_exited", pid=self.process.pid, cause=causes[-1],
+                    attempt=attempt, restarts_left=self.max_restarts - attempt,
+                    log=str(self.log_path),
                 )  # fmt: skip
             finally:
                 with trio.CancelScope(shield=True):
                     await self._stop()
+            same = causes[-SAME_DEATHS:]
+            if len(same) == SAME_DEATHS and len(set(same)) == 1 and attempt < self.max_restarts:
+                raise LocalServerError(
+                    f"the local model server died the same way ({same[0]}) after each of its "
+                    f"last {SAME_DEATHS} starts: not started again. Its log {self.log_path} "
+                    f"ends with:\n{log_tail(self.log_path)}\n{_fix(same[0])}"
+                )
         raise LocalServerError(
-            f"the local model server died {self.max_restarts + 1} times (last: {cause}); its "
-            f"log {self.log_path} ends with:\n{log_tail(self.log_path)}"
+            f"the local model server died {self.max_restarts + 1} times (last: {causes[-1]}); "
+            f"its log {self.log_path} ends with:\n{log_tail(self.log_path)}\n{_fix(causes[-1])}"
         )
 
     async def _start(self, attempt: int) -> None:
@@ -278,6 +342,13 @@ def _signal_group(proc: trio.Process, signum: int) -> None:
         os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _fix(cause: str) -> str:
+    """What to do about a server that died of ``cause``."""
+    if cause == "signal SIGILL":
+        return SIGILL_HINT
+    return "Fix what its log names, or use another backend ([agents] backend)."
 
 
 def _describe_exit(code: int | None) -> str:

@@ -64,6 +64,7 @@ import os
 import random
 import re
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,9 @@ class OpenAIBackend:
             raise BackendConfigError(
                 f"json_mode must be one of {', '.join(JSON_MODES)}, not {json_mode!r}"
             )
+        self.server_ready: Callable[[], Awaitable[bool]] | None = None
+        """For a supervised server (the ``local`` backend's): waits through a restart under
+        way (True when it did), raises the server's cause when it is down for good."""
         self.loopback = is_loopback(base_url)
         """Whether the endpoint is on this machine (no key needed, one request at a time)."""
         key = os.environ.get(api_key_env, "") if api_key_env else ""
@@ -626,6 +630,13 @@ class OpenAIBackend:
                 timeouts += 1
             except openai.APIConnectionError as exc:
                 problem = f"connection failed ({_cause(exc)})"
+                if self.server_ready is not None:
+                    try:
+                        restarted = await self.server_ready()
+                    except Exception as down:  # noqa: BLE001 - the server's own cause
+                        raise ModelUnavailable(str(down)) from down
+                    if restarted:
+                        continue  # it was down and is back: not a try of this request
             if response is not None:
                 return self._completion(response, messages, attempt)
             if retries >= self.max_retries or timeouts >= 2:

@@ -54,6 +54,9 @@ def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> B
             )
         )  # fmt: skip
         backend.name = "local"  # recorded with every call and shown in the report
+        # A failed connection waits for the supervised server's restart under way, and
+        # a server down for good fails the call with its own cause.
+        backend.server_ready = endpoint.ready
         return backend
     if settings.backend == "openai":
         from llm.openai_backend import OpenAIBackend

@@ -247,7 +247,8 @@ class TrainingSettings:
     """Where a training job's envs step: ``on`` — each in a worker process of the
     learner's, kept for the learner's life (:mod:`envs.env_workers`: a job's envs use
     as many cores as it has envs, and the worlds' starts stay cached for later jobs);
-    ``off`` — all in the learner's own process (one core); ``auto`` (the default) —
+    ``off`` — all in one worker process (one core; either way the version's code never
+    runs in the learner itself, so a crash costs the job); ``auto`` (the default) —
     ``on`` when the job has 2 or more envs (``[task] train_envs``), the head's
     machine 2 or more usable cores and at most 2 envs per core
     (:func:`actors.fast.env_workers`), else ``off`` (a job training alone then steps on

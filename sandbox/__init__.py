@@ -7,6 +7,7 @@ Public API (see README.md in this package for the mechanisms and what they cover
 - `load(compiled, *, api_names=..., wall_s=..., limits=...) -> Namespace`
 - `Namespace.call(name, *args, wall_s) -> CallOutcome`, `Namespace.start(...) -> PolicyStepper`
 - `run_policy(compiled, skills, step_fn, *, max_steps, wall_s, allowed_actions) -> PolicyOutcome`
+- `confine_memory()`: in a process that runs policy code only, an address-space cap per call
 - `Failure(cause, detail, line, traceback)`, `CAUSES`, `Limits`, `ReadOnlyProxy`, `freeze`
 """
 
@@ -19,6 +20,7 @@ from sandbox.compiler import (
 )
 from sandbox.failures import CAUSES, Cause, Failure, SandboxError
 from sandbox.limits import Limits
+from sandbox.meter import confine_memory, memory_confined
 from sandbox.proxy import ReadOnlyProxy, freeze
 from sandbox.runner import (
     CallOutcome,
@@ -45,7 +47,9 @@ __all__ = [
     "SandboxError",
     "compile_code",
     "compile_stats",
+    "confine_memory",
     "freeze",
     "load",
+    "memory_confined",
     "run_policy",
 ]

@@ -150,7 +150,10 @@ class Namespace:
         except RecursionError as exc:
             return _FAIL, self._failure("recursion", exc)
         except MemoryError as exc:
-            return _FAIL, self._failure("memory", exc)
+            tb, line = format_agent_traceback(
+                exc, self.compiled.filename, self.compiled.source_lines
+            )
+            return _FAIL, self._meter.refuse_allocation(line, tb)
         except Exception as exc:  # noqa: BLE001 - the agent's own exceptions are results
             return _FAIL, self._failure("exception", exc)
         finally:

@@ -229,10 +229,11 @@ def test_a_job_whose_setup_keeps_failing_still_reports_its_steps(tmp_path: Path)
     req = dataclasses.replace(request("doomed", 256), config=config, progress_every_s=3600.0)
     result = _learner_here(tmp_path).train(req, "cpu", threading.Event(), "nobody")
     assert "never" in result.failure and result.policy_path == ""
-    # The first reset of the first env fails on 1 + SETUP_RETRIES worlds of 3 steps.
+    # The first reset of each env (both step in one worker process, which answers both
+    # before the error is raised) fails on 1 + SETUP_RETRIES worlds of 3 steps.
     tries = 1 + seeds.SETUP_RETRIES
-    assert result.setup_steps == 3 * tries and result.primitive_steps == 0
-    assert [e.length for e in result.world_episodes] == [3] * tries
+    assert result.setup_steps == 3 * tries * req.n_envs and result.primitive_steps == 0
+    assert [e.length for e in result.world_episodes] == [3] * tries * req.n_envs
 
 
 def _checkpoint(folder: Path, req: TrainRequest) -> Path:

@@ -10,7 +10,7 @@ import pytest
 import structlog
 import trio
 
-from envs.reward_check import IDLE, check_reward, transitions
+from envs.reward_check import IDLE, check_reward, check_reward_apart, transitions
 from knowledge import recipes
 from messages.plan import Critique, SubAction, WorkOn
 from messages.task import Subtask
@@ -210,3 +210,31 @@ def test_a_passing_reward_is_trained_on(tmp_path: Path, monkeypatch: pytest.Monk
         trio.run(scripted.agent._rl_loop, work, fast._InnerLoop())
     assert scripted.trained == [good]
     assert not [e for e in logs if e["event"] == "reward_check_failed"]
+
+
+# Reward code that kills the process it runs in: iterating 150k nested maps recurses
+# through them in C, past the C stack (SIGSEGV); the chain is built at load (1 s budget).
+CRASHING_REWARD = """
+CHAIN = [0]
+for i in range(150_000):
+    CHAIN = map(abs, CHAIN)
+
+def reward(before, after):
+    return len(tuple(CHAIN))
+"""
+
+
+def test_reward_code_that_crashes_its_process_fails_the_check_and_the_asker_goes_on() -> None:
+    # The fast agent runs in the head: the check runs in a child, so the crash is the
+    # check's failure with its cause, and this process (the head's stand-in) carries on.
+    checked = check_reward_apart(CRASHING_REWARD, WOOD)
+    assert not checked.ok
+    assert checked.detail == (
+        "reward_code crashed the process that checked it: it was killed by SIGSEGV"
+    )
+    honest = (
+        "def reward(before, after):\n"
+        "    return after['inventory']['wood'] - before['inventory']['wood']\n"
+    )
+    assert check_reward_apart(honest, WOOD) == check_reward(honest, WOOD)
+    assert check_reward_apart(INVENTORY_ONLY, DRINK) == check_reward(INVENTORY_ONLY, DRINK)

@@ -432,3 +432,33 @@ def test_the_same_source_compiles_once_and_the_cache_stays_bounded() -> None:
     for _ in range(2):
         with pytest.raises(sandbox.SandboxError):
             sandbox.compile_code("import os\n", filename="<cache>")
+
+
+def test_a_loop_of_slow_c_calls_stops_within_a_call_or_two_of_its_deadline() -> None:
+    # Each iteration makes one C call of tens of milliseconds (a 400k-bit `%`, within the
+    # big-int limits) between two ticks, and prints a dot. The tick reads the clock only
+    # every 256 ticks; the watchdog makes the next tick read it once the deadline passed.
+    # Counted in calls, not seconds, so a loaded machine makes it no less certain.
+    source = textwrap.dedent(
+        """
+        def f():
+            n = (1 << 400_000) - 12345
+            m = (1 << 200_000) - 7
+            while True:
+                r = n % m
+                print('.')
+        """
+    )
+    n, m = (1 << 400_000) - 12345, (1 << 200_000) - 7
+    one_call = time.perf_counter()
+    _ = n % m
+    one_call = time.perf_counter() - one_call
+    ns = load(compile_code(source))
+    started = time.perf_counter()
+    out = ns.call("f", wall_s=0.3)
+    took = time.perf_counter() - started
+    assert out.failure is not None and out.failure.cause == "timeout"
+    calls = out.output.count(".")
+    within = 0.3 / one_call  # the calls the budget holds, on this machine now
+    # Without the watchdog the loop runs ~128 iterations (256 ticks) past its deadline.
+    assert calls <= within + 20, (calls, within, took)

@@ -1,0 +1,101 @@
+"""A local model server that dies is reported as what it is: its signal, the end of its
+log and the fix, not as an agent that "could not plan".
+
+The stand-in server is a tiny Python HTTP server (no llama.cpp needed), a real process
+started and supervised by the real :class:`llm.local_server.LocalServer`, asked by the
+real ``openai`` backend over loopback. It answers ``GET /v1/models`` as llama.cpp's
+server does, then dies by SIGILL at its first chat request, every time it is started, as
+a llama.cpp built for AMX does on a CPU without it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from llm.errors import ModelUnavailable
+from llm.local_server import SAME_DEATHS, LocalServer, LocalServerError
+from llm.openai_backend import OpenAIBackend
+
+# The stand-in for llama.cpp's server: argv is the port and the model alias.
+STAND_IN_SERVER = """
+import http.server, json, os, resource, signal, sys
+
+port, alias = int(sys.argv[1]), sys.argv[2]
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGILL would dump core otherwise
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": alias, "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        print("stand-in: first request: illegal instruction in ggml_compute_forward", flush=True)
+        os.kill(os.getpid(), signal.SIGILL)
+
+    def log_message(self, *args):
+        pass
+
+
+print("stand-in: model loaded, listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+class StandInServer(LocalServer):
+    """The real supervisor, running the stand-in instead of llama.cpp's server."""
+
+    def check_installed(self) -> None:
+        pass  # the stand-in needs no llama.cpp
+
+    def argv(self) -> list[str]:
+        script = self.log_path.parent / "stand_in_server.py"
+        return [sys.executable, str(script), str(self.port), self.alias]
+
+
+def test_a_server_that_dies_by_sigill_at_every_first_request_ends_the_run_with_its_cause(
+    tmp_path: Path,
+) -> None:
+    log_path = tmp_path / "model-server.log"
+    (tmp_path / "stand_in_server.py").write_text(STAND_IN_SERVER)
+    server = StandInServer(
+        tmp_path / "model.gguf", "stand-in", log_path, max_restarts=3, startup_timeout_s=60
+    )
+    backend = OpenAIBackend(
+        server.endpoint.base_url, "stand-in", "", max_retries=4, backoff_s=0.05, n_ctx=4096
+    )
+    backend.server_ready = server.endpoint.ready  # as method.agents.make_backend sets it
+    messages = [{"role": "user", "content": "plan the diamond"}]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            await backend._complete(messages, "slow", "plan")
+
+    started = time.monotonic()
+    with pytest.raises(BaseExceptionGroup) as caught:
+        trio.run(main)
+    took = time.monotonic() - started
+    errors = list(caught.value.exceptions)
+    # What the user is told, whichever task ended first: the server's own death.
+    assert errors and all(isinstance(e, LocalServerError | ModelUnavailable) for e in errors)
+    for error in errors:
+        text = str(error)
+        assert f"died the same way (signal SIGILL) after each of its last {SAME_DEATHS}" in text
+        assert "illegal instruction in ggml_compute_forward" in text  # its log's last lines
+        assert "-DGGML_NATIVE=OFF" in text  # the fix
+    # The request waited for the restart and was sent again (the second death), and the
+    # server was not started a third time.
+    log = log_path.read_text()
+    assert log.count(" start ") == SAME_DEATHS, log
+    assert log.count("first request") == SAME_DEATHS, log
+    assert took < 60, took
