@@ -250,3 +250,44 @@ def test_a_missing_server_is_named_with_the_command_that_installs_it(tmp_path) -
     with pytest.raises(MinetestError, match="apt-get install -y minetest-server"):
         MinetestWorld(server=tmp_path / "minetestserver")
     assert INSTALL_COMMAND.startswith("apt-get install -y minetest-server minetest-data")
+
+
+def test_node_rules_come_from_the_game(world) -> None:
+    world.reset(TREE_SEED)
+    rules = world.node_rules
+    assert {"default:stone", "default:tree", "default:dirt_with_grass"} <= rules.walkable
+    assert "air" not in rules.walkable and "default:grass_1" not in rules.walkable
+    assert {"default:water_source", "default:lava_source"} <= rules.liquid
+    assert {"default:water_source", "default:lava_source"} <= rules.harmful
+
+
+def test_the_3d_skills_plan_paths_to_trees_and_craft_a_pickaxe(world) -> None:
+    from envs.minetest.skills import run_voxel_policy
+
+    log = {}
+
+    def policy(skills):
+        log["trees"] = yield from skills.collect("default:tree", 3)
+        log["wood"] = yield from skills.craft("default:wood", 3)
+        yield from skills.craft("default:stick")
+        log["pick"] = yield from skills.craft("default:pick_wood")
+        x, y, z = skills.position()
+        log["unknown"] = skills.path_to(x + 40, y, z)
+        return (yield from skills.walk_to(x + 3, y, z))
+
+    result = run_voxel_policy(world, policy, 200, seed=TREE_SEED)
+    assert log == {"trees": True, "wood": True, "pick": True, "unknown": None}
+    assert result["success"], result
+    assert result["inventory"]["default:pick_wood"] == 1
+    # Three trunks dug, five crafts, and the walk: no wasted wandering.
+    assert result["steps"] < 40
+
+
+def test_the_3d_skills_give_up_where_nothing_is_seen(world) -> None:
+    from envs.minetest.skills import run_voxel_policy
+
+    def policy(skills):
+        return (yield from skills.collect("default:diamond"))
+
+    result = run_voxel_policy(world, policy, 50, seed=TREE_SEED)
+    assert result == {"steps": 0, "success": False, "inventory": result["inventory"]}

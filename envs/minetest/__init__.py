@@ -5,6 +5,7 @@ from envs.minetest.world import (
     INSTALL_COMMAND,
     MinetestError,
     MinetestWorld,
+    NodeRules,
     VoxelObservation,
     minetest_missing,
 )
@@ -14,6 +15,7 @@ __all__ = [
     "INSTALL_COMMAND",
     "MinetestError",
     "MinetestWorld",
+    "NodeRules",
     "VoxelObservation",
     "minetest_missing",
 ]

@@ -164,6 +164,19 @@ class VoxelObservation(Observation):
         return None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRules:
+    """What the game's node definitions say about moving among them, as the body's
+    rules in the mod use it (read from the server at start, not typed in)."""
+
+    walkable: frozenset[str]
+    """Solid nodes: the body stands on them and cannot enter them ("ignore" included)."""
+    liquid: frozenset[str]
+    """Liquids: the body floats in them instead of falling."""
+    harmful: frozenset[str]
+    """Nodes that hurt the body inside them (lava) or drown it (water)."""
+
+
 # Facing index (the mod's: 0 north, 1 east, 2 south, 3 west) → screen (dx, dy).
 FACINGS = ((0, -1), (1, 0), (0, 1), (-1, 0))
 
@@ -407,6 +420,8 @@ class MinetestWorld:
         self._server: _Server | None = None
         self._finalizer: weakref.finalize | None = None
         self._names: tuple[str, ...] = ()
+        self.node_rules = NodeRules(frozenset(), frozenset(), frozenset())
+        """The game's node rules; filled when the first server starts (the first reset)."""
         actions = list(MOVES)
         self._verbs: dict[str, tuple[str, str]] = {}
         verbs = (("place", place_items), ("craft", craft_items), ("smelt", smelt_items))
@@ -546,11 +561,16 @@ class MinetestWorld:
             self, _stop, server.process, server.conn, server.reader, server.folder
         )
         header, _ = server.request({"op": "hello"})
-        size = max(cid for cid, _ in header["nodes"]) + 1
+        size = max(node[0] for node in header["nodes"]) + 1
         names = ["unknown"] * size
-        for cid, name in header["nodes"]:
+        for cid, name, *_ in header["nodes"]:
             names[cid] = name
         self._names = tuple(names)
+        self.node_rules = NodeRules(
+            walkable=frozenset(n[1] for n in header["nodes"] if n[2]) | {"unknown"},
+            liquid=frozenset(n[1] for n in header["nodes"] if n[3]),
+            harmful=frozenset(n[1] for n in header["nodes"] if n[4]),
+        )
 
     def _observe(self, header: Mapping[str, Any], payload: bytes) -> VoxelObservation:
         radius, below = self._view["radius"], self._view["below"]

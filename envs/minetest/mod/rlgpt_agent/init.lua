@@ -755,11 +755,14 @@ local function step(req)
 	finish(result, true)
 end
 
--- The node names by content id, for the Python side to read voxel windows with.
+-- The node names by content id, for the Python side to read voxel windows with, and
+-- what the body's rules need to know of each: whether it is solid (walkable), a liquid,
+-- and whether it hurts (damage per second, drowning).
 local function hello()
 	local names = {}
-	for name in pairs(minetest.registered_nodes) do
-		names[#names + 1] = {minetest.get_content_id(name), name}
+	for name, def in pairs(minetest.registered_nodes) do
+		local harm = (def.damage_per_second or 0) > 0 or (def.drowning or 0) > 0
+		names[#names + 1] = {minetest.get_content_id(name), name, walkable(name), liquid(name), harm}
 	end
 	send({ok = true, nodes = names})
 end

@@ -1,0 +1,342 @@
+"""The skill API in 3-D: what a coded policy may ask and do in a Minetest world.
+
+The same shape as :mod:`envs.skills` for Crafter: a policy is a generator ``run(skills)``
+yielding primitive action names, and the helpers are generators to use with
+``yield from`` that return True when they reached their goal and False when they gave up::
+
+    def run(skills):
+        got = yield from skills.collect("default:tree", 2)
+        if got:
+            yield from skills.craft("default:wood", 2)
+
+:class:`VoxelSkills` answers from what the agent has perceived: the current voxel window
+and a map remembered from earlier windows, in coordinates from where the episode started
+(x east, z north) and the altitude (y). Its helpers plan over that map by the body's own
+movement rules, as the mod applies them: a step forward into two free nodes and then
+a fall (of at most a few nodes, never into a liquid or a harmful node), a jump up one
+node onto the node in front, quarter turns. Unseen nodes count as solid.
+
+Untrusted code reaches only public attributes (the sandbox refuses ``_`` names), so the
+map and the planner's state live in ``_`` attributes and answers are fresh tuples/dicts.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from envs.minetest.world import NodeRules, VoxelObservation
+
+Voxel = tuple[int, int, int]
+"""(x east, y up, z north): x and z from where the episode started, y the altitude."""
+
+DEFAULT_PATIENCE = 300
+"""Steps a helper may take before it gives up: crosses a few mapchunks and back."""
+SAFE_FALL = 3
+"""The planner drops at most this far: the mod's body takes no damage up to here."""
+SEARCH_LIMIT = 20000
+"""States the planner expands at most (a window's worth of ground many times over)."""
+
+# Facing (x, z) in the order turn_right goes: north, east, south, west.
+HEADINGS: tuple[tuple[int, int], ...] = ((0, 1), (1, 0), (0, -1), (-1, 0))
+DIG_ACTIONS: dict[str, tuple[int, int, int]] = {
+    # action → (forward, up, …): where the dug node lies from the feet, in the facing.
+    "dig": (1, 0, 0),
+    "dig_high": (1, 1, 0),
+    "dig_low": (1, -1, 0),
+    "dig_up": (0, 2, 0),
+    "dig_down": (0, -1, 0),
+}
+
+
+def _add(a: Voxel, b: Voxel) -> Voxel:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+class VoxelSkills:
+    """What a coded policy may ask and do in a Minetest world; one episode of one world."""
+
+    def __init__(self, obs: VoxelObservation, rules: NodeRules) -> None:
+        self._rules = rules
+        self._memory: dict[Voxel, str] = {}
+        self._obs = obs
+        self._steps = 0
+        self._observe(obs)
+
+    # ------------------------------------------------------------------ what it knows
+
+    def position(self) -> Voxel:
+        """Where the feet are: (x east, y altitude, z north)."""
+        obs = self._obs
+        return (obs.position[0], obs.altitude, -obs.position[1])
+
+    def facing(self) -> tuple[int, int]:
+        """The heading (x, z): (0, 1) north, (1, 0) east, (0, -1) south, (-1, 0) west."""
+        fx, fy = self._obs.facing
+        return (fx, -fy)
+
+    def inventory(self) -> dict[str, int]:
+        return dict(self._obs.inventory)
+
+    def status(self) -> dict[str, float]:
+        return dict(self._obs.status)
+
+    def steps(self) -> int:
+        return self._steps
+
+    def node(self, x: int, y: int, z: int) -> str | None:
+        """The remembered name of the node at (x, y, z); None if never seen."""
+        return self._memory.get((x, y, z))
+
+    def seen(self, name: str) -> tuple[Voxel, ...]:
+        """Every remembered node called ``name``, nearest (straight-line) first."""
+        here = np.array(self.position())
+        found = [v for v, n in self._memory.items() if n == name]
+        found.sort(key=lambda v: (float(np.sum((np.array(v) - here) ** 2)), v))
+        return tuple(found)
+
+    def nearest(self, name: str) -> Voxel | None:
+        found = self.seen(name)
+        return found[0] if found else None
+
+    # ------------------------------------------------------------------ planning
+
+    def path_to(self, x: int, y: int, z: int) -> tuple[str, ...] | None:
+        """The actions that bring the feet to (x, y, z) over remembered ground, shortest
+        first; None when the map shows no way."""
+        plan = self._plan(lambda pos, heading: pos == (x, y, z))
+        return None if plan is None else tuple(plan)
+
+    def reach_plan(self, x: int, y: int, z: int) -> tuple[str, ...] | None:
+        """The actions that end with the node (x, y, z) dug: walking to a place from which
+        a dig action reaches it, turning, then that dig action; None if there is none."""
+        target = (x, y, z)
+
+        def reaches(pos: Voxel, heading: tuple[int, int]) -> str | None:
+            for action, (ahead, up, _) in DIG_ACTIONS.items():
+                spot = (pos[0] + ahead * heading[0], pos[1] + up, pos[2] + ahead * heading[1])
+                if spot == target:
+                    return action
+            return None
+
+        plan = self._plan(lambda pos, heading: reaches(pos, heading) is not None)
+        if plan is None:
+            return None
+        pos, heading = self._simulate(plan)
+        return (*plan, reaches(pos, heading))
+
+    # ------------------------------------------------------------------ helpers (generators)
+
+    def walk_to(self, x: int, y: int, z: int, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
+        """Walk until the feet are at (x, y, z), replanning as more is seen."""
+        start = self._steps
+        while self.position() != (x, y, z):
+            plan = self.path_to(x, y, z)
+            if not plan or self._steps - start >= patience:
+                return False
+            yield from self._follow(plan, patience - (self._steps - start))
+        return True
+
+    def dig_node(self, x: int, y: int, z: int, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
+        """Walk within reach of the node at (x, y, z) and dig it; True once it is gone."""
+        start = self._steps
+        while self._steps - start < patience:
+            if self.node(x, y, z) in (None, "air"):
+                return self.node(x, y, z) == "air"
+            plan = self.reach_plan(x, y, z)
+            if plan is None:
+                return False
+            done = yield from self._follow(plan, patience - (self._steps - start))
+            if done and self.node(x, y, z) == (self._last_target or ""):
+                # The dig did nothing (a better tool is needed, or the inventory is full).
+                return False
+        return False
+
+    def collect(self, name: str, n: int = 1, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
+        """Dig remembered ``name`` nodes (nearest first) until the inventory gained ``n``
+        of what they drop; True on success."""
+        start = self._steps
+        before = sum(self._obs.inventory.values())
+        gained = 0
+        tried: set[Voxel] = set()
+        while gained < n and self._steps - start < patience:
+            targets = [v for v in self.seen(name) if v not in tried]
+            if not targets:
+                return False
+            target = targets[0]
+            tried.add(target)
+            ok = yield from self.dig_node(*target, patience=patience - (self._steps - start))
+            if ok:
+                gained = sum(self._obs.inventory.values()) - before
+        return gained >= n
+
+    def craft(self, item: str, n: int = 1) -> Iterator[str]:
+        """Craft ``item`` ``n`` times by the game's recipes; True if every craft worked."""
+        action = "craft_" + _short(item)
+        for _ in range(n):
+            before = self._obs.inventory.get(item, 0)
+            yield action
+            if self._obs.inventory.get(item, 0) <= before:
+                return False
+        return True
+
+    def smelt(self, item: str, n: int = 1) -> Iterator[str]:
+        """Smelt ``item`` ``n`` times in a furnace near the agent; True if all worked."""
+        action = "smelt_" + _short(item)
+        for _ in range(n):
+            before = self._obs.inventory.get(item, 0)
+            yield action
+            if self._obs.inventory.get(item, 0) <= before:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ internals
+
+    _last_target: str | None = None
+
+    def _observe(self, obs: VoxelObservation, info: Mapping[str, Any] | None = None) -> None:
+        """The driver's hook: remember the new window."""
+        if info is not None:
+            self._steps += 1
+        self._obs = obs
+        levels, rows, cols = obs.voxels.shape
+        x0, y0, z0 = self.position()
+        base = (x0 - cols // 2, y0 - obs.below, z0 + rows // 2)
+        names = obs.names
+        memory = self._memory
+        for level in range(levels):
+            plane = obs.voxels[level]
+            y = base[1] + level
+            for row in range(rows):
+                z = base[2] - row
+                line = plane[row]
+                for col in range(cols):
+                    memory[(base[0] + col, y, z)] = names[line[col]]
+
+    def _solid(self, v: Voxel) -> bool:
+        name = self._memory.get(v)
+        return name is None or name in self._rules.walkable
+
+    def _land(self, v: Voxel) -> Voxel | None:
+        """Where the body comes to rest from ``v``; None if that is unknown or unsafe."""
+        rules = self._rules
+        for _ in range(SAFE_FALL + 1):
+            here = self._memory.get(v)
+            if here is None or here in rules.liquid or here in rules.harmful:
+                return None
+            head = self._memory.get((v[0], v[1] + 1, v[2]))
+            if head is None or head in rules.harmful or head in rules.liquid:
+                return None
+            below = (v[0], v[1] - 1, v[2])
+            if below not in self._memory:
+                return None
+            if self._solid(below):
+                return v
+            v = below
+        return None
+
+    def _moves(self, pos: Voxel, heading: int) -> Iterator[tuple[str, Voxel, int]]:
+        hx, hz = HEADINGS[heading]
+        yield "turn_right", pos, (heading + 1) % 4
+        yield "turn_left", pos, (heading + 3) % 4
+        ahead = (pos[0] + hx, pos[1], pos[2] + hz)
+        if not self._solid(ahead) and not self._solid(_add(ahead, (0, 1, 0))):
+            land = self._land(ahead)
+            if land is not None:
+                yield "forward", land, heading
+        up = _add(ahead, (0, 1, 0))
+        standing = self._solid(_add(pos, (0, -1, 0)))
+        if standing and not self._solid(_add(pos, (0, 2, 0))):
+            if not self._solid(up) and not self._solid(_add(up, (0, 1, 0))):
+                land = self._land(up)
+                if land is not None:
+                    yield "jump", land, heading
+
+    def _plan(self, goal) -> list[str] | None:
+        start = (self.position(), HEADINGS.index(self.facing()))
+        if goal(start[0], HEADINGS[start[1]]):
+            return []
+        parents: dict[tuple[Voxel, int], tuple[tuple[Voxel, int], str] | None] = {start: None}
+        queue = collections.deque([start])
+        while queue and len(parents) < SEARCH_LIMIT:
+            state = queue.popleft()
+            for action, pos, heading in self._moves(*state):
+                nxt = (pos, heading)
+                if nxt in parents:
+                    continue
+                parents[nxt] = (state, action)
+                if goal(pos, HEADINGS[heading]):
+                    actions = []
+                    link = parents[nxt]
+                    while link is not None:
+                        prev, act = link
+                        actions.append(act)
+                        link = parents[prev]
+                    return actions[::-1]
+                queue.append(nxt)
+        return None
+
+    def _simulate(self, plan) -> tuple[Voxel, tuple[int, int]]:
+        pos, heading = self.position(), HEADINGS.index(self.facing())
+        for action in plan:
+            for act, npos, nheading in self._moves(pos, heading):
+                if act == action:
+                    pos, heading = npos, nheading
+                    break
+        return pos, HEADINGS[heading]
+
+    def _follow(self, plan, patience: int) -> Iterator[str]:
+        """Yield ``plan``'s actions while the world does what the map predicted; False
+        as soon as it does not (the caller replans with what is now seen)."""
+        start = self._steps
+        for action in plan:
+            if self._steps - start >= patience:
+                return False
+            expected = None
+            if action in ("forward", "jump", "turn_left", "turn_right"):
+                for act, pos, heading in self._moves(
+                    self.position(), HEADINGS.index(self.facing())
+                ):
+                    if act == action:
+                        expected = (pos, HEADINGS[heading])
+            if action in DIG_ACTIONS:
+                ahead, up, _ = DIG_ACTIONS[action]
+                hx, hz = self.facing()
+                spot = _add(self.position(), (ahead * hx, up, ahead * hz))
+                self._last_target = self.node(*spot)
+            yield action
+            if expected is not None and (self.position(), self.facing()) != expected:
+                return False
+        return True
+
+
+def _short(item: str) -> str:
+    return item.split(":", 1)[1] if item.startswith("default:") else item.replace(":", "_")
+
+
+def run_voxel_policy(world, policy, max_steps: int = 500, *, seed: int | None = None) -> dict:
+    """Reset ``world`` and run trusted ``policy(skills)`` in-process for at most
+    ``max_steps`` actions (tests and benchmarks; untrusted code goes through the sandbox).
+    Returns the steps taken, whether the policy returned True, and the final inventory."""
+    obs = world.reset(seed)
+    skills = VoxelSkills(obs, world.node_rules)
+    actions = policy(skills)
+    valid = frozenset(world.action_names)
+    steps, result = 0, None
+    try:
+        action = next(actions)
+        while steps < max_steps:
+            if action not in valid:
+                raise ValueError(f"not an action name: {action!r:.80}")
+            obs, _, done, info = world.step(action)
+            steps += 1
+            skills._observe(obs, info)
+            if done:
+                break
+            action = actions.send(None)
+    except StopIteration as stop:
+        result = stop.value
+    return {"steps": steps, "success": result is True, "inventory": skills.inventory()}
