@@ -291,3 +291,19 @@ def test_the_3d_skills_give_up_where_nothing_is_seen(world) -> None:
 
     result = run_voxel_policy(world, policy, 50, seed=TREE_SEED)
     assert result == {"steps": 0, "success": False, "inventory": result["inventory"]}
+
+
+def test_exploring_finds_a_tree_out_of_sight_and_collects_it(world) -> None:
+    from envs.minetest.skills import run_voxel_policy
+
+    seed = 5  # no tree in the first view; one about 20 nodes north
+    first = world.reset(seed)
+    assert "default:tree" not in {first.names[i] for i in np.unique(first.voxels)}
+
+    def policy(skills):
+        seen = yield from skills.explore(100, until="default:tree")
+        return seen and (yield from skills.collect("default:tree"))
+
+    result = run_voxel_policy(world, policy, 150, seed=seed)
+    assert result["success"], result
+    assert result["inventory"]["default:tree"] == 1

@@ -37,6 +37,9 @@ DEFAULT_PATIENCE = 300
 """Steps a helper may take before it gives up: crosses a few mapchunks and back."""
 SAFE_FALL = 3
 """The planner drops at most this far: the mod's body takes no damage up to here."""
+FRONTIER = 4
+"""Steps of a plan towards unseen land walked before planning again with what came into
+view on the way."""
 SEARCH_LIMIT = 20000
 """States the planner expands at most (a window's worth of ground many times over)."""
 
@@ -173,6 +176,23 @@ class VoxelSkills:
                 gained = sum(self._obs.inventory.values()) - before
         return gained >= n
 
+    def explore(
+        self, steps: int = 50, until: str | None = None, patience: int = DEFAULT_PATIENCE
+    ) -> Iterator[str]:
+        """Walk towards the nearest ground next to unseen land, for up to ``steps`` steps
+        or until a node ``until`` has been seen; True when that node was seen (or, with
+        no ``until``, when all the steps were walked)."""
+        start = self._steps
+        budget = min(steps, patience)
+        while self._steps - start < budget:
+            if until is not None and self.nearest(until) is not None:
+                return True
+            plan = self._plan(self._frontier)
+            if not plan:
+                return False
+            yield from self._follow(plan[:FRONTIER], budget - (self._steps - start))
+        return until is None or self.nearest(until) is not None
+
     def craft(self, item: str, n: int = 1) -> Iterator[str]:
         """Craft ``item`` ``n`` times by the game's recipes; True if every craft worked."""
         action = "craft_" + _short(item)
@@ -215,6 +235,17 @@ class VoxelSkills:
                 line = plane[row]
                 for col in range(cols):
                     memory[(base[0] + col, y, z)] = names[line[col]]
+
+    def _frontier(self, pos: Voxel, heading: tuple[int, int]) -> bool:
+        """Whether the window from ``pos`` would show ground never seen: a node just
+        beyond the window's reach, at foot height, is unknown."""
+        if pos == self.position():
+            return False
+        reach = self._obs.voxels.shape[2] // 2 + 1
+        for dx, dz in HEADINGS:
+            if (pos[0] + reach * dx, pos[1], pos[2] + reach * dz) not in self._memory:
+                return True
+        return False
 
     def _solid(self, v: Voxel) -> bool:
         name = self._memory.get(v)
