@@ -258,7 +258,15 @@ def test_node_rules_come_from_the_game(world) -> None:
     assert {"default:stone", "default:tree", "default:dirt_with_grass"} <= rules.walkable
     assert "air" not in rules.walkable and "default:grass_1" not in rules.walkable
     assert {"default:water_source", "default:lava_source"} <= rules.liquid
-    assert {"default:water_source", "default:lava_source"} <= rules.harmful
+    assert {"default:water_source", "default:lava_source"} <= rules.drowning
+    assert "default:lava_source" in rules.damaging and "default:water_source" not in rules.damaging
+    assert rules.diggable("default:tree") and rules.diggable("default:leaves")
+    assert not rules.diggable("default:stone")
+    assert rules.diggable("default:stone", ["default:pick_wood"])
+    assert not rules.diggable("default:stone_with_iron", ["default:pick_wood"])
+    assert rules.diggable("default:stone_with_iron", ["default:pick_stone"])
+    assert not rules.diggable("default:stone_with_diamond", ["default:pick_stone"])
+    assert rules.diggable("default:stone_with_diamond", ["default:pick_steel"])
 
 
 def test_the_3d_skills_plan_paths_to_trees_and_craft_a_pickaxe(world) -> None:
@@ -307,3 +315,43 @@ def test_exploring_finds_a_tree_out_of_sight_and_collects_it(world) -> None:
     result = run_voxel_policy(world, policy, 150, seed=seed)
     assert result["success"], result
     assert result["inventory"]["default:tree"] == 1
+
+
+def test_tunnelling_reaches_a_tree_that_walking_cannot(world) -> None:
+    from envs.minetest.skills import run_voxel_policy
+
+    seed = 9  # a tree comes into view within a few steps, up a slope walking cannot climb
+
+    def policy(tunnel: bool):
+        def run(skills):
+            skills.tunnel(tunnel)
+            seen = yield from skills.explore(50, until="default:tree")
+            return seen and (yield from skills.collect("default:tree"))
+
+        return run
+
+    walking = run_voxel_policy(world, policy(False), 100, seed=seed)
+    assert not walking["success"] and walking["steps"] < 10
+    digging = run_voxel_policy(world, policy(True), 100, seed=seed)
+    assert digging["success"], digging
+    assert digging["inventory"]["default:tree"] == 1
+
+
+def test_a_body_in_water_swims_along_the_surface_without_drowning(world) -> None:
+    from envs.minetest.skills import run_voxel_policy
+
+    seed = 1  # the spawn point is in the sea
+    log = {}
+
+    def policy(skills):
+        log["start"] = skills.node(*skills.position())
+        ok = yield from skills.explore(20)
+        log["end"] = (skills.node(*skills.position()), skills.position(), skills.status())
+        return ok
+
+    result = run_voxel_policy(world, policy, 30, seed=seed)
+    assert result["success"]
+    assert log["start"] == "default:water_source"
+    name, (x, _, z), status = log["end"]
+    assert abs(x) + abs(z) >= 10
+    assert status == {"health": 20.0, "breath": 10.0}

@@ -22,7 +22,8 @@ map and the planner's state live in ``_`` attributes and answers are fresh tuple
 
 from __future__ import annotations
 
-import collections
+import heapq
+import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,6 +33,9 @@ from envs.minetest.world import NodeRules, VoxelObservation
 
 Voxel = tuple[int, int, int]
 """(x east, y up, z north): x and z from where the episode started, y the altitude."""
+Step = tuple[tuple[str, ...], Voxel | None, int]
+"""One move of a plan: its actions, then where the feet are and the heading (an index
+into HEADINGS) after them (None: where they were)."""
 
 DEFAULT_PATIENCE = 300
 """Steps a helper may take before it gives up: crosses a few mapchunks and back."""
@@ -67,6 +71,7 @@ class VoxelSkills:
         self._memory: dict[Voxel, str] = {}
         self._obs = obs
         self._steps = 0
+        self._tunnel = False
         self._observe(obs)
 
     # ------------------------------------------------------------------ what it knows
@@ -107,29 +112,23 @@ class VoxelSkills:
 
     # ------------------------------------------------------------------ planning
 
+    def tunnel(self, on: bool = True) -> bool:
+        """Let plans dig through what the hand or a carried tool digs (leaves, soil, stone
+        with a pickaxe), and dig down; off by default. Returns the new setting."""
+        self._tunnel = bool(on)
+        return self._tunnel
+
     def path_to(self, x: int, y: int, z: int) -> tuple[str, ...] | None:
-        """The actions that bring the feet to (x, y, z) over remembered ground, shortest
+        """The actions that bring the feet to (x, y, z) over remembered ground, fewest
         first; None when the map shows no way."""
         plan = self._plan(lambda pos, heading: pos == (x, y, z))
-        return None if plan is None else tuple(plan)
+        return None if plan is None else _flat(plan)
 
     def reach_plan(self, x: int, y: int, z: int) -> tuple[str, ...] | None:
         """The actions that end with the node (x, y, z) dug: walking to a place from which
         a dig action reaches it, turning, then that dig action; None if there is none."""
-        target = (x, y, z)
-
-        def reaches(pos: Voxel, heading: tuple[int, int]) -> str | None:
-            for action, (ahead, up, _) in DIG_ACTIONS.items():
-                spot = (pos[0] + ahead * heading[0], pos[1] + up, pos[2] + ahead * heading[1])
-                if spot == target:
-                    return action
-            return None
-
-        plan = self._plan(lambda pos, heading: reaches(pos, heading) is not None)
-        if plan is None:
-            return None
-        pos, heading = self._simulate(plan)
-        return (*plan, reaches(pos, heading))
+        plan = self._reach((x, y, z))
+        return None if plan is None else _flat(plan)
 
     # ------------------------------------------------------------------ helpers (generators)
 
@@ -137,7 +136,7 @@ class VoxelSkills:
         """Walk until the feet are at (x, y, z), replanning as more is seen."""
         start = self._steps
         while self.position() != (x, y, z):
-            plan = self.path_to(x, y, z)
+            plan = self._plan(lambda pos, heading: pos == (x, y, z))
             if not plan or self._steps - start >= patience:
                 return False
             yield from self._follow(plan, patience - (self._steps - start))
@@ -149,7 +148,7 @@ class VoxelSkills:
         while self._steps - start < patience:
             if self.node(x, y, z) in (None, "air"):
                 return self.node(x, y, z) == "air"
-            plan = self.reach_plan(x, y, z)
+            plan = self._reach((x, y, z))
             if plan is None:
                 return False
             done = yield from self._follow(plan, patience - (self._steps - start))
@@ -159,22 +158,19 @@ class VoxelSkills:
         return False
 
     def collect(self, name: str, n: int = 1, patience: int = DEFAULT_PATIENCE) -> Iterator[str]:
-        """Dig remembered ``name`` nodes (nearest first) until the inventory gained ``n``
-        of what they drop; True on success."""
+        """Dig ``n`` remembered ``name`` nodes, nearest first (what they drop goes to the
+        inventory); True on success."""
         start = self._steps
-        before = sum(self._obs.inventory.values())
-        gained = 0
+        dug = 0
         tried: set[Voxel] = set()
-        while gained < n and self._steps - start < patience:
+        while dug < n and self._steps - start < patience:
             targets = [v for v in self.seen(name) if v not in tried]
             if not targets:
                 return False
             target = targets[0]
             tried.add(target)
-            ok = yield from self.dig_node(*target, patience=patience - (self._steps - start))
-            if ok:
-                gained = sum(self._obs.inventory.values()) - before
-        return gained >= n
+            dug += yield from self.dig_node(*target, patience=patience - (self._steps - start))
+        return dug >= n
 
     def explore(
         self, steps: int = 50, until: str | None = None, patience: int = DEFAULT_PATIENCE
@@ -187,7 +183,12 @@ class VoxelSkills:
         while self._steps - start < budget:
             if until is not None and self.nearest(until) is not None:
                 return True
+            # Walking first: tunnelling towards unseen land would go underground.
+            tunnel, self._tunnel = self._tunnel, False
             plan = self._plan(self._frontier)
+            self._tunnel = tunnel
+            if not plan and tunnel:
+                plan = self._plan(self._frontier)
             if not plan:
                 return False
             yield from self._follow(plan[:FRONTIER], budget - (self._steps - start))
@@ -251,97 +252,147 @@ class VoxelSkills:
         name = self._memory.get(v)
         return name is None or name in self._rules.walkable
 
-    def _land(self, v: Voxel) -> Voxel | None:
-        """Where the body comes to rest from ``v``; None if that is unknown or unsafe."""
+    def _land(self, v: Voxel, dug: frozenset[Voxel] = frozenset()) -> Voxel | None:
+        """Where the body comes to rest from ``v`` (nodes in ``dug`` count as air); None
+        if that is unknown or unsafe."""
         rules = self._rules
+
+        def name(at: Voxel) -> str | None:
+            return "air" if at in dug else self._memory.get(at)
+
         for _ in range(SAFE_FALL + 1):
-            here = self._memory.get(v)
-            if here is None or here in rules.liquid or here in rules.harmful:
+            here = name(v)
+            if here is None or here in rules.damaging:
                 return None
-            head = self._memory.get((v[0], v[1] + 1, v[2]))
-            if head is None or head in rules.harmful or head in rules.liquid:
+            head = name((v[0], v[1] + 1, v[2]))
+            if head is None or head in rules.damaging or head in rules.drowning:
                 return None
+            if here in rules.liquid:
+                return v  # it floats, head above the surface
             below = (v[0], v[1] - 1, v[2])
-            if below not in self._memory:
+            under = name(below)
+            if under is None:
                 return None
-            if self._solid(below):
+            if under in rules.walkable:
                 return v
             v = below
         return None
 
-    def _moves(self, pos: Voxel, heading: int) -> Iterator[tuple[str, Voxel, int]]:
-        hx, hz = HEADINGS[heading]
-        yield "turn_right", pos, (heading + 1) % 4
-        yield "turn_left", pos, (heading + 3) % 4
-        ahead = (pos[0] + hx, pos[1], pos[2] + hz)
-        if not self._solid(ahead) and not self._solid(_add(ahead, (0, 1, 0))):
-            land = self._land(ahead)
-            if land is not None:
-                yield "forward", land, heading
-        up = _add(ahead, (0, 1, 0))
-        standing = self._solid(_add(pos, (0, -1, 0)))
-        if standing and not self._solid(_add(pos, (0, 2, 0))):
-            if not self._solid(up) and not self._solid(_add(up, (0, 1, 0))):
-                land = self._land(up)
-                if land is not None:
-                    yield "jump", land, heading
+    def _clear(self, nodes: tuple[tuple[Voxel, str], ...]) -> tuple[str, ...] | None:
+        """The dig actions that clear ``nodes`` ((node, action) pairs) for the body to pass;
+        None when one is solid and may not or cannot be dug."""
+        digs = []
+        tools = [item for item, count in self._obs.inventory.items() if count > 0]
+        for v, action in nodes:
+            if not self._solid(v):
+                continue
+            name = self._memory.get(v)
+            if not self._tunnel or name is None or not self._rules.diggable(name, tools):
+                return None
+            digs.append(action)
+        return tuple(digs)
 
-    def _plan(self, goal) -> list[str] | None:
+    def _moves(self, pos: Voxel, heading: int) -> Iterator[Step]:
+        """Every step the body can take from (pos, heading): the actions, then where it is
+        and which way it faces after them."""
+        hx, hz = HEADINGS[heading]
+        yield ("turn_right",), pos, (heading + 1) % 4
+        yield ("turn_left",), pos, (heading + 3) % 4
+        ahead = (pos[0] + hx, pos[1], pos[2] + hz)
+        digs = self._clear(((ahead, "dig"), (_add(ahead, (0, 1, 0)), "dig_high")))
+        if digs is not None:
+            land = self._land(ahead, frozenset((ahead, _add(ahead, (0, 1, 0)))))
+            if land is not None:
+                yield (*digs, "forward"), land, heading
+        # A jump needs ground to push off from, or water to climb out of.
+        if self._solid(_add(pos, (0, -1, 0))) or self._memory.get(pos) in self._rules.liquid:
+            up = _add(ahead, (0, 1, 0))
+            if not self._solid(_add(up, (0, 1, 0))):  # too high to dig from here
+                above = _add(pos, (0, 2, 0))
+                digs = self._clear(((above, "dig_up"), (up, "dig_high")))
+                if digs is not None:
+                    land = self._land(up, frozenset((above, up)))
+                    if land is not None:
+                        yield (*digs, "jump"), land, heading
+        if self._tunnel:
+            below = _add(pos, (0, -1, 0))
+            if self._clear(((below, "dig_down"),)):
+                land = self._land(below, frozenset((below,)))
+                if land is not None:
+                    yield ("dig_down",), land, heading
+
+    def _plan(self, goal) -> list[Step] | None:
+        """The fewest actions (Dijkstra over steps of several actions) from here to a
+        state where ``goal(pos, heading)`` holds."""
         start = (self.position(), HEADINGS.index(self.facing()))
         if goal(start[0], HEADINGS[start[1]]):
             return []
-        parents: dict[tuple[Voxel, int], tuple[tuple[Voxel, int], str] | None] = {start: None}
-        queue = collections.deque([start])
-        while queue and len(parents) < SEARCH_LIMIT:
-            state = queue.popleft()
-            for action, pos, heading in self._moves(*state):
+        best = {start: 0}
+        parents: dict[tuple[Voxel, int], tuple[tuple[Voxel, int], Step]] = {}
+        queue = [(0, 0, start)]
+        order = itertools.count(1)
+        while queue and len(best) < SEARCH_LIMIT:
+            cost, _, state = heapq.heappop(queue)
+            if cost > best[state]:
+                continue
+            if state != start and goal(state[0], HEADINGS[state[1]]):
+                steps = []
+                while state != start:
+                    state, step = parents[state]
+                    steps.append(step)
+                return steps[::-1]
+            for step in self._moves(*state):
+                actions, pos, heading = step
                 nxt = (pos, heading)
-                if nxt in parents:
-                    continue
-                parents[nxt] = (state, action)
-                if goal(pos, HEADINGS[heading]):
-                    actions = []
-                    link = parents[nxt]
-                    while link is not None:
-                        prev, act = link
-                        actions.append(act)
-                        link = parents[prev]
-                    return actions[::-1]
-                queue.append(nxt)
+                total = cost + len(actions)
+                if total < best.get(nxt, total + 1):
+                    best[nxt] = total
+                    parents[nxt] = (state, step)
+                    heapq.heappush(queue, (total, next(order), nxt))
         return None
 
-    def _simulate(self, plan) -> tuple[Voxel, tuple[int, int]]:
-        pos, heading = self.position(), HEADINGS.index(self.facing())
-        for action in plan:
-            for act, npos, nheading in self._moves(pos, heading):
-                if act == action:
-                    pos, heading = npos, nheading
-                    break
-        return pos, HEADINGS[heading]
+    def _reach(self, target: Voxel) -> list[Step] | None:
+        """A plan that ends with ``target`` dug (see :meth:`reach_plan`)."""
 
-    def _follow(self, plan, patience: int) -> Iterator[str]:
+        def reaches(pos: Voxel, heading: tuple[int, int]) -> str | None:
+            for action, (ahead, up, _) in DIG_ACTIONS.items():
+                spot = (pos[0] + ahead * heading[0], pos[1] + up, pos[2] + ahead * heading[1])
+                if spot == target:
+                    return action
+            return None
+
+        plan = self._plan(lambda pos, heading: reaches(pos, heading) is not None)
+        if plan is None:
+            return None
+        if plan:
+            _, pos, heading = plan[-1]
+        else:
+            pos, heading = self.position(), HEADINGS.index(self.facing())
+        # The dig leaves the body where it is (unless it digs the ground away: dig_down).
+        return [*plan, ((reaches(pos, HEADINGS[heading]),), None, heading)]
+
+    def _follow(self, plan: list[Step], patience: int) -> Iterator[str]:
         """Yield ``plan``'s actions while the world does what the map predicted; False
         as soon as it does not (the caller replans with what is now seen)."""
         start = self._steps
-        for action in plan:
-            if self._steps - start >= patience:
-                return False
-            expected = None
-            if action in ("forward", "jump", "turn_left", "turn_right"):
-                for act, pos, heading in self._moves(
-                    self.position(), HEADINGS.index(self.facing())
-                ):
-                    if act == action:
-                        expected = (pos, HEADINGS[heading])
-            if action in DIG_ACTIONS:
-                ahead, up, _ = DIG_ACTIONS[action]
-                hx, hz = self.facing()
-                spot = _add(self.position(), (ahead * hx, up, ahead * hz))
-                self._last_target = self.node(*spot)
-            yield action
-            if expected is not None and (self.position(), self.facing()) != expected:
+        for actions, pos, heading in plan:
+            for action in actions:
+                if self._steps - start >= patience:
+                    return False
+                if action in DIG_ACTIONS:
+                    ahead, up, _ = DIG_ACTIONS[action]
+                    hx, hz = self.facing()
+                    self._last_target = self.node(
+                        *_add(self.position(), (ahead * hx, up, ahead * hz))
+                    )
+                yield action
+            if pos is not None and (self.position(), self.facing()) != (pos, HEADINGS[heading]):
                 return False
         return True
+
+
+def _flat(plan: list[Step]) -> tuple[str, ...]:
+    return tuple(action for actions, _, _ in plan for action in actions)
 
 
 def _short(item: str) -> str:

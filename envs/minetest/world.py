@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,7 @@ MOVES: tuple[str, ...] = (
     "back",
     "turn_left",
     "turn_right",
-    "jump",  # up onto the node in front (or swim up one node)
+    "jump",  # up onto the node in front, also out of water (else swim up one node)
     "dig",  # the node in front at foot height
     "dig_high",  # the node in front at head height
     "dig_low",  # the node in front below foot height (to dig stairs down)
@@ -173,8 +173,17 @@ class NodeRules:
     """Solid nodes: the body stands on them and cannot enter them ("ignore" included)."""
     liquid: frozenset[str]
     """Liquids: the body floats in them instead of falling."""
-    harmful: frozenset[str]
-    """Nodes that hurt the body inside them (lava) or drown it (water)."""
+    damaging: frozenset[str]
+    """Nodes that hurt the body inside them (lava: damage per second)."""
+    drowning: frozenset[str]
+    """Nodes that take the breath of a head inside them (water, lava)."""
+    diggers: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """Node → the tools that can dig it ("" is the hand); nodes nothing digs are absent."""
+
+    def diggable(self, node: str, tools: Iterable[str] = ()) -> bool:
+        """Whether the hand or one of ``tools`` digs ``node``."""
+        can = self.diggers.get(node, frozenset())
+        return "" in can or any(tool in can for tool in tools)
 
 
 # Facing index (the mod's: 0 north, 1 east, 2 south, 3 west) → screen (dx, dy).
@@ -420,7 +429,7 @@ class MinetestWorld:
         self._server: _Server | None = None
         self._finalizer: weakref.finalize | None = None
         self._names: tuple[str, ...] = ()
-        self.node_rules = NodeRules(frozenset(), frozenset(), frozenset())
+        self.node_rules = NodeRules(frozenset(), frozenset(), frozenset(), frozenset())
         """The game's node rules; filled when the first server starts (the first reset)."""
         actions = list(MOVES)
         self._verbs: dict[str, tuple[str, str]] = {}
@@ -566,10 +575,14 @@ class MinetestWorld:
         for cid, name, *_ in header["nodes"]:
             names[cid] = name
         self._names = tuple(names)
+        tools = header["tools"]
+        nodes = header["nodes"]
         self.node_rules = NodeRules(
-            walkable=frozenset(n[1] for n in header["nodes"] if n[2]) | {"unknown"},
-            liquid=frozenset(n[1] for n in header["nodes"] if n[3]),
-            harmful=frozenset(n[1] for n in header["nodes"] if n[4]),
+            walkable=frozenset(n[1] for n in nodes if n[2]) | {"unknown"},
+            liquid=frozenset(n[1] for n in nodes if n[3]),
+            damaging=frozenset(n[1] for n in nodes if n[4]),
+            drowning=frozenset(n[1] for n in nodes if n[5]),
+            diggers={n[1]: frozenset(tools[i] for i in n[6] or ()) for n in nodes if n[6]},
         )
 
     def _observe(self, header: Mapping[str, Any], payload: bytes) -> VoxelObservation:

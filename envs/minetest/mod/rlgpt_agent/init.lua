@@ -180,24 +180,26 @@ local function move(sign)
 	return "moved"
 end
 
--- Up one node: swimming up in a liquid, else a jump onto the node in front.
+-- Up one node onto the node in front (from the ground, or out of a liquid onto its
+-- shore); in a liquid with nothing to climb onto, swim up one node.
 local function jump()
-	if liquid(node_name(body.pos)) then
-		if walkable(node_name(offset(body.pos, 0, 2, 0))) then
-			return "blocked"
-		end
+	local swimming = liquid(node_name(body.pos))
+	if not swimming and not walkable(node_name(offset(body.pos, 0, -1, 0))) then
+		return "not standing"
+	end
+	if walkable(node_name(offset(body.pos, 0, 2, 0))) then
+		return "blocked"
+	end
+	local target = front(1)
+	if free_at(target) then
+		body.pos = target
+		return "jumped"
+	end
+	if swimming then
 		body.pos = offset(body.pos, 0, 1, 0)
 		return "swam"
 	end
-	if not walkable(node_name(offset(body.pos, 0, -1, 0))) then
-		return "not standing"
-	end
-	local target = front(1)
-	if walkable(node_name(offset(body.pos, 0, 2, 0))) or not free_at(target) then
-		return "blocked"
-	end
-	body.pos = target
-	return "jumped"
+	return "blocked"
 end
 
 -- Digging, placing, crafting, smelting ---------------------------------------------------
@@ -757,14 +759,35 @@ end
 
 -- The node names by content id, for the Python side to read voxel windows with, and
 -- what the body's rules need to know of each: whether it is solid (walkable), a liquid,
--- and whether it hurts (damage per second, drowning).
+-- whether it hurts the body in it (damage per second) or drowns a head in it, and which
+-- tools dig it (indices into
+-- `tools`, 1 being the hand), by the engine's get_dig_params.
 local function hello()
+	local tools = {""}
+	for name in pairs(minetest.registered_tools) do
+		tools[#tools + 1] = name
+	end
+	table.sort(tools)
+	local caps = {}
+	for i, tool in ipairs(tools) do
+		caps[i] = ItemStack(tool):get_tool_capabilities()
+	end
 	local names = {}
 	for name, def in pairs(minetest.registered_nodes) do
-		local harm = (def.damage_per_second or 0) > 0 or (def.drowning or 0) > 0
-		names[#names + 1] = {minetest.get_content_id(name), name, walkable(name), liquid(name), harm}
+		local diggers = {}
+		if def.diggable ~= false and not liquid(name) then
+			for i = 1, #tools do
+				if minetest.get_dig_params(def.groups or {}, caps[i]).diggable then
+					diggers[#diggers + 1] = i - 1
+				end
+			end
+		end
+		names[#names + 1] = {
+			minetest.get_content_id(name), name, walkable(name), liquid(name),
+			(def.damage_per_second or 0) > 0, (def.drowning or 0) > 0, diggers,
+		}
 	end
-	send({ok = true, nodes = names})
+	send({ok = true, nodes = names, tools = tools})
 end
 
 local function handle(line)
