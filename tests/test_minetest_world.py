@@ -269,6 +269,26 @@ def test_node_rules_come_from_the_game(world) -> None:
     assert rules.diggable("default:stone_with_diamond", ["default:pick_steel"])
 
 
+def test_recipes_and_ore_depths_come_from_the_game(world) -> None:
+    from envs.minetest.skills import VoxelSkills
+
+    skills = VoxelSkills(world.reset(TREE_SEED), world.node_rules, world.game_rules)
+    assert skills.recipes("default:pick_wood") == (
+        {"method": "normal", "needs": {"group:wood": 3, "group:stick": 2}, "makes": 1},
+    )
+    assert {"method": "normal", "needs": {"default:tree": 1}, "makes": 4} in skills.recipes(
+        "default:wood"
+    )
+    assert {"method": "cooking", "needs": {"default:iron_lump": 1}, "makes": 1} in (
+        skills.recipes("default:steel_ingot")
+    )
+    # Mapgen v6's ores in minetest_game: iron from y 0 down, diamonds from -128 down.
+    underground = [high for _, high in skills.ore_depths("default:stone_with_diamond") if high < 0]
+    assert max(underground) == -128
+    iron = [high for _, high in skills.ore_depths("default:stone_with_iron") if high <= 0]
+    assert max(iron) == 0
+
+
 def test_the_3d_skills_plan_paths_to_trees_and_craft_a_pickaxe(world) -> None:
     from envs.minetest.skills import run_voxel_policy
 

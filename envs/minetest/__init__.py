@@ -3,9 +3,11 @@
 from envs.minetest.world import (
     CHAIN,
     INSTALL_COMMAND,
+    GameRules,
     MinetestError,
     MinetestWorld,
     NodeRules,
+    Recipe,
     VoxelObservation,
     minetest_missing,
 )
@@ -13,9 +15,11 @@ from envs.minetest.world import (
 __all__ = [
     "CHAIN",
     "INSTALL_COMMAND",
+    "GameRules",
     "MinetestError",
     "MinetestWorld",
     "NodeRules",
+    "Recipe",
     "VoxelObservation",
     "minetest_missing",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.minetest.world import NodeRules, VoxelObservation
+from envs.minetest.world import GameRules, NodeRules, VoxelObservation
 
 Voxel = tuple[int, int, int]
 """(x east, y up, z north): x and z from where the episode started, y the altitude."""
@@ -66,8 +66,11 @@ def _add(a: Voxel, b: Voxel) -> Voxel:
 class VoxelSkills:
     """What a coded policy may ask and do in a Minetest world; one episode of one world."""
 
-    def __init__(self, obs: VoxelObservation, rules: NodeRules) -> None:
+    def __init__(
+        self, obs: VoxelObservation, rules: NodeRules, game: GameRules | None = None
+    ) -> None:
         self._rules = rules
+        self._game = game if game is not None else GameRules(recipes={}, ores={})
         self._memory: dict[Voxel, str] = {}
         self._obs = obs
         self._steps = 0
@@ -109,6 +112,19 @@ class VoxelSkills:
     def nearest(self, name: str) -> Voxel | None:
         found = self.seen(name)
         return found[0] if found else None
+
+    def recipes(self, item: str) -> tuple[dict[str, Any], ...]:
+        """The game's recipes for ``item``: each {"method": "normal" (craft) or "cooking"
+        (smelt), "needs": {ingredient: n}, "makes": n}; an ingredient "group:wood" is
+        any item of that group."""
+        return tuple(
+            {"method": r.method, "needs": r.needs(), "makes": r.count}
+            for r in self._game.recipes.get(item, ())
+        )
+
+    def ore_depths(self, ore: str) -> tuple[tuple[int, int], ...]:
+        """(lowest, highest) altitudes where mapgen scatters ``ore``, highest first."""
+        return tuple((low, high) for low, high, _ in self._game.ores.get(ore, ()))
 
     # ------------------------------------------------------------------ planning
 
@@ -404,7 +420,7 @@ def run_voxel_policy(world, policy, max_steps: int = 500, *, seed: int | None = 
     ``max_steps`` actions (tests and benchmarks; untrusted code goes through the sandbox).
     Returns the steps taken, whether the policy returned True, and the final inventory."""
     obs = world.reset(seed)
-    skills = VoxelSkills(obs, world.node_rules)
+    skills = VoxelSkills(obs, world.node_rules, world.game_rules)
     actions = policy(skills)
     valid = frozenset(world.action_names)
     steps, result = 0, None

@@ -186,6 +186,43 @@ class NodeRules:
         return "" in can or any(tool in can for tool in tools)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recipe:
+    """One of the game's recipes, as ``minetest.get_all_craft_recipes`` gives it."""
+
+    method: str
+    """"normal" (crafting) or "cooking" (a furnace)."""
+    width: int
+    """Grid width (0: shapeless)."""
+    items: tuple[str, ...]
+    """The grid row by row: item names, "group:<name>" for any item of a group, "" empty."""
+    output: str
+    """The item made."""
+    count: int
+    """How many of it one craft makes."""
+
+    def needs(self) -> dict[str, int]:
+        """Ingredient → how many, empty cells left out."""
+        counts: dict[str, int] = {}
+        for item in self.items:
+            if item:
+                counts[item] = counts.get(item, 0) + 1
+        return counts
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GameRules:
+    """What the game's own definitions say about the chain, read from the server at start
+    (as Crafter's rules come from its data.yaml), not typed in."""
+
+    recipes: Mapping[str, tuple[Recipe, ...]]
+    """Item → every recipe that makes it (for the chain's items and the craft/smelt
+    actions' items)."""
+    ores: Mapping[str, tuple[tuple[int, int, int], ...]]
+    """Ore node → (y_min, y_max, cluster scarcity) of each place mapgen scatters it,
+    highest first (mapgen v6: iron from y 0 down, diamonds from -128 down)."""
+
+
 # Facing index (the mod's: 0 north, 1 east, 2 south, 3 west) → screen (dx, dy).
 FACINGS = ((0, -1), (1, 0), (0, 1), (-1, 0))
 
@@ -430,6 +467,7 @@ class MinetestWorld:
         self._finalizer: weakref.finalize | None = None
         self._names: tuple[str, ...] = ()
         self.node_rules = NodeRules(frozenset(), frozenset(), frozenset(), frozenset())
+        self.game_rules = GameRules(recipes={}, ores={})
         """The game's node rules; filled when the first server starts (the first reset)."""
         actions = list(MOVES)
         self._verbs: dict[str, tuple[str, str]] = {}
@@ -569,7 +607,8 @@ class MinetestWorld:
         self._finalizer = weakref.finalize(
             self, _stop, server.process, server.conn, server.reader, server.folder
         )
-        header, _ = server.request({"op": "hello"})
+        asked = sorted(set(CHAIN) | set(self._verbs_items()))
+        header, _ = server.request({"op": "hello", "items": asked})
         size = max(node[0] for node in header["nodes"]) + 1
         names = ["unknown"] * size
         for cid, name, *_ in header["nodes"]:
@@ -584,6 +623,22 @@ class MinetestWorld:
             drowning=frozenset(n[1] for n in nodes if n[5]),
             diggers={n[1]: frozenset(tools[i] for i in n[6] or ()) for n in nodes if n[6]},
         )
+        recipes: dict[str, list[Recipe]] = {}
+        for item, method, width, items, output in header.get("recipes") or ():
+            made, _, count = str(output).partition(" ")
+            recipes.setdefault(item, []).append(
+                Recipe(method, width, tuple(items or ()), made, int(count or 1))
+            )
+        ores: dict[str, list[tuple[int, int, int]]] = {}
+        for node, y_min, y_max, scarcity in header.get("ores") or ():
+            ores.setdefault(node, []).append((y_min, y_max, scarcity))
+        self.game_rules = GameRules(
+            recipes={k: tuple(v) for k, v in recipes.items()},
+            ores={k: tuple(sorted(v, key=lambda r: -r[1])) for k, v in ores.items()},
+        )
+
+    def _verbs_items(self) -> list[str]:
+        return [item for _, item in self._verbs.values()]
 
     def _observe(self, header: Mapping[str, Any], payload: bytes) -> VoxelObservation:
         radius, below = self._view["radius"], self._view["below"]

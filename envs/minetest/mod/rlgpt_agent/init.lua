@@ -762,7 +762,7 @@ end
 -- whether it hurts the body in it (damage per second) or drowns a head in it, and which
 -- tools dig it (indices into
 -- `tools`, 1 being the hand), by the engine's get_dig_params.
-local function hello()
+local function hello(req)
 	local tools = {""}
 	for name in pairs(minetest.registered_tools) do
 		tools[#tools + 1] = name
@@ -787,7 +787,28 @@ local function hello()
 			(def.damage_per_second or 0) > 0, (def.drowning or 0) > 0, diggers,
 		}
 	end
-	send({ok = true, nodes = names, tools = tools})
+	-- The game's recipes for the items asked about, and where its ores are scattered.
+	local recipes = {}
+	for _, item in ipairs(req.items or {}) do
+		for _, recipe in ipairs(minetest.get_all_craft_recipes(item) or {}) do
+			local items = {}
+			local size = 0
+			for i in pairs(recipe.items) do
+				size = math.max(size, i)
+			end
+			for i = 1, size do
+				items[i] = recipe.items[i] or ""
+			end
+			recipes[#recipes + 1] = {item, recipe.method, recipe.width, items, recipe.output}
+		end
+	end
+	local ores = {}
+	for _, ore in pairs(minetest.registered_ores) do
+		if type(ore.ore) == "string" then
+			ores[#ores + 1] = {ore.ore, ore.y_min or -31000, ore.y_max or 31000, ore.clust_scarcity or 0}
+		end
+	end
+	send({ok = true, nodes = names, tools = tools, recipes = recipes, ores = ores})
 end
 
 local function handle(line)
@@ -800,7 +821,7 @@ local function handle(line)
 	elseif req.op == "reset" then
 		return reset(req)
 	elseif req.op == "hello" then
-		return hello()
+		return hello(req)
 	end
 	send({ok = false, error = "unknown op " .. tostring(req.op)})
 end
