@@ -13,8 +13,10 @@ yielding primitive action names, and the helpers are generators to use with
 and a map remembered from earlier windows, in coordinates from where the episode started
 (x east, z north) and the altitude (y). Its helpers plan over that map by the body's own
 movement rules, as the mod applies them: a step forward into two free nodes and then
-a fall (of at most a few nodes, never into a liquid or a harmful node), a jump up one
-node onto the node in front, quarter turns. Unseen nodes count as solid.
+a fall (of at most a few nodes, never into lava, never with the head under water), a
+jump up one node onto the node in front (also out of water), quarter turns, and with
+``tunnel(True)`` digging through what the hand or a carried tool digs. Unseen nodes count
+as solid. ``recipes`` and ``ore_depths`` answer from the game's own definitions.
 
 Untrusted code reaches only public attributes (the sandbox refuses ``_`` names), so the
 map and the planner's state live in ``_`` attributes and answers are fresh tuples/dicts.
