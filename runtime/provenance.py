@@ -8,7 +8,8 @@ what a person reads (an editable install's version is the one it had when instal
 so two different trees can share it).
 
 The hash is sha256 over the files a wheel of the project ships: every ``.py`` file of
-its top-level packages and their data files (prompts, shipped configs), sorted by path
+its top-level packages and their data files (prompts, shipped configs, the Minetest
+mod), sorted by path
 relative to the folder that holds the packages, each as its path, its length and its
 bytes. So a source checkout and the same commit installed from a wheel hash alike, and
 ``__pycache__``, editor files or run folders beside the code change nothing. It is
@@ -37,7 +38,11 @@ PACKAGES = (
     "rlgpt",
 )
 """The top-level packages a wheel holds (``[tool.setuptools.packages.find]``)."""
-PACKAGE_DATA = {"llm/prompts": "*.txt", "rlgpt/configs": "*.toml"}
+PACKAGE_DATA = {
+    "llm/prompts": "*.txt",
+    "rlgpt/configs": "*.toml",
+    "envs/minetest/mod/rlgpt_agent": "*",  # the Lua mod: the Minetest agent's body
+}
 """The data files beside the code that change behaviour (``[tool.setuptools.package-data]``,
 less ``py.typed``): folder → pattern."""
 ROOT = Path(__file__).resolve().parent.parent
