@@ -166,7 +166,7 @@ def test_a_short_training_run_saves_a_policy_the_benchmark_plays(tmp_path) -> No
     bench_arbiter.main(["train", "--decisions", "128", "--envs", "2", "--n-steps", "64",
                         "--batch", "64", "--epochs", "1", "--out", str(out)])  # fmt: skip
     assert (out / "arbiter.zip").is_file() and (out / "train.jsonl").read_text()
-    record = bench_arbiter._episode(("learned", SEEDS[2], str(out / "arbiter.zip")))
+    record = bench_arbiter._episode(("learned", SEEDS[2], str(out / "arbiter.zip"), ()))
     assert record["decisions"] and record["steps"] > 0
 
 
