@@ -233,7 +233,22 @@ def _context(start_method: str | None) -> Any:
         methods = multiprocessing.get_all_start_methods()
         # A fresh interpreter, not a fork of the learner (threads, sockets, torch).
         start_method = "forkserver" if "forkserver" in methods else "spawn"
+        if start_method == "forkserver" and not _forkserver_path_fits():
+            start_method = "spawn"
     return multiprocessing.get_context(start_method)
+
+
+UNIX_PATH_MAX = 107
+"""The longest socket path Linux binds (``sun_path`` less its terminating zero)."""
+
+
+def _forkserver_path_fits() -> bool:
+    """Whether the forkserver's socket fits: it lives in a folder made under the temporary
+    folder (``<tmp>/pymp-XXXXXXXX/listener-XXXXXXXX``), and a learner whose TMPDIR is deep
+    (a machine's own scratch disk) would fail to start any worker; spawn needs no socket."""
+    import tempfile
+
+    return len(tempfile.gettempdir()) + len("/pymp-xxxxxxxx/listener-xxxxxxxx") <= UNIX_PATH_MAX
 
 
 class EnvWorkers:
