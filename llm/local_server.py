@@ -142,6 +142,10 @@ def cpu_features(info: str) -> list[str]:
     ]
 
 
+class _DiedStarting(Exception):
+    """The server process exited before it answered (its message says how)."""
+
+
 class LocalServer:
     """One llama.cpp server process for the run, kept alive until cancelled."""
 
@@ -206,10 +210,17 @@ class LocalServer:
         while True:
             if self.failure is not None:
                 raise self.failure
-            if self._serving.is_set():
-                return waited
+            serving = self._serving
+            if serving.is_set():
+                if self.process is None or self.process.returncode is None:
+                    return waited
+                # Dead, and the supervisor has not seen it yet: a request sent now would
+                # reach the restarted server before it answers (and count as its death).
+                waited = True
+                await trio.sleep(POLL_S)
+                continue
             waited = True
-            await self._serving.wait()
+            await serving.wait()
 
     def argv(self) -> list[str]:
         return [
@@ -238,12 +249,18 @@ class LocalServer:
         for attempt in range(self.max_restarts + 1):
             self.restarts = attempt
             try:
-                await self._start(attempt)
-                self._serving.set()
-                if attempt == 0:
-                    task_status.started(self.endpoint)
-                code = await self.process.wait()
-                self._serving = trio.Event()  # a restart is under way: callers wait for it
+                try:
+                    await self._start(attempt)
+                except _DiedStarting as died:
+                    if attempt == 0:  # never served: a broken install or model, not a crash
+                        raise LocalServerError(str(died)) from None
+                    code = self.process.returncode  # a restart's death counts as any other
+                else:
+                    self._serving.set()
+                    if attempt == 0:
+                        task_status.started(self.endpoint)
+                    code = await self.process.wait()
+                    self._serving = trio.Event()  # a restart is under way: callers wait
                 causes.append(_describe_exit(code))
                 log.warning(
                     "model_server_exited", pid=self.process.pid, cause=causes[-1],
@@ -286,7 +303,7 @@ class LocalServer:
         with trio.move_on_after(self.startup_timeout_s):
             while not await self._answers():
                 if self.process.returncode is not None:
-                    raise LocalServerError(
+                    raise _DiedStarting(
                         f"the local model server exited while starting "
                         f"({_describe_exit(self.process.returncode)}); {self.log_path} ends "
                         f"with:\n{log_tail(self.log_path)}"

@@ -99,3 +99,44 @@ def test_a_server_that_dies_by_sigill_at_every_first_request_ends_the_run_with_i
     assert log.count(" start ") == SAME_DEATHS, log
     assert log.count("first request") == SAME_DEATHS, log
     assert took < 60, took
+
+
+# A server that served once, then dies by SIGILL at every later start before it answers:
+# the restart's death counts as a death like the first one (two alike end the run with
+# their cause), not as "exited while starting", which is for a server that never served.
+DIES_ON_RESTART = """
+import os, pathlib, signal, sys
+served = pathlib.Path(__file__).with_name("served")
+if served.exists():
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    print("stand-in: restart: illegal instruction in ggml_init", flush=True)
+    os.kill(os.getpid(), signal.SIGILL)
+served.write_text("yes")
+""" + STAND_IN_SERVER
+
+
+def test_a_restart_that_dies_before_it_answers_counts_as_the_same_death(tmp_path: Path) -> None:
+    log_path = tmp_path / "model-server.log"
+    (tmp_path / "stand_in_server.py").write_text(DIES_ON_RESTART)
+    server = StandInServer(
+        tmp_path / "model.gguf", "stand-in", log_path, max_restarts=3, startup_timeout_s=60
+    )
+    backend = OpenAIBackend(
+        server.endpoint.base_url, "stand-in", "", max_retries=4, backoff_s=0.05, n_ctx=4096
+    )
+    backend.server_ready = server.endpoint.ready
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+            await backend._complete([{"role": "user", "content": "plan"}], "slow", "plan")
+
+    with pytest.raises(BaseExceptionGroup) as caught:
+        trio.run(main)
+    for error in caught.value.exceptions:
+        assert isinstance(error, LocalServerError | ModelUnavailable), error
+        text = str(error)
+        assert f"died the same way (signal SIGILL) after each of its last {SAME_DEATHS}" in text
+        assert "restart: illegal instruction in ggml_init" in text
+    assert log_path.read_text().count(" start ") == SAME_DEATHS
