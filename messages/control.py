@@ -145,6 +145,21 @@ class StatusReply:
     """Times a job was taken back from a dead actor."""
 
 
+@message("control.bad_reply")
+class BadReply:
+    """requester → broker: the reply the broker routed to my job ``job`` broke its
+    contract (another kind than asked for, other worlds than asked for...). The broker
+    charges the actor that sent it; one that reaches ``[runtime] bad_reply_limit`` is
+    dropped (told with ``control.failure`` of reason ``bad_replies``), and the head's own
+    process of that name is killed and restarted, which counts against the restart
+    budget. Taken from the head's side only (its connections and its ipc actors)."""
+
+    job: str
+    """The id of the ASK whose reply was wrong."""
+    detail: str = ""
+    """What was wrong, for the event log."""
+
+
 @message("control.cancel")
 class Cancel:
     """requester → broker → working actor: stop the job with this id; its reply becomes

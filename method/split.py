@@ -18,9 +18,10 @@ whose job the broker gave up on after its actors died (``job_failed``: an actor 
 from outside while running it, every try) counts the same way, as ``crashed``.
 
 A peer's answer is checked against the part it answers: a message of another kind, or
-episodes for other worlds than the part's, is that peer's fault (``bad_reply``): the
-part is asked again, and after :data:`BAD_REPLY_TRIES` wrong answers its worlds are
-booked ``rollout_failed`` with no stage run (not reached, to the version's books).
+episodes for other worlds than the part's, is that peer's fault (``bad_reply``, charged
+to it at the broker, which drops a peer that keeps answering wrongly): the part is asked
+again, and after :data:`BAD_REPLY_TRIES` wrong answers its worlds are booked
+``rollout_failed`` with no stage run (not reached, to the version's books).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from envs.composite import setup_parts
 from envs.runner import fault_episode
 from messages import preferring
 from messages.causes import CRASHED, FAULT_CAUSES, ROLLOUT_FAILED
-from messages.control import Failure
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from runtime.actor import Actor, RemoteFailure
 from runtime.failures import BAD_REPLY
@@ -144,9 +144,10 @@ async def rollout_split(
         part = dataclasses.replace(req, seeds=seeds, frames=False)
         for attempt in range(BAD_REPLY_TRIES):
             try:
-                result = await client.ask(to if attempt == 0 else "@environment", part,
-                                          expect=RolloutResult)  # fmt: skip
-                _check_seeds(result, seeds)
+                result = await client.ask(
+                    to if attempt == 0 else "@environment", part, expect=RolloutResult,
+                    check=lambda result: _seeds_problem(result, seeds),
+                )  # fmt: skip
                 affinity.played(part, result)
                 break
             except RemoteFailure as exc:
@@ -196,20 +197,19 @@ BAD_REPLY_TRIES = 3
 """Times a part is asked for when peers answer it wrongly."""
 
 
-def _check_seeds(result: RolloutResult, seeds: list[int]) -> None:
-    """Raise ``RemoteFailure(bad_reply)`` unless ``result`` holds one episode for each of
-    ``seeds`` and no other: a peer may not answer for worlds it was not asked to play."""
+def _seeds_problem(result: RolloutResult, seeds: list[int]) -> str:
+    """What is wrong with ``result`` unless it holds one episode for each of ``seeds``
+    and no other ('' when nothing): a peer may not answer for worlds it was not asked to
+    play (the ask then fails with ``bad_reply``, charged to that peer)."""
     got = sorted(e.seed for e in result.episodes)
-    if got != sorted(seeds):
-        extra = sorted(set(got) - set(seeds))[:5]
-        missing = sorted(set(seeds) - set(got))[:5]
-        raise RemoteFailure(
-            Failure(
-                BAD_REPLY,
-                f"episodes for seeds {got[:5]}… (extra {extra}, missing {missing})"
-                f", asked for {len(seeds)} seeds",
-            )
-        )
+    if got == sorted(seeds):
+        return ""
+    extra = sorted(set(got) - set(seeds))[:5]
+    missing = sorted(set(seeds) - set(got))[:5]
+    return (
+        f"episodes for seeds {got[:5]}… (extra {extra}, missing {missing})"
+        f", asked for {len(seeds)} seeds"
+    )
 
 
 def _not_run(req: RolloutRequest, done: set[int], first: EpisodeReport) -> list[EpisodeReport]:

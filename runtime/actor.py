@@ -64,6 +64,7 @@ from messages import (
 )
 from messages.codec import MAX_DEADLINE_S
 from messages.control import (
+    BadReply,
     Cancel,
     Failure,
     Heartbeat,
@@ -87,7 +88,7 @@ Handler = Callable[[Any, Any, Envelope], Awaitable[Any]]
 
 RUNTIME_KINDS = frozenset({Shutdown, Cancel, Failure})
 """Records the runtime acts on before any handler (:meth:`Actor._runtime_message`)."""
-FATAL_FROM_BROKER = frozenset({"key_revoked"})
+FATAL_FROM_BROKER = frozenset({"key_revoked", "bad_replies"})
 """Failures the broker sends unasked that end the actor (it would be refused again)."""
 # How long an actor waits for the broker to answer its registration before trying
 # again; ZeroMQ reconnects underneath, so a late broker is simply waited for.
@@ -228,14 +229,18 @@ class Actor:
         timeout: float | None = None,
         deadline_s: float | None = None,
         expect: type | None = None,
+        check: Callable[[Any], str] | None = None,
     ) -> Any:
         """Send a request and wait for its reply. Raises :class:`RemoteFailure` if the
         other side failed (reason ``deadline`` when no actor answered within
         ``deadline_s`` in any of its tries), or answered with a message other than an
         ``expect`` (reason ``bad_reply``: the answering peer's fault, never the asker's),
-        ``trio.TooSlowError`` after ``timeout`` seconds. ``deadline_s``: how long one
-        actor may hold the job before the broker hands it to another (None: derived from
-        the request, :mod:`runtime.deadlines`; 0: no limit)."""
+        ``trio.TooSlowError`` after ``timeout`` seconds. ``check``: what else a reply
+        must satisfy (it returns what is wrong, '' when nothing): a reply that fails it
+        is a ``bad_reply`` too. Every bad reply is charged to its sender at the broker
+        (:class:`~messages.control.BadReply`), which drops a peer that keeps sending them.
+        ``deadline_s``: how long one actor may hold the job before the broker hands it to
+        another (None: derived from the request, :mod:`runtime.deadlines`; 0: no limit)."""
         msg_id = self._next_id()
         pending = self._pending[msg_id] = _Pending()
         if to == BROKER:
@@ -261,12 +266,12 @@ class Actor:
             reply = decode(pending.body, self.max_frame_bytes)
         except DecodeError as exc:
             log.warning("message_rejected", reason=exc.reason, detail=exc.detail, re=msg_id)
-            raise RemoteFailure(Failure(BAD_REPLY, str(exc))) from None
+            raise self._bad_reply(to, msg_id, str(exc)) from None
         said = pending.env.kind
         if type(reply).__message_kind__ != said:
             # The broker checked the envelope's kind; the body must be what it said.
             log.warning("message_rejected", reason="kind_mismatch", kind=said, re=msg_id)
-            raise RemoteFailure(Failure(BAD_REPLY, f"{said} envelope, other body"))
+            raise self._bad_reply(to, msg_id, f"{said} envelope, other body")
         if isinstance(reply, Failure):
             raise RemoteFailure(reply)
         if expect is not None and not isinstance(reply, expect):
@@ -276,8 +281,19 @@ class Actor:
                 "message_rejected", reason="unexpected_reply", kind=answered, asked=asked,
                 sender=pending.env.frm, re=msg_id,
             )  # fmt: skip
-            raise RemoteFailure(Failure(BAD_REPLY, f"{asked} answered with {answered}"))
+            raise self._bad_reply(to, msg_id, f"{asked} answered with {answered}")
+        wrong = check(reply) if check is not None else ""
+        if wrong:
+            log.warning("message_rejected", reason="failed_check", detail=wrong[:300], re=msg_id)
+            raise self._bad_reply(to, msg_id, wrong)
         return reply
+
+    def _bad_reply(self, to: str, msg_id: str, detail: str) -> RemoteFailure:
+        """The failure an ask raises for a wrong reply, once the broker is told whose
+        it was (a reply from the broker itself is nobody's to charge)."""
+        if to != BROKER and not self._sock_closed():
+            self.tell(BROKER, BadReply(msg_id, detail[:1000]))
+        return RemoteFailure(Failure(BAD_REPLY, detail))
 
     async def run_blocking(self, fn: Callable[..., M], *args: Any) -> M:
         """Run ``fn(*args)`` in a worker thread; the actor keeps serving meanwhile.

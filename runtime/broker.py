@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -86,6 +86,7 @@ from messages import (
 )
 from messages.control import (
     ActorInfo,
+    BadReply,
     Cancel,
     Failure,
     Heartbeat,
@@ -141,9 +142,15 @@ the first connection that claims an id, and these are claimed before any actor s
 
 HOST_CHARS = 255
 """The longest host name kept for a peer (a DNS name's limit)."""
-LOST_REASONS = frozenset({"heartbeat_missed", "deadline_missed"})
+BAD_REPLIES = "bad_replies"
+"""Why a peer that sent ``bad_reply_limit`` wrong replies was dropped."""
+LOST_REASONS = frozenset({"heartbeat_missed", "deadline_missed", BAD_REPLIES})
 """Why a peer may be declared lost while its process still runs: the head kills a
-process of its own then (:attr:`BrokerSettings.on_lost`), so its work cannot finish twice."""
+process of its own then (:attr:`BrokerSettings.on_lost`), so its work cannot finish twice
+(and, for wrong replies, so a restart is charged to it)."""
+ANSWERED_KEPT = 4096
+"""Recent replies remembered by job, so a requester's :class:`BadReply` is charged to
+the actor that really sent the reply (and to no other)."""
 CLEAN_EXIT = "exit status 0"
 """How the supervisor describes a child that exited by itself with status 0."""
 
@@ -153,6 +160,8 @@ class BrokerSettings:
     heartbeat_interval: float = 1.0
     heartbeat_timeout: float = 5.0
     max_job_tries: int = 3
+    bad_reply_limit: int = 3
+    """Wrong replies that drop an actor (:class:`BadReply`)."""
     max_frame_bytes: int = DEFAULT_MAX_FRAME
     run_id: str = ""
     on_lost: Callable[[str, str], None] | None = None
@@ -242,6 +251,10 @@ class Broker:
         self.trusted: set[bytes] = set()
         """Routing ids of the head's own connections (:meth:`local_identity`)."""
         self._names = itertools.count()
+        self.answered: OrderedDict[tuple[str, str], str] = OrderedDict()
+        """(requester, job id) → the actor whose reply was delivered, latest last."""
+        self.bad_replies: dict[str, int] = {}
+        """Wrong replies charged per actor id since it registered."""
         self.expired = 0
         """Tries taken back at their deadline."""
         # Refusals are logged whole up to a limit, then counted (runtime/ratelimit.py):
@@ -439,6 +452,8 @@ class Broker:
             return self._register(peer.identity, env, msg, peer.key)
         if isinstance(msg, Cancel):
             return self._cancel(peer, msg.job)
+        if isinstance(msg, BadReply):
+            return self._charge(peer, msg)
         if isinstance(msg, EventBatch):
             try:
                 taken = self.intake.take(
@@ -656,10 +671,39 @@ class Broker:
             self.queues.setdefault(job.queue, deque()).appendleft(job)
             self._dispatch_role(job.queue)
 
+    def _charge(self, requester: Peer, msg: BadReply) -> None:
+        """Charge a wrong reply to the actor that sent it (looked up by the requester's
+        job, never taken from the accuser's word); drop it at the limit. A remote peer
+        may not accuse: with a key of its own it could have honest actors dropped."""
+        if requester.key and requester.identity not in self.trusted:
+            return self._reject(requester.identity, "not_for_broker", "control.bad_reply")
+        sender = self.answered.pop((requester.actor_id, msg.job), None)
+        if sender is None:
+            log.info("bad_reply_unmatched", by=requester.actor_id, job=msg.job)
+            return
+        count = self.bad_replies[sender] = self.bad_replies.get(sender, 0) + 1
+        limit = self.settings.bad_reply_limit
+        log.warning(
+            "peer_bad_reply", actor_id=sender, by=requester.actor_id, job=msg.job,
+            detail=msg.detail[:300], count=count, limit=limit,
+        )  # fmt: skip
+        peer = self.peers.get(sender)
+        if peer is None or count < limit:
+            return
+        detail = (
+            f"{count} wrong replies (limit {limit}, [runtime] bad_reply_limit); last: "
+            f"{msg.detail[:300]}"
+        )
+        self._send(
+            peer.identity, Envelope(TELL, "", peer.actor_id, BROKER), Failure(BAD_REPLIES, detail)
+        )
+        self.remove(peer, BAD_REPLIES)
+
     def remove(self, peer: Peer, reason: str) -> None:
         if self.peers.get(peer.actor_id) is not peer:
             return
         del self.peers[peer.actor_id]
+        self.bad_replies.pop(peer.actor_id, None)
         self.by_identity.pop(peer.identity, None)
         self.intake.forget(peer.actor_id)
         if peer.identity not in self.trusted:
@@ -811,6 +855,9 @@ class Broker:
             return
         del self.jobs[job.key]
         self.completed += 1
+        self.answered[job.key] = peer.actor_id
+        if len(self.answered) > ANSWERED_KEPT:
+            self.answered.popitem(last=False)
         requester = self.peers.get(env.to)
         if requester is not None:
             self.sock.send([requester.identity, encode_envelope(env), body])

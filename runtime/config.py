@@ -248,6 +248,10 @@ class RuntimeSettings:
     )
     """A job whose actor dies (or holds it past its deadline) this many times fails
     instead of being retried."""
+    bad_reply_limit: int = field(default=3, metadata=check(min=1, max=1000))
+    """Wrong replies (another kind than asked for, other worlds than asked for) an actor
+    may send before it is dropped: an attached one is disconnected, one of the head's
+    own is killed and restarted (a restart like a crash's, within ``restart_limit``)."""
     restart_limit: int = field(default=5, metadata=check(min=1, max=1000))
     """Restart intensity: at most this many actor restarts within ``restart_window``..."""
     restart_window: float = field(

@@ -453,6 +453,7 @@ def _broker(
             heartbeat_interval=rt.heartbeat_interval,
             heartbeat_timeout=rt.heartbeat_timeout,
             max_job_tries=rt.max_job_tries,
+            bad_reply_limit=rt.bad_reply_limit,
             max_frame_bytes=rt.max_frame_bytes,
             run_id=run_id,
             key_allowed=key_allowed,

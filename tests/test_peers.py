@@ -40,6 +40,7 @@ from messages import (
     encode_envelope,
 )
 from messages.control import (
+    BadReply,
     Cancel,
     Failure,
     Heartbeat,
@@ -654,6 +655,11 @@ def test_a_peers_answer_to_another_request_is_its_failure_not_the_asker(tmp_path
                 req = RolloutRequest(config.subtask, code="pass", seeds=[7, 8])
                 seen["rollout"] = await rollout_split(head.client, req, parts=1)
             seen["asked"] = asked
+            # The third wrong reply reached the limit: the broker tells it why it is out.
+            _, seen["dropped"] = await environment.recv(timeout=10)
+            # An accusation for a job no one answered charges no one.
+            learner.send(TELL, BROKER, BadReply("never-asked", "made up"))
+            await trio.sleep(0.3)
         finally:
             learner.close()
             environment.close()
@@ -670,6 +676,16 @@ def test_a_peers_answer_to_another_request_is_its_failure_not_the_asker(tmp_path
     assert seen["asked"] == [[7, 8]] * BAD_REPLY_TRIES
     rejected = _named(run.events, "message_rejected")
     assert any(e.get("reason") == "unexpected_reply" for e in rejected), rejected
+    # Each wrong reply is charged to the peer that sent it; at [runtime] bad_reply_limit
+    # (3) the environment peer is dropped and told why, the learner (one) is not.
+    charged = [(e["actor_id"], e["count"]) for e in _named(run.events, "peer_bad_reply")]
+    assert charged == [("rogue-learner", 1), ("rogue-env", 1), ("rogue-env", 2), ("rogue-env", 3)]
+    lost = [e for e in _named(run.events, "actor_lost") if e.get("reason") == "bad_replies"]
+    assert [e["actor_id"] for e in lost] == ["rogue-env"]
+    assert isinstance(seen["dropped"], Failure) and seen["dropped"].reason == "bad_replies"
+    assert "3 wrong replies (limit 3" in seen["dropped"].detail
+    unmatched = _named(run.events, "bad_reply_unmatched")
+    assert [(e["by"], e["job"]) for e in unmatched] == [("rogue-learner", "never-asked")]
 
 
 def test_a_handler_that_raises_answers_the_error_not_its_traceback(tmp_path: Path) -> None:
