@@ -58,6 +58,7 @@ from method.tboard import log_dir
 from runtime import cpu
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
+from runtime.failures import BAD_REPLY, BAD_REPLY_TRIES
 from runtime.head import log_progress
 
 OPTION_STEPS = 50
@@ -680,7 +681,7 @@ class FastAgent(Actor):
         # (setup made once, restored after): it gets the job when it has room.
         to = preferring("@learner", self.trained_on.get(work.subaction.name, ""))
         log.info("training_requested", job=req.name, subaction=work.subaction.name, to=to)
-        result: TrainResult = await self.ask(to, req, expect=TrainResult)
+        result = await self._ask_learner(to, req)
         if result.actor_id:
             self.trained_on[work.subaction.name] = result.actor_id
         if result.failure:
@@ -707,6 +708,22 @@ class FastAgent(Actor):
             train_s=round(result.train_s, 1),
         )
         return result
+
+    async def _ask_learner(self, to: str, req: TrainRequest) -> TrainResult:
+        """The training job's answer; a wrong one (the peer's fault, charged to it) is
+        asked again of any learner, up to :data:`BAD_REPLY_TRIES` times in all."""
+        attempt = 1
+        while True:
+            try:
+                return await self.ask(to, req, expect=TrainResult)
+            except RemoteFailure as exc:
+                if exc.failure.reason != BAD_REPLY or attempt >= BAD_REPLY_TRIES:
+                    raise
+                log.warning(
+                    "training_asked_again", job=req.name, attempt=attempt,
+                    detail=exc.failure.detail[:300],
+                )  # fmt: skip
+            attempt, to = attempt + 1, "@learner"
 
     # ------------------------------------------------------------------ shared
 

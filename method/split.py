@@ -37,7 +37,7 @@ from messages import preferring
 from messages.causes import CRASHED, FAULT_CAUSES, ROLLOUT_FAILED
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
 from runtime.actor import Actor, RemoteFailure
-from runtime.failures import BAD_REPLY
+from runtime.failures import BAD_REPLY, BAD_REPLY_TRIES
 
 JOB_FAILED = "job_failed"
 """The broker's failure reason for a job whose actors died on every try."""
@@ -191,10 +191,6 @@ async def rollout_split(
         actor_id=",".join(sorted({r.actor_id for r in results if r.actor_id})),
         output="\n".join(r.output for r in results if r.output),
     )
-
-
-BAD_REPLY_TRIES = 3
-"""Times a part is asked for when peers answer it wrongly."""
 
 
 def _seeds_problem(result: RolloutResult, seeds: list[int]) -> str:

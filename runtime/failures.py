@@ -9,6 +9,9 @@ from messages.control import Failure
 BAD_REPLY = "bad_reply"
 """The reason of a reply that does not answer the request asked (undecodable, another
 kind than its envelope says, or not what the asker expects): the answering peer's fault."""
+BAD_REPLY_TRIES = 3
+"""Times a job is asked for when peers answer it wrongly (the later tries of any actor
+of the role), before it fails with ``bad_reply``."""
 
 
 class RemoteFailure(Exception):

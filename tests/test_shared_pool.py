@@ -13,6 +13,7 @@ import trio
 
 from actors.learner import LearnerActor, training_worlds
 from envs.configs import collect_wood_with_coded
+from messages.control import Failure
 from messages.plan import SubAction, WorkOn
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
@@ -76,6 +77,48 @@ def test_a_later_version_is_asked_of_the_learner_that_trained_the_last(tmp_path:
     assert asked == [
         "@learner", "@learner", "@learner/learner-1", "@learner/learner-2",
     ]  # fmt: skip
+
+
+def test_a_wrong_answer_to_a_training_job_is_asked_again_of_any_learner(tmp_path: Path) -> None:
+    # The peer that answered wrongly was charged at the broker (tests/test_peers.py); the
+    # job goes to whichever learner has room, and only a third wrong answer fails it.
+    from actors.fast import FastAgent
+    from method.agents import Agents
+    from runtime.actor import RemoteFailure
+    from runtime.failures import BAD_REPLY, BAD_REPLY_TRIES
+
+    fast = FastAgent(
+        agents=Agents(None, tmp_path), settings=MethodSettings(), environments=1,
+        run_dir=tmp_path,
+    )  # fmt: skip
+    fast.trained_on[WOOD.name] = "learner-1"
+    policy = tmp_path / "policy.zip"
+    policy.write_bytes(b"not a real policy: nothing loads it here")
+    asked: list[str] = []
+    wrong = {"answers": 1}
+
+    async def ask(to: str, req: TrainRequest, **kwargs) -> TrainResult:
+        asked.append(to)
+        if len(asked) <= wrong["answers"]:
+            raise RemoteFailure(Failure(BAD_REPLY, "train.request answered with train.progress"))
+        return TrainResult(
+            name=req.name, policy_path=str(policy), sha256="0" * 64, steps=1,
+            primitive_steps=0, eval_success_rate=0.0, eval_episodes=0,
+            eval_primitive_steps=0, resumed_from=0, steps_lost=0, tensorboard_dir="",
+            wall_s=0.0, train_s=0.0, device="cpu", actor_id="learner-2",
+        )  # fmt: skip
+
+    fast.ask = ask
+    work = WorkOn(WOOD, seeds=[1], train_steps=64)
+    result = trio.run(fast._train, work, collect_wood_with_coded(), 1)
+    assert result.actor_id == "learner-2"
+    assert asked == ["@learner/learner-1", "@learner"]
+    asked.clear()
+    wrong["answers"] = BAD_REPLY_TRIES
+    with pytest.raises(RemoteFailure) as caught:
+        trio.run(fast._train, work, collect_wood_with_coded(), 2)
+    assert caught.value.failure.reason == BAD_REPLY
+    assert len(asked) == BAD_REPLY_TRIES
 
 
 def _trained(learner: LearnerActor, req: TrainRequest) -> TrainResult:
