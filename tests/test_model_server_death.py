@@ -143,3 +143,76 @@ def test_a_restart_that_dies_before_it_answers_counts_as_the_same_death(tmp_path
         assert f"died the same way (signal SIGILL) after each of its last {SAME_DEATHS}" in text
         assert "restart: illegal instruction in ggml_init" in text
     assert log_path.read_text().count(" start ") == SAME_DEATHS
+
+
+# A llama_cpp package that stands in for the real one in the server's process only (put
+# first on its PYTHONPATH): its server is STAND_IN_SERVER. The real failure (a build for
+# AMX on a CPU without it) cannot be made on a machine whose build runs.
+STAND_IN_MAIN = """
+import runpy, sys
+args = sys.argv[1:]
+port, alias = args[args.index("--port") + 1], args[args.index("--model_alias") + 1]
+sys.argv = ["stand_in_server", port, alias]
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+RUN_CONFIG = """
+[run]
+name = "sigill"
+[agents]
+backend = "local"
+model = {model!r}
+max_retries = 4
+[task]
+target = "wood"
+iterations = 1
+code_episodes = 2
+eval_episodes = 2
+episode_steps = 300
+[actors.environment]
+count = 1
+"""
+
+
+@pytest.mark.slow  # a whole run.py (~15 s)
+def test_a_run_whose_model_server_dies_at_every_first_request_ends_with_its_cause(
+    tmp_path: Path,
+) -> None:
+    import json
+    import os
+    import subprocess
+
+    fake = tmp_path / "stand_in" / "llama_cpp"
+    (fake / "server").mkdir(parents=True)
+    (tmp_path / "stand_in_server.py").write_text(STAND_IN_SERVER)
+    (fake / "__init__.py").write_text(
+        "def llama_print_system_info():\n    return b'AMX_INT8 = 1'\n"
+    )
+    (fake / "server" / "__init__.py").write_text("")
+    main = STAND_IN_MAIN.format(script=str(tmp_path / "stand_in_server.py"))
+    (fake / "server" / "__main__.py").write_text(main)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF stand-in")
+    config = tmp_path / "sigill.toml"
+    config.write_text(RUN_CONFIG.format(model=str(model)))
+    root = Path(__file__).resolve().parent.parent
+    path = os.pathsep.join([str(fake.parent), str(root), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, str(root / "run.py"), "--config", str(config), "--quiet"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    # The run ends with the server's own death, its log's last lines and the fix; not
+    # with an agent that "could not plan", and not with a traceback.
+    assert proc.returncode != 0
+    said = proc.stdout + proc.stderr
+    assert f"died the same way (signal SIGILL) after each of its last {SAME_DEATHS}" in said
+    assert "illegal instruction in ggml_compute_forward" in said and "-DGGML_NATIVE=OFF" in said
+    assert "could not plan" not in said and "Traceback" not in said, said[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    named = [e["event"] for e in events]
+    assert named.count("model_server_started") == SAME_DEATHS
+    assert "model_server_failed" in named
+    ready = next(e for e in events if e["event"] == "model_server_ready")
+    assert ready["cpu_features"] == ["AMX_INT8"]  # what the build said it uses

@@ -95,3 +95,46 @@ def test_a_version_that_crashes_its_process_fails_its_job_and_the_learner_trains
     assert seen["poisoned"]["policy"] == ""
     # The same learner trains the next version as if nothing had happened.
     assert seen["honest"]["failure"] == "" and Path(seen["honest"]["policy"]).is_file()
+
+
+def _poisoning_model(messages: list[dict]) -> str:
+    """The offline rules' replies, except the step's code: the poison above, which the
+    run then offers PPO as the step's own coded option (learn_over_code)."""
+    from test_method import _request_of, scripted_model
+
+    purpose, _ = _request_of(messages)
+    if purpose.startswith("Write the code"):
+        return json.dumps({"code": POISON})
+    return scripted_model(messages)
+
+
+@pytest.mark.slow  # a whole run.py (~40 s)
+def test_a_run_whose_learned_version_poisons_its_training_finishes_with_its_report(
+    tmp_path: Path,
+) -> None:
+    from fake_openai import FakeOpenAI
+    from test_method import OVER_CODE
+
+    assert 'env_workers = "off"' in OVER_CODE  # the mode the poison used to kill learners in
+    with FakeOpenAI(responder=_poisoning_model) as fake:
+        config = tmp_path / "poisoned.toml"
+        config.write_text(
+            OVER_CODE + f'\n[agents]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
+            'model = "fake-model"\napi_key_env = "RLGPT_FAKE_KEY"\ntimeout_s = 20.0\n'
+        )
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "run.py"), "--config", str(config), "--quiet"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False,
+            env={**os.environ, "RLGPT_FAKE_KEY": "not-a-real-key"},
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    named = lambda name: [e for e in events if e.get("event") == name]  # noqa: E731
+    # The learned version failed with its cause: the signal of the process it ran in...
+    (failed,) = named("training_failed")
+    assert "SIGSEGV" in failed["detail"], failed
+    # ...and no actor process died: the learner lived through it, never restarted.
+    assert not [e for e in named("actor_process_exited") if e["level"] != "info"]
+    assert named("final_evaluation_finished")
+    assert "place_table" in (run_dir / "report.md").read_text()
