@@ -104,7 +104,8 @@ def test_a_server_that_dies_by_sigill_at_every_first_request_ends_the_run_with_i
 # A server that served once, then dies by SIGILL at every later start before it answers:
 # the restart's death counts as a death like the first one (two alike end the run with
 # their cause), not as "exited while starting", which is for a server that never served.
-DIES_ON_RESTART = """
+DIES_ON_RESTART = (
+    """
 import os, pathlib, signal, sys
 served = pathlib.Path(__file__).with_name("served")
 if served.exists():
@@ -113,7 +114,9 @@ if served.exists():
     print("stand-in: restart: illegal instruction in ggml_init", flush=True)
     os.kill(os.getpid(), signal.SIGILL)
 served.write_text("yes")
-""" + STAND_IN_SERVER
+"""
+    + STAND_IN_SERVER
+)
 
 
 def test_a_restart_that_dies_before_it_answers_counts_as_the_same_death(tmp_path: Path) -> None:

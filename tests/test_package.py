@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-PACKAGES = ("messages", "runtime", "sandbox", "envs", "knowledge", "llm", "method", "actors")
+PACKAGES = (
+    "messages", "runtime", "sandbox", "worlds", "skills", "rl", "episodes", "knowledge", "llm",
+    "method", "actors",
+)  # fmt: skip
 
 
 # What a copy of the source for building leaves out: environments, run output, caches.
