@@ -1,7 +1,7 @@
 """The environment actor: runs code-as-policy rollouts in the world and reports them.
 
 One actor serves one rollout request at a time, and never runs policy code itself: a
-runner child process (:mod:`envs.runner`), started at setup and kept warm across
+runner child process (:mod:`episodes.runner`), started at setup and kept warm across
 requests, owns the world and the sandbox's compile cache and runs every rollout —
 coded, composed and trained-policy. The actor hands it each request over a pipe, writes
 the Crafter stats rows of the episodes it reports, and watches the wall clock: a runner
@@ -21,7 +21,7 @@ head's by its hash when missing (:mod:`runtime.artifacts`), so an actor on any m
 runs any learned stage.
 
 A request with ``stages`` (and ``needs``) runs a composed policy instead: the task
-planner of :mod:`envs.composite` runs coded and learned sub-policies in turn inside each
+planner of :mod:`episodes.composite` runs coded and learned sub-policies in turn inside each
 episode, and each episode report lists its stage runs. With ``start_at`` each episode
 starts where that stage begins: the runner makes the start once per world and setup (the
 composed episode up to it, reported as the episode's ``setup_steps``) and restores it after.
@@ -38,8 +38,7 @@ import dataclasses
 from typing import Any
 
 import sandbox
-from envs.artifacts import PolicyUnusable, inside
-from envs.runner import (
+from episodes.runner import (
     DEFAULT_MEMORY_LIMIT,
     MAX_FRAMES,
     MEMORY_LIMIT_ENV,
@@ -51,13 +50,14 @@ from envs.runner import (
     frames_npz,
     limit_torch,
 )
-from envs.stats import StatsWriter
 from messages import Envelope
 from messages.causes import POLICY_UNUSABLE
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
+from rl.artifacts import PolicyUnusable, inside
 from runtime import artifacts
 from runtime.actor import Actor, handles
 from runtime.events import log
+from worlds.stats import StatsWriter
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT",

@@ -19,9 +19,6 @@ from typing import Any
 
 from crafter import constants
 
-from envs.artifacts import ArtifactRefused, store_artifact
-from envs.reward_check import check_reward_apart
-from envs.setup_code import compose_setup, in_training
 from knowledge import recipes
 from knowledge.options import (
     OPTION_NAMES,
@@ -55,6 +52,9 @@ from method.seeds import code_seeds_within, more_code_seeds
 from method.settings import MethodSettings
 from method.split import Affinity, rollout_split
 from method.tboard import log_dir
+from rl.artifacts import ArtifactRefused, store_artifact
+from rl.reward_check import check_reward_apart
+from rl.setup_code import compose_setup, in_training
 from runtime import cpu
 from runtime.actor import Actor, RemoteFailure, handles
 from runtime.events import log
@@ -152,7 +152,7 @@ def rl_config(
     own code (:data:`knowledge.options.STAGE_CODE`), when offered and chosen, runs
     resumable for up to :data:`knowledge.options.STAGE_CODE_STEPS` steps a choice. Its
     setup runs the coded ``setup`` stages with the run's survival ``needs`` served as
-    the final policy serves them (:func:`envs.setup_code.compose_setup`), and its
+    the final policy serves them (:func:`rl.setup_code.compose_setup`), and its
     training episodes serve them too (:attr:`RLConfig.needs`)."""
     for n in needs:
         if not in_training(n):

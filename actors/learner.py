@@ -2,16 +2,16 @@
 
 A ``train.request`` names a job, carries the subtask's RL config (the paper's RL
 interface: observation, primitives plus coded options, reward) and a budget. The learner
-builds the vectorized :class:`envs.rl_env.SubtaskEnv`, trains in a worker thread (so
+builds the vectorized :class:`rl.rl_env.SubtaskEnv`, trains in a worker thread (so
 heartbeats and progress keep flowing), checkpoints every ``checkpoint_every`` decisions
 into ``<run dir>/learners/<job>/``, and answers with a ``train.result``: the SB3 zip
 (path and sha256, plus the bytes when the learner is remote), the success rate on
 held-out worlds and where the TensorBoard logs are. The result reports every world step
 the job's worlds took — PPO's, the setup code's at every reset (failed attempts
 included) and the held-out evaluation's — and every world episode with what it unlocked
-(:meth:`envs.rl_env.SubtaskEnv.take_world_episodes`); a job whose setup code keeps
+(:meth:`rl.rl_env.SubtaskEnv.take_world_episodes`); a job whose setup code keeps
 failing answers with ``failure`` set and its steps all the same. Setup runs once per
-world in a learner process (:mod:`envs.start_states`): its steps are counted when a
+world in a learner process (:mod:`rl.start_states`): its steps are counted when a
 world's start is made, and resets that restore it (in this job or a later one on the
 same setup) add none.
 
@@ -46,18 +46,18 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import Logger
 
-from envs.artifacts import PolicyUnusable, policy_spec, restore_checkpoint, sha256_of
-from envs.env_workers import EnvWorkers, WorkerDied, WorkerVecEnv
-from envs.held_out import held_out, play_learned
-from envs.per_env import PerEnvPPO
-from envs.rl_env import SetupError, make_env, make_vec_env
-from envs.smdp import SMDPPPO
 from knowledge.options import STAGE_CODE
 from messages import Envelope, encode
 from messages.artifact import JobReached
 from messages.train import PPOSettings, TrainProgress, TrainRequest, TrainResult, WorldEpisode
 from method import seeds
 from method.tboard import LOG_DIR
+from rl.artifacts import PolicyUnusable, policy_spec, restore_checkpoint, sha256_of
+from rl.env_workers import EnvWorkers, WorkerDied, WorkerVecEnv
+from rl.held_out import held_out, play_learned
+from rl.per_env import PerEnvPPO
+from rl.rl_env import SetupError, make_env, make_vec_env
+from rl.smdp import SMDPPPO
 from runtime import artifacts
 from runtime.actor import TEST_HOOKS_ENV, Actor, handles
 from runtime.devices import check_device
@@ -303,7 +303,7 @@ class LearnerActor(Actor):
         await super().teardown()
 
     def env_workers(self) -> EnvWorkers:
-        """This learner's env worker processes (:mod:`envs.env_workers`)."""
+        """This learner's env worker processes (:mod:`rl.env_workers`)."""
         if getattr(self, "_env_workers", None) is None:  # (tests build learners bare)
             self._env_workers = EnvWorkers()
         return self._env_workers
@@ -609,7 +609,7 @@ def make_ppo(
 ) -> Any:
     """A fresh SB3 PPO for ``vec`` with ``settings`` (MultiInputPolicy for dict
     observations); the one place learners and benchmarks build their models. With
-    ``settings.smdp`` it is :class:`envs.smdp.SMDPPPO` (γ^k per decision)."""
+    ``settings.smdp`` it is :class:`rl.smdp.SMDPPPO` (γ^k per decision)."""
     policy, policy_kwargs = policy_spec(vec.observation_space, settings.net_arch)
     model = ppo_class(settings)(
         policy,
@@ -693,7 +693,7 @@ def resume(
     settings, into which the newest checkpoint — in ``folder`` (a crashed attempt's on
     this machine) or the head's (``head``: an attempt's on any learner), whichever holds
     more decisions — is loaded without unpickling
-    (:func:`envs.artifacts.restore_checkpoint`); ``folder`` None: the local ones are not
+    (:func:`rl.artifacts.restore_checkpoint`); ``folder`` None: the local ones are not
     to be trusted. A checkpoint that cannot be used is
     logged (``checkpoint_unusable``) and training starts over."""
     model = make_ppo(req.ppo, vec, seed=req.seed, device=device, tensorboard_log=str(curves))
@@ -776,7 +776,7 @@ def evaluate(
     the sampled policy succeeds. Each episode samples from a seed of its own (the job's
     seed and the world's), so the figure is reproducible and the same wherever the
     episodes run: split over the job's env workers when ``vec`` is one (both cores
-    play; see :meth:`envs.env_workers.WorkerVecEnv.held_out`), else in one of
+    play; see :meth:`rl.env_workers.WorkerVecEnv.held_out`), else in one of
     ``workers``, else (tests, benchmarks) in this process. A worker that dies under the
     check is replaced once; a second death raises :class:`WorkerDied` (the policy's
     code kills its process: the job fails, not the learner)."""
@@ -930,7 +930,7 @@ class EpisodeCounter(BaseCallback):
         """Returns of the last :data:`PROGRESS_WINDOW` episodes."""
 
     def _on_step(self) -> bool:
-        # Collected env by env (envs.per_env), a step's infos are one env's: env_index.
+        # Collected env by env (rl.per_env), a step's infos are one env's: env_index.
         first = int(self.locals.get("env_index", 0))
         for index, info in enumerate(self.locals.get("infos", ()), start=first):
             self.primitive_steps += int(info.get("primitive_steps", 1))

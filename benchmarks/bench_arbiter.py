@@ -1,12 +1,12 @@
 """The learned survival arbiter against the coded one, in the diamond chain's episodes.
 
 The stages are the skill library's coded templates for ``chain('diamond')`` through the
-production composer (:func:`envs.composite.run_composed`), 10,000-step episodes on real
+production composer (:func:`episodes.composite.run_composed`), 10,000-step episodes on real
 Crafter. Two arbiters decide, at the prelude's survival checks, what the player does:
 
 - **coded**: the thresholds (the prelude's ``vitals``) and the composer's five survival
   needs — what the library ships;
-- **learned**: a PPO policy (:class:`envs.smdp.SMDPPPO`) over :data:`envs.arbiter.OPTIONS`
+- **learned**: a PPO policy (:class:`rl.smdp.SMDPPPO`) over :data:`episodes.arbiter.OPTIONS`
   (the same survival helpers), trained in these same episodes; no composer needs.
 
 Commands (seeds from ``method.seeds.arbiter_seeds``: part 'train' trains, 'choose'
@@ -59,11 +59,11 @@ def _chain() -> tuple[Any, Any]:
 def make_play(learned: bool = True) -> Any:
     """``play(seed, hook, on_step)``: one composed diamond episode. ``learned``: the
     arbiter's needs (``knowledge.survival.arbiter_needs``) with ``hook`` deciding, as
-    :class:`envs.arbiter.ArbiterEnv` takes it; else the shipped needs and thresholds
+    :class:`episodes.arbiter.ArbiterEnv` takes it; else the shipped needs and thresholds
     (``hook`` must be None)."""
-    from envs.composite import prepare_stages, run_composed
-    from envs.crafter_world import CrafterWorld
+    from episodes.composite import prepare_stages, run_composed
     from knowledge.survival import arbiter_needs, survival_needs
+    from worlds.crafter_world import CrafterWorld
 
     world = CrafterWorld()
     stages, goal = _chain()
@@ -90,9 +90,9 @@ def train(args: argparse.Namespace) -> None:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs.arbiter import CODED, FLOOR, ArbiterEnv
-    from envs.smdp import SMDPPPO
+    from episodes.arbiter import CODED, FLOOR, ArbiterEnv
     from method.seeds import arbiter_seeds
+    from rl.smdp import SMDPPPO
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ def _episode(job: tuple[str, int, str | None, tuple[str, ...]]) -> dict[str, Any
     its floor: the needs whose thresholds overrule it, ``ArbiterHook.floor``)."""
     from bench_deaths import _patch_crafter
 
-    from envs.arbiter import ArbiterHook, load_policy
+    from episodes.arbiter import ArbiterHook, load_policy
 
     variant, seed, policy_path, floor = job
     key = f"{variant}:{policy_path}"
@@ -220,7 +220,7 @@ def _episode(job: tuple[str, int, str | None, tuple[str, ...]]) -> dict[str, Any
 
 
 def play(args: argparse.Namespace) -> None:
-    from envs.arbiter import FLOOR
+    from episodes.arbiter import FLOOR
     from method.seeds import arbiter_seeds
 
     seeds = arbiter_seeds(args.part, args.worlds, args.first)
@@ -397,7 +397,7 @@ def markdown(
         lines += ["", f"The learned arbiter's decisions ({total:,}): {used}."]
     if train:
         h = train.get("hyper", {})
-        lines += ["", f"PPO's cost (SMDP PPO, `envs.smdp`): {train['decisions']:,} decisions, "
+        lines += ["", f"PPO's cost (SMDP PPO, `rl.smdp`): {train['decisions']:,} decisions, "
                   f"{train['episodes']:,} episodes, {train['world_steps']:,} world steps, "
                   f"{train['wall_s'] / 60:.0f} min of wall time in one process "
                   f"(torch {train['torch']}, one thread, on a 2-core machine); "

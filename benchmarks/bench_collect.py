@@ -7,8 +7,8 @@
 
 PPO ``learn(--steps)`` decisions per second on ``collect_wood`` (2 envs, n_steps 256,
 n_epochs 4), with primitive actions only and with the library's coded options, its envs
-in the learner's own process and in worker processes (:mod:`envs.env_workers`); for each
-case ``[training.ppo] collect = "lockstep"`` and ``"per_env"`` (:mod:`envs.per_env`) run
+in the learner's own process and in worker processes (:mod:`rl.env_workers`); for each
+case ``[training.ppo] collect = "lockstep"`` and ``"per_env"`` (:mod:`rl.per_env`) run
 one after the other, and the ratio per_env / lockstep is printed. The two modes train
 different weights (their actions come from different random streams): this measures
 speed only. Not a test: it prints numbers and exits 0.
@@ -28,8 +28,8 @@ from rlgpt.cli import number  # noqa: E402
 
 def decisions_per_s(config, collect: str, workers, steps: int) -> float:
     from actors.learner import make_ppo
-    from envs.rl_env import make_vec_env
     from messages.train import PPOSettings
+    from rl.rl_env import make_vec_env
 
     vec = make_vec_env(
         config, 2, 0, world_pool=range(8), subproc=workers is not None, workers=workers
@@ -54,8 +54,8 @@ def main() -> None:
         args.rounds, args.steps = 1, 1024
     import torch
 
-    from envs.configs import collect_wood_primitive, collect_wood_with_coded
-    from envs.env_workers import EnvWorkers
+    from rl.configs import collect_wood_primitive, collect_wood_with_coded
+    from rl.env_workers import EnvWorkers
 
     torch.set_num_threads(1)  # as a learner's worker holds it
     pool = EnvWorkers()

@@ -1,7 +1,7 @@
 """Why the diamond policy dies: the final policy's play, each death with its cause.
 
 Plays ``chain('diamond')`` exactly as the final policy does — the skill library's coded
-templates through the production composer (:func:`envs.composite.run_composed`), all
+templates through the production composer (:func:`episodes.composite.run_composed`), all
 five survival needs — on real Crafter, in-process, and for every death records:
 
 - the stage running (the composer's last stage run) and the skill call running (the
@@ -41,7 +41,7 @@ RECENT = 100
 """Steps before death whose hits are listed."""
 PROGRESS = 50
 """Worlds between two progress lines (standard error)."""
-PLAYED = ("envs/composite.py", "knowledge/skill_prelude.py", "knowledge/library.py")
+PLAYED = ("episodes/composite.py", "knowledge/skill_prelude.py", "knowledge/library.py")
 """Files a --root tree must hold: the code the workers import from it."""
 BEFORE = 3
 """The vitals shown are those this many steps before death."""
@@ -112,7 +112,7 @@ def _patch_crafter(log: list) -> None:
 
 
 def _watching_skills() -> type:
-    from envs.skills import Skills
+    from skills.skills import Skills
 
     class Watching(Skills):
         """Skills that keep the stack of skill calls running now."""
@@ -169,11 +169,11 @@ def _running(skills: Any) -> list[str]:
 
 
 def episode(seed: int) -> dict[str, Any]:
-    from envs.composite import run_composed
-    from envs.crafter_world import CrafterWorld
+    from episodes.composite import run_composed
     from knowledge import library, recipes
     from knowledge.survival import survival_needs
     from messages.task import Subtask
+    from worlds.crafter_world import CrafterWorld
 
     global _LOG, _WATCHING
     if "_LOG" not in globals():

@@ -10,7 +10,7 @@ primitive actions, world resets included:
 
   (a0) stock ``crafter.Env`` (renders a frame every step; reference only)
   (a)  bare loop: ``CrafterWorld.step`` with random actions
-  (b)  the RL-interface env (``envs.rl_env``) with random actions from its action space
+  (b)  the RL-interface env (``rl.rl_env``) with random actions from its action space
   (c)  a coded random policy through the sandbox, skill API and trace, in-process
        (the environment actor's own rollout code, without messaging)
   (d1) the same rollouts through 1 environment actor process (head + broker + actor)
@@ -54,14 +54,14 @@ os.environ["RLGPT_WORLD_CACHE"] = "0"
 import numpy as np  # noqa: E402
 import trio  # noqa: E402
 
-from envs.crafter_world import CrafterWorld  # noqa: E402
-from envs.runner import Rollouts  # noqa: E402
+from episodes.runner import Rollouts  # noqa: E402
 from messages.rollout import RolloutRequest  # noqa: E402
 from messages.task import Subtask  # noqa: E402
 from method.split import rollout_split  # noqa: E402
 from runtime import events  # noqa: E402
 from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings  # noqa: E402
 from runtime.head import Head, new_run_dir, run_head  # noqa: E402
+from worlds.crafter_world import CrafterWorld  # noqa: E402
 
 RANDOM_POLICY = """\
 import random
@@ -103,8 +103,8 @@ def stock(seeds: list[int], cap: int) -> int:
 
 def rl_env(seeds: list[int], cap: int) -> int | None:
     try:
-        from envs.configs import collect_wood_primitive
-        from envs.rl_env import SubtaskEnv
+        from rl.configs import collect_wood_primitive
+        from rl.rl_env import SubtaskEnv
     except ImportError:
         return None
     base = collect_wood_primitive()
@@ -257,7 +257,7 @@ def main() -> int:
     print(f"{'path':<28} {'steps':>8} {'seconds':>8} {'steps/s':>9} {'vs (a)':>7}")
     for name, (steps, secs) in rows.items():
         if steps is None:
-            print(f"{name:<28} {'n/a (envs.rl_env missing)':>34}")
+            print(f"{name:<28} {'n/a (rl.rl_env missing)':>34}")
             continue
         print(f"{name:<28} {steps:>8} {secs:>8.2f} {rate[name]:>9.0f} {rate[name] / base:>7.2f}")
 

@@ -43,13 +43,13 @@ from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
 from actors.learner import make_ppo, set_torch_threads, training_worlds  # noqa: E402
-from envs.configs import collect_wood_primitive, collect_wood_with_coded  # noqa: E402
-from envs.held_out import held_out  # noqa: E402
-from envs.rl_env import make_vec_env  # noqa: E402
 from messages.task import RLConfig  # noqa: E402
 from messages.train import TrainRequest  # noqa: E402
 from method import seeds  # noqa: E402
 from method.settings import TrainingSettings  # noqa: E402
+from rl.configs import collect_wood_primitive, collect_wood_with_coded  # noqa: E402
+from rl.held_out import held_out  # noqa: E402
+from rl.rl_env import make_vec_env  # noqa: E402
 from runtime import events  # noqa: E402
 from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings  # noqa: E402
 from runtime.head import Head, new_run_dir, run_head  # noqa: E402

@@ -143,7 +143,7 @@ def busy_by_phase(samples: list, events: list[dict], cores: int) -> list[dict]:
 def _bare_loop(seconds: float, seed: int, pool: int, out: multiprocessing.Queue) -> None:
     import numpy as np
 
-    from envs.crafter_world import CrafterWorld
+    from worlds.crafter_world import CrafterWorld
 
     world, rng = CrafterWorld(), np.random.default_rng(seed)
     names = list(world.action_names)

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envs.minetest import MinetestWorld, minetest_missing  # noqa: E402
+from worlds.minetest import MinetestWorld, minetest_missing  # noqa: E402
 
 
 def memory_mb(pid: int) -> tuple[float, float]:

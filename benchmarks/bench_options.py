@@ -52,11 +52,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from actors.learner import LearnerActor, set_torch_threads  # noqa: E402
-from envs.held_out import held_out  # noqa: E402
 from knowledge import library, options, recipes, revisions  # noqa: E402
 from messages.task import CodedAction, RLConfig  # noqa: E402
 from messages.train import PPOSettings, TrainRequest  # noqa: E402
 from method.paired import compare, wilson_interval  # noqa: E402
+from rl.held_out import held_out  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_start_states import OPTION_STEPS, learned_config  # noqa: E402

@@ -1,8 +1,8 @@
 """Measure the skill library on real Crafter: per-step and full-chain success.
 
 What it runs (all on fresh seeds, never used while writing the skills; the world is
-:class:`envs.crafter_world.CrafterWorld`, policies run in-process via
-:func:`envs.skills.run_unsandboxed`, i.e. trusted, no sandbox overhead):
+:class:`worlds.crafter_world.CrafterWorld`, policies run in-process via
+:func:`skills.skills.run_unsandboxed`, i.e. trusted, no sandbox overhead):
 
 1. ``steps``: every stage of ``chain(target)`` from the state the final versions of
    the steps before it leave (:func:`staged`), capped at the stage's ``max_steps``, with
@@ -57,14 +57,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from envs.crafter_world import CrafterWorld  # noqa: E402
-from envs.policies import compile_policy  # noqa: E402
-from envs.skills import Skills, run_unsandboxed  # noqa: E402
 from knowledge import library, recipes  # noqa: E402
 from knowledge.revisions import Params, best_params, first_params, revise  # noqa: E402
 from knowledge.survival import survival_needs, survival_stages  # noqa: E402
 from messages.causes import POLICY_FINISHED, STEP_BUDGET, SUCCESS  # noqa: E402
 from rlgpt.cli import number  # noqa: E402
+from skills.policies import compile_policy  # noqa: E402
+from skills.skills import Skills, run_unsandboxed  # noqa: E402
+from worlds.crafter_world import CrafterWorld  # noqa: E402
 
 SEED_BASE = 50_000
 """Seeds SEED_BASE … SEED_BASE+N-1: never used while developing the skills."""
@@ -327,7 +327,7 @@ system's code and evaluation seeds)."""
 
 
 def _composed_episode(args: tuple) -> dict[str, Any]:
-    from envs.composite import run_composed
+    from episodes.composite import run_composed
     from messages.task import Subtask
 
     part, seed = args
@@ -372,7 +372,7 @@ def crafter_score(rates: list[float]) -> float:
 
 
 def part_composite(seeds: list[int], jobs: int, verbose: bool = False) -> None:
-    """chain('diamond') through the production composer (envs.composite.run_composed):
+    """chain('diamond') through the production composer (episodes.composite.run_composed):
     best templates, all five survival needs."""
     started = time.perf_counter()
     results = _composed_map(jobs, [("composite", s) for s in seeds])
@@ -430,8 +430,8 @@ SPEED_WARMUP_SEED = 93_999
 # episode's outcome.
 SPEED_WORKER = r"""
 import hashlib, json, sys, time
-from envs.composite import prepare_stages, run_composed
-from envs.crafter_world import CrafterWorld
+from episodes.composite import prepare_stages, run_composed
+from worlds.crafter_world import CrafterWorld
 from knowledge import library, recipes
 from knowledge.survival import survival_needs
 from messages.task import Subtask

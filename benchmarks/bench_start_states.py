@@ -11,7 +11,7 @@
 The job is the diamond plan's learned sub-action as the offline fast agent writes it: the
 sub-action's coded options, moving and 'do' as primitives, and as setup code the
 library's coded stages of every step before it with the survival needs served, as in the
-run (``envs.setup_code.compose_setup``; training episodes serve them too). The
+run (``rl.setup_code.compose_setup``; training episodes serve them too). The
 learner's own ``train`` runs it (PPO, held-out evaluation, counting) in this process.
 A run trains ``--versions`` versions of the sub-action one after another, as one learner
 does in a run (the second adds a shaped reward; the setup is the same), starting from
@@ -40,13 +40,14 @@ sys.path.insert(0, str(ROOT))
 
 from actors.fast import need_rules  # noqa: E402
 from actors.learner import LearnerActor, set_torch_threads  # noqa: E402
-from envs import crafter_world, rl_env, start_states  # noqa: E402
-from envs.setup_code import compose_setup  # noqa: E402
 from knowledge import library, options, recipes  # noqa: E402
 from knowledge.survival import survival_needs  # noqa: E402
 from messages.task import CodedAction, RLConfig  # noqa: E402
 from messages.train import TrainRequest  # noqa: E402
+from rl import rl_env, start_states  # noqa: E402
+from rl.setup_code import compose_setup  # noqa: E402
 from rlgpt.cli import number  # noqa: E402
+from worlds import crafter_world  # noqa: E402
 
 RL_PRIMITIVES = ["noop", "move_left", "move_right", "move_up", "move_down", "do"]
 """The offline fast agent's primitives for a learned sub-action (llm/offline.py)."""

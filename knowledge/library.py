@@ -1,7 +1,7 @@
 """Skill templates: the policy source for each plan step (the offline fast agent's code).
 
 Every template is policy source text defining ``run(skills)`` — a generator of primitive
-action names over the skill API (:class:`envs.skills.Skills`) — that the sandbox
+action names over the skill API (:class:`skills.skills.Skills`) — that the sandbox
 accepts (no imports, classes or ``_`` names). A template is the shared *prelude*
 (:mod:`knowledge.skill_prelude`: plain helper generators that obtain an item, stand next
 to stations, keep vitals up, …) with its constants written in, followed by the step's own

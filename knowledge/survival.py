@@ -132,7 +132,7 @@ ARBITER_ONLY = (
     ("defend", "skills.defend(30)", "fight what comes adjacent until none is near (30 steps)"),
     ("evade", "skills.evade(8)", "step away from the nearest hostiles for 8 steps"),
 )
-"""Survival options only a learned arbiter chooses (envs.arbiter): their thresholds never
+"""Survival options only a learned arbiter chooses (episodes.arbiter): their thresholds never
 trigger (``below`` 0), and a run lasts until the code returns."""
 
 

@@ -442,8 +442,8 @@ def _progress_reward(step: Any) -> str:
     """A reward written for ``step``: 0.1 per item of its goal or its ingredients gained
     (up to the count the step needs), or per point of the vital it restores (drink,
     food, energy); "" where no progress short of success shows in what the reward sees
-    (defeating a creature). Each passes :func:`envs.reward_check.check_reward`."""
-    from envs.reward_check import VITAL_OF
+    (defeating a creature). Each passes :func:`rl.reward_check.check_reward`."""
+    from rl.reward_check import VITAL_OF
 
     vital = VITAL_OF.get(step.achievement)
     if vital:

@@ -29,7 +29,7 @@ EpisodeCause = Literal[
     "setup_failed",  # the setup code died before a learned policy's turn
     "policy_unusable",  # the trained policy is missing, corrupt or fails its hash
     "interrupted",  # a stage run cut short by a survival need (not a failure)
-    "policy_error",  # a coded policy raised, outside the sandbox (envs.skills.run_unsandboxed)
+    "policy_error",  # a coded policy raised, outside the sandbox (skills.skills.run_unsandboxed)
     "rollout_failed",  # no environment could run the rollout (the fast agent's stand-in)
     "crashed",  # the process running the policy died (a signal, an exit) in or before it
     "stalled",  # the process running the policy overran its batch's budget and was killed

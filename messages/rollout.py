@@ -47,7 +47,7 @@ class RolloutRequest:
     start_at: int = 0
     """With ``stages`` (not with ``skip_failed``): the first ``start_at`` stages are the
     setup, and each episode is reported from the moment stage ``start_at`` begins — the
-    first time the planner finds every stage before it done (:mod:`envs.composite`).
+    first time the planner finds every stage before it done (:mod:`episodes.composite`).
     That start is made once per world and setup in the runner's process, by playing the
     composed episode up to it (its steps reported once, as ``setup_steps``), and
     restored for every later episode of the same world and setup, so two versions of the

@@ -20,7 +20,7 @@ ObservationPart = Literal["view", "inventory", "status", "facing", "daylight", "
 """A part of the observation a learned policy may see: the local view, the inventory,
 the vitals, the tile it faces, the daylight, and the map the player remembers around
 itself (a fixed square of what it has seen this episode, unseen tiles marked; never the
-hidden world: ``envs.rl_env.MAP_RADIUS``)."""
+hidden world: ``rl.rl_env.MAP_RADIUS``)."""
 DEFAULT_OBSERVATION: Final[tuple[ObservationPart, ...]] = ("view", "inventory", "status")
 """What a learned policy sees unless its RL config says otherwise: what a player sees on
 screen (the view with the inventory and vitals bar below it)."""
@@ -142,7 +142,7 @@ class RLConfig:
     """World backend: crafter or minedojo."""
     needs: list[NeedRule] = field(default_factory=list)
     """Survival needs served inside training episodes as the final policy's task planner
-    serves them (:mod:`envs.rl_env`, "needs"), so that a learned sub-action trains where
+    serves them (:mod:`rl.rl_env`, "needs"), so that a learned sub-action trains where
     it will play. Empty: none. A composed episode drives a learned stage without them:
     its planner serves the needs itself."""
 

@@ -45,7 +45,7 @@ class PPOSettings:
     """Hidden layer sizes of the policy and value networks."""
     smdp: bool = False
     """Discount what follows a decision by γ^k, k the world steps it took (a coded option
-    runs several), in returns and GAE (:mod:`envs.smdp`); false (the default): γ per
+    runs several), in returns and GAE (:mod:`rl.smdp`); false (the default): γ per
     decision, as plain PPO. Off by default because it did not measure better: on
     collect_iron at 8,192 decisions plain PPO did as well or better on 3 seeds of 3
     (``benchmarks/bench_options.py``, BENCHMARKS.md)."""
@@ -58,7 +58,7 @@ class PPOSettings:
     collect: str = "per_env"
     """How a rollout is collected: ``per_env`` (the default) — each env goes on to its
     next decision as soon as its last one is back, its actions sampled from a generator
-    of its own (:mod:`envs.per_env`: envs in worker processes no longer wait for one
+    of its own (:mod:`rl.per_env`: envs in worker processes no longer wait for one
     another's long options); ``lockstep`` — SB3's own, every env one decision at a
     time. Either way a job trains to the same weights in worker processes and in one
     process."""
@@ -79,7 +79,7 @@ class TrainRequest:
     """Environments stepped together (vectorized)."""
     subproc: bool = False
     """Step the envs in the learner's env worker processes, one env each
-    (:mod:`envs.env_workers`; ``[training] env_workers``), not all in its own process."""
+    (:mod:`rl.env_workers`; ``[training] env_workers``), not all in its own process."""
     seed: int = 0
     """Seed for the policy's initialisation (and the training worlds unless
     ``pool_seed`` names them)."""
@@ -87,7 +87,7 @@ class TrainRequest:
     """The run seed whose training worlds the job resets into
     (:func:`method.seeds.training_pool`); -1: ``seed``. The versions of one sub-action
     share their run's pool, so a learner that holds the starts an earlier version made
-    restores them instead of running setup again (:mod:`envs.start_states`)."""
+    restores them instead of running setup again (:mod:`rl.start_states`)."""
     device: str = ""
     """cpu, cuda or cuda:N; empty: the learner's own device."""
     ppo: PPOSettings = field(default_factory=PPOSettings)
@@ -174,7 +174,7 @@ class TrainResult:
     """Achievement → training episodes (of ``episodes``) that unlocked it."""
     setup_steps: int = 0
     """World steps of setup code, counted when a world's start is made (once per world
-    per learner process: later resets restore it, :mod:`envs.start_states`), failed
+    per learner process: later resets restore it, :mod:`rl.start_states`), failed
     attempts included (training and held-out evaluation alike); ``primitive_steps``
     and ``eval_primitive_steps`` are the other world steps, so the three add up to every
     step the job's worlds took."""

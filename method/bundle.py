@@ -16,7 +16,7 @@ At the end of a run the driver writes ``runs/<id>/policy/``:
   actions), ``setup.py`` and ``reward.py`` (when it has them).
 
 :func:`load_bundle` reads it back into the messages the task planner plays
-(:mod:`envs.composite`), after checking every file against its sha256: a file that was
+(:mod:`episodes.composite`), after checking every file against its sha256: a file that was
 changed, is missing, or that the manifest does not list is refused with
 :class:`BundleError`, which names the file and what to do. The bundle holds code and
 zips only, never a path outside itself: it can be copied anywhere and played there.
@@ -39,11 +39,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from envs.artifacts import inside, sha256_of
-from envs.rl_env import SubtaskEnv
 from messages.base import SchemaError, build, to_wire
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import CodedAction, Need, RLConfig, Stage, Subtask
+from rl.artifacts import inside, sha256_of
+from rl.rl_env import SubtaskEnv
 
 BUNDLE_DIR = "policy"
 MANIFEST = "manifest.json"
@@ -69,7 +69,7 @@ class BundleError(Exception):
 
 @dataclass
 class Bundle:
-    """A loaded, hash-checked bundle: what :func:`envs.composite.run_composed` plays."""
+    """A loaded, hash-checked bundle: what :func:`episodes.composite.run_composed` plays."""
 
     folder: Path
     manifest: dict[str, Any]
@@ -186,7 +186,7 @@ def _write_stage(put: Any, base: str, stage: Stage, run_dir: Path) -> dict[str, 
     if stage.config is None:
         raise ValueError(f"learned stage {stage.subtask.name!r} has no RL config")
     # As the environment actors read it (a relative path is relative to the working
-    # directory, envs.artifacts.inside), and only from inside the run.
+    # directory, rl.artifacts.inside), and only from inside the run.
     source = inside(run_dir, stage.policy_path)
     data = source.read_bytes()
     if hashlib.sha256(data).hexdigest() != stage.policy_sha256:

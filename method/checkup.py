@@ -15,16 +15,16 @@ import time
 
 import trio
 
-from envs.artifacts import store_artifact
-from envs.configs import collect_wood_with_coded
-from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 from messages.control import Probe, ProbeReply
 from messages.rollout import RolloutRequest
 from messages.task import Subtask
 from messages.train import PPOSettings, TrainRequest
 from method.split import rollout_split
+from rl.artifacts import store_artifact
+from rl.configs import collect_wood_with_coded
 from runtime.events import log
 from runtime.head import Head
+from skills.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 
 PROBES_PER_ACTOR = 20
 """Enough jobs that every actor of a role gets some, few enough to finish in a blink."""

@@ -245,8 +245,8 @@ def _bundle(head: Head, final: tuple | None, task: RunTask) -> str:
     run folder ('' with no final policy)."""
     if head.run_dir is None or final is None:
         return ""
-    from envs.artifacts import PolicyUnusable
     from method.bundle import MANIFEST, write_bundle
+    from rl.artifacts import PolicyUnusable
 
     try:
         folder = write_bundle(head.run_dir, *final, run_id=head.run_dir.name, task=task.task)

@@ -91,7 +91,7 @@ def rollout_lines(kind: str, result: Any, job: str) -> list[dict[str, Any]]:
     start books only its own steps and what happened after the start (the episode that
     made the start booked the setup), and one that took no step has no line
     (:attr:`~messages.rollout.EpisodeReport.played`), as training resets do
-    (:meth:`envs.rl_env.SubtaskEnv.take_world_episodes`)."""
+    (:meth:`rl.rl_env.SubtaskEnv.take_world_episodes`)."""
     lines = []
     for e in result.episodes:
         if not e.played:  # a restored start that took no step: no world episode
@@ -344,7 +344,7 @@ def write_stats(run_dir: Path, achievements: Sequence[str]) -> Path:
     """Write every booked episode to ``run_dir``'s ``rollouts/stats.jsonl`` in Crafter's
     ``Recorder`` format, in booking order (replacing what workers wrote as they went:
     the ledger has each episode once, redone jobs and resumes included)."""
-    from envs.stats import episode_stats
+    from worlds.stats import episode_stats
 
     path = Path(run_dir) / STATS
     path.parent.mkdir(parents=True, exist_ok=True)

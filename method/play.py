@@ -2,7 +2,7 @@
 
 Only the bundle is read (``RUN_DIR/policy/``, :mod:`method.bundle`), every file checked
 against its sha256 first. Each episode is the one the run's environment actors would
-play on that seed: the same task planner (:func:`envs.composite.run_composed`), the same
+play on that seed: the same task planner (:func:`episodes.composite.run_composed`), the same
 stages, needs, episode test, cap and wall budget, the same skills object; so on a seed
 of the final evaluation it reproduces what the evaluation recorded, and says so.
 
@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from envs.composite import prepare_stages, run_composed
-from envs.crafter_world import CrafterWorld
-from envs.trace import TracingSkills
+from episodes.composite import prepare_stages, run_composed
+from episodes.trace import TracingSkills
 from method.bundle import Bundle, BundleError, load_bundle, versions
 from method.video import Clip, write_labelled_gif
+from worlds.crafter_world import CrafterWorld
 
 
 def parser() -> argparse.ArgumentParser:

@@ -21,7 +21,7 @@ which nothing else touches. Every benchmark variant (RL-GPT, code-only, PPO) rep
 final agent on the same ``final_seeds(seed, n)``: paired, world for world.
 
 A training reset whose setup dies retries the world ``RETRY_STRIDE`` further on
-(:mod:`envs.rl_env`, ``setup_retry_stride``), up to ``SETUP_RETRIES`` times: those
+(:mod:`rl.rl_env`, ``setup_retry_stride``), up to ``SETUP_RETRIES`` times: those
 worlds have rows of their own above, past every other range.
 """
 

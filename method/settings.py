@@ -245,7 +245,7 @@ class TrainingSettings:
     """Decisions between a job's checkpoints: the most a learner's crash can cost."""
     env_workers: str = field(default="auto", metadata=check(choices=ENV_WORKERS))
     """Where a training job's envs step: ``on`` — each in a worker process of the
-    learner's, kept for the learner's life (:mod:`envs.env_workers`: a job's envs use
+    learner's, kept for the learner's life (:mod:`rl.env_workers`: a job's envs use
     as many cores as it has envs, and the worlds' starts stay cached for later jobs);
     ``off`` — all in one worker process (one core; either way the version's code never
     runs in the learner itself, so a crash costs the job); ``auto`` (the default) —

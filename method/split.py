@@ -10,7 +10,7 @@ the actors stay as evenly fed as before. Which worlds are played, and what they 
 does not change: a restored start is the state the made one was.
 
 A version that crashed or stalled the process running it (cause ``crashed`` or
-``stalled``, see :mod:`envs.runner`) is known bad: as soon as one part comes back with
+``stalled``, see :mod:`episodes.runner`) is known bad: as soon as one part comes back with
 such an episode, the parts still queued or running are cancelled (their asks end, the
 broker drops a queued part and tells a running one's actor to stop, which kills that
 part's runner) and their seeds are reported as not run, with the same cause. A part
@@ -31,8 +31,8 @@ import hashlib
 
 import trio
 
-from envs.composite import setup_parts
-from envs.runner import fault_episode
+from episodes.composite import setup_parts
+from episodes.runner import fault_episode
 from messages import preferring
 from messages.causes import CRASHED, FAULT_CAUSES, ROLLOUT_FAILED
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
@@ -62,7 +62,7 @@ def whole_parts(actors: int, episodes: int) -> int:
 
 def start_setup_key(req: RolloutRequest) -> str:
     """What decides the starts of ``req``'s worlds (see
-    :func:`envs.composite.composed_start_key`): the stages before ``start_at``, the
+    :func:`episodes.composite.composed_start_key`): the stages before ``start_at``, the
     needs, the episode's test and cap, the tests of the stages from it on, the wall
     budget. Versions of one stage after the same setup share it."""
     after = [s.subtask for s in req.stages[req.start_at :]]

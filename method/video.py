@@ -201,7 +201,7 @@ def save_gif(frames: np.ndarray, path: str | Path, fps: float = FPS) -> Path:
     the game's flat pixel art loses nothing visible."""
     from PIL import Image
 
-    from envs.video import save_gif
+    from worlds.video import save_gif
 
     images = [Image.fromarray(np.ascontiguousarray(f), "RGB") for f in frames]
     picks = np.unique(np.linspace(0, len(images) - 1, PALETTE_SAMPLES).round().astype(int))
@@ -219,7 +219,7 @@ async def render_report_video(head, final: tuple | None, path: Path) -> list[dic
     their steps in the ledger (kind ``video``) and write them labelled to ``path``.
     Returns what each shows (seed, steps, success, cause, achievements); [] when there
     is nothing to show or rendering failed (logged)."""
-    from envs.video import frames_from_npz
+    from worlds.video import frames_from_npz
 
     if final is None:
         return []

@@ -35,7 +35,7 @@ and moving a large answer, an actor process slowed by a busy 2-core machine. A d
 is a last resort against silence, never the limit that normally answers."""
 ROLLOUT_START_S = 180.0
 """The environment actor's allowance for starting its runner process before a batch
-(``envs.runner.START_TIMEOUT_S``; a replacement after a crash warms up again): a healthy
+(``episodes.runner.START_TIMEOUT_S``; a replacement after a crash warms up again): a healthy
 rollout that waits for it must not pass its deadline."""
 TRAIN_FLOOR_STEPS_PER_S = 2.0
 """Slowest training rate still taken for work, in decisions a second: PPO on Crafter

@@ -30,7 +30,10 @@ PACKAGES = (
     "messages",
     "runtime",
     "sandbox",
-    "envs",
+    "worlds",
+    "skills",
+    "rl",
+    "episodes",
     "knowledge",
     "llm",
     "method",
@@ -41,7 +44,7 @@ PACKAGES = (
 PACKAGE_DATA = {
     "llm/prompts": "*.txt",
     "rlgpt/configs": "*.toml",
-    "envs/minetest/mod/rlgpt_agent": "*",  # the Lua mod: the Minetest agent's body
+    "worlds/minetest/mod/rlgpt_agent": "*",  # the Lua mod: the Minetest agent's body
 }
 """The data files beside the code that change behaviour (``[tool.setuptools.package-data]``,
 less ``py.typed``): folder → pattern."""

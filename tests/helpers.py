@@ -19,7 +19,7 @@ from runtime.config import ActorSettings, RunSettings, RuntimeSettings, Settings
 from runtime.head import Head, new_run_dir, run_head
 
 if TYPE_CHECKING:
-    from envs.crafter_world import CrafterWorld
+    from worlds.crafter_world import CrafterWorld
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository root (``run.py``, ``rlgpt/configs/``)."""
@@ -105,9 +105,9 @@ def wood_policy(path: Path) -> Path:
     """A real PPO policy over ``collect_wood_with_coded``'s spaces after 64 decisions of
     training (seconds), saved at ``path``: what a learned stage's rollout loads."""
     from actors.learner import make_ppo
-    from envs.configs import collect_wood_with_coded
-    from envs.rl_env import make_vec_env
     from messages.train import PPOSettings
+    from rl.configs import collect_wood_with_coded
+    from rl.rl_env import make_vec_env
 
     vec = make_vec_env(collect_wood_with_coded(), 1, 0, world_pool=range(2))
     try:
@@ -160,7 +160,7 @@ def edited_world(
     ``world``: edit this one (already reset), else a new one."""
     import crafter.objects
 
-    from envs.crafter_world import CrafterWorld
+    from worlds.crafter_world import CrafterWorld
 
     if world is None:
         world = CrafterWorld()

@@ -14,15 +14,15 @@ import trio
 from helpers import ROOT
 
 from actors.critic import statistics
-from envs.crafter_world import CrafterWorld
-from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
-from envs.setup_code import compose_setup
-from envs.skills import Skills
 from llm.offline import OfflineBackend
 from messages.plan import Critique, Review, SubAction
 from messages.rollout import EpisodeReport, Glimpse, RolloutResult, Segment, StageRun
 from messages.task import Stage, Subtask
 from method.journal import CallResult, Journal
+from rl.setup_code import compose_setup
+from skills.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
+from skills.skills import Skills
+from worlds.crafter_world import CrafterWorld
 
 RUN = [sys.executable, str(ROOT / "run.py")]
 
@@ -110,8 +110,8 @@ def test_composed_setup_serves_needs_as_the_planner_does() -> None:
     # A stage that never reaches its goal, and a need that is always due (health 9 < 10)
     # but never served (until 10): the need runs its 3-step cap, goes on cooldown for
     # NEED_COOLDOWN_STEPS, the stage runs meanwhile, then the need interrupts it again.
-    from envs.setup_code import NEED_COOLDOWN_STEPS
     from messages.task import Need
+    from rl.setup_code import NEED_COOLDOWN_STEPS
 
     stage = Stage(Subtask("collect_wood", goal={"wood": 1}), code=NOOP_FOREVER)
     need = Need(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import ROOT
 
-from envs.arbiter import (
+from episodes.arbiter import (
     CHECK,
     CODED,
     FLOOR,
@@ -21,12 +21,12 @@ from envs.arbiter import (
     decision_point,
     features,
 )
-from envs.composite import prepare_stages, run_composed
-from envs.crafter_world import CrafterWorld
-from envs.skills import Skills
+from episodes.composite import prepare_stages, run_composed
 from knowledge import library, recipes
 from knowledge.survival import arbiter_needs, survival_needs
 from messages.task import Subtask
+from skills.skills import Skills
+from worlds.crafter_world import CrafterWorld
 
 SEEDS = range(300_500_000, 300_500_006)  # the arbiter's training part, far from its runs
 

@@ -21,12 +21,12 @@ import pytest
 import trio
 from helpers import ROOT, make_settings, read_events, run_head_with, wait_until, wood_policy
 
-from envs.configs import collect_wood_with_coded
 from messages import Envelope
 from messages.artifact import ArtifactChunk, ArtifactGet, ArtifactPut
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Stage, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
+from rl.configs import collect_wood_with_coded
 from runtime import artifacts
 from runtime.actor import Actor, ActorRefused
 from runtime.artifacts import ArtifactError, ArtifactServer, Store, unpack_tensorboard

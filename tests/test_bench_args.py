@@ -26,7 +26,9 @@ def test_bench_deaths_refuses_a_root_that_is_not_a_tree_and_an_out_in_no_folder(
 ) -> None:
     done = _bench("bench_deaths.py", "--root", str(tmp_path), "--seeds", "1")
     assert done.returncode == 2
-    assert f"--root {tmp_path}: not a tree of this project (no envs/composite.py)" in done.stderr
+    assert (
+        f"--root {tmp_path}: not a tree of this project (no episodes/composite.py)" in done.stderr
+    )
     done = _bench("bench_deaths.py", "--seeds", "1", "--out", str(tmp_path / "no" / "x.json"))
     assert done.returncode == 2 and "its folder does not exist" in done.stderr
     done = _bench("bench_deaths.py", "--seeds", "0")

@@ -362,10 +362,10 @@ def test_envelope_deadlines_travel_and_old_envelopes_still_decode() -> None:
 
 
 def test_default_deadlines_come_from_the_requests_own_budget() -> None:
-    from envs.configs import collect_wood_with_coded
-    from envs.runner import START_TIMEOUT_S
+    from episodes.runner import START_TIMEOUT_S
     from messages.rollout import RolloutRequest
     from messages.train import TrainRequest
+    from rl.configs import collect_wood_with_coded
     from runtime.deadlines import GRACE_S, ROLLOUT_START_S, hold_limit
 
     config = collect_wood_with_coded()

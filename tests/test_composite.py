@@ -14,28 +14,28 @@ from PIL import Image
 
 from actors.environment import frames_npz
 from actors.learner import make_ppo
-from envs import policies
-from envs.artifacts import sha256_of
-from envs.composite import (
+from episodes.composite import (
     NEED_COOLDOWN_STEPS,
     STAGE_ALLOWANCE,
     STAGE_RETRIES,
     prepare_stages,
     run_composed,
 )
-from envs.configs import collect_wood_with_coded
-from envs.crafter_world import CrafterWorld
-from envs.policies import PLACE_TABLE_SOURCE
-from envs.rl_env import SubtaskEnv, make_vec_env
-from envs.skills import Skills
-from envs.trace import TracingSkills
-from envs.video import frames_from_npz, write_gif
+from episodes.trace import TracingSkills
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Need, Stage, Subtask
 from messages.train import PPOSettings
+from rl.artifacts import sha256_of
+from rl.configs import collect_wood_with_coded
+from rl.rl_env import SubtaskEnv, make_vec_env
 from runtime.actor import RemoteFailure
 from runtime.config import ActorSettings
 from runtime.head import Head
+from skills import policies
+from skills.policies import PLACE_TABLE_SOURCE
+from skills.skills import Skills
+from worlds.crafter_world import CrafterWorld
+from worlds.video import frames_from_npz, write_gif
 
 WOOD_CODE = "def run(skills):\n    yield from skills.collect('tree', 1)\n"
 WOOD2_CODE = "def run(skills):\n    yield from skills.collect('tree', 2)\n"

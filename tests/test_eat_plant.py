@@ -11,11 +11,11 @@ from __future__ import annotations
 import crafter.objects as objects
 import numpy as np
 
-from envs.composite import run_composed
-from envs.crafter_world import CrafterWorld
+from episodes.composite import run_composed
 from knowledge import library, recipes
 from knowledge.survival import survival_needs
 from messages.task import Subtask
+from worlds.crafter_world import CrafterWorld
 
 # Development worlds (method/seeds.py: no run or report range uses 9,000,000+) where the
 # chain ate its plant within ~450 steps: the first two of 9,000,000-099 when the arrow

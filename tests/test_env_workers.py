@@ -1,4 +1,4 @@
-"""A learner's training envs in long-lived worker processes (``envs/env_workers.py``):
+"""A learner's training envs in long-lived worker processes (``rl/env_workers.py``):
 the same episodes as in one process, starts cached across jobs, errors and deaths."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from actors.learner import LearnerActor, world_tally
-from envs import start_states
-from envs.configs import collect_wood_with_coded
-from envs.env_workers import EnvWorkers, WorkerDied
-from envs.rl_env import SetupError, make_vec_env
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest
+from rl import start_states
+from rl.configs import collect_wood_with_coded
+from rl.env_workers import EnvWorkers, WorkerDied
+from rl.rl_env import SetupError, make_vec_env
 
 TWO_NOOPS = "def run(skills):\n    yield 'noop'\n    yield 'noop'\n"
 """Setup code of 2 world steps: every start it makes is counted as 2 setup steps."""
@@ -201,9 +201,9 @@ def test_the_held_out_check_runs_in_the_workers_and_matches_one_process(
     playing every world gives, record for record and step for step, and no world of it
     is played in the learner's process."""
     from actors.learner import make_ppo
-    from envs import held_out as module
-    from envs.held_out import play_learned
     from messages import encode
+    from rl import held_out as module
+    from rl.held_out import play_learned
 
     config = wood(TWO_NOOPS)
     path = tmp_path / "policy.zip"
@@ -272,7 +272,7 @@ def test_a_held_out_check_that_fails_in_a_worker_raises_and_the_workers_serve_on
 ):
     """A policy that cannot be loaded: the error comes back from the workers, no answer
     is left in a pipe, and the same workers serve the next job."""
-    from envs.artifacts import PolicyUnusable
+    from rl.artifacts import PolicyUnusable
 
     vec = make_vec_env(wood(), 2, seed=9, subproc=True, workers=workers)
     pids = workers.pids()

@@ -14,13 +14,13 @@ import numpy as np
 import trio
 from helpers import make_settings, run_head_with, wood_policy
 
-from envs.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
-from envs.runner import Runner, RunnerFailed
+from episodes.runner import Runner, RunnerFailed
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Stage, Subtask
 from method.split import rollout_split, whole_parts
 from runtime.config import ActorSettings
 from runtime.head import Head
+from skills.policies import COLLECT_WOOD_SOURCE, PLACE_TABLE_SOURCE
 
 WOOD = Subtask("collect_wood", goal={"wood": 1}, max_steps=500)
 TABLE = Subtask("place_table", achievement="place_table", max_steps=500)
@@ -192,7 +192,7 @@ def _no_actor_lost(run) -> None:
 def test_a_runner_that_segfaults_fails_its_batch_as_crashed_and_the_same_actor_serves_on(
     tmp_path: Path, monkeypatch
 ) -> None:
-    # Test-only fault injection (envs/runner.py): the runner sends itself SIGSEGV at the
+    # Test-only fault injection (episodes/runner.py): the runner sends itself SIGSEGV at the
     # start of seed 81_002's episode, as a C stack overflow in policy code would.
     monkeypatch.setenv("RLGPT_FAULT_INJECT", "segv seed=81002")
     seen: dict = {}
@@ -346,8 +346,8 @@ def test_a_second_request_with_the_same_code_does_not_compile_again(tmp_path: Pa
 def test_an_environment_actor_runs_learned_policies_on_one_torch_thread(tmp_path: Path) -> None:
     """The thread limit is set at the actor process's start; the actor measures
     torch.get_num_threads() once a learned policy brought torch in."""
-    from envs.artifacts import sha256_of
-    from envs.configs import collect_wood_with_coded
+    from rl.artifacts import sha256_of
+    from rl.configs import collect_wood_with_coded
 
     config = collect_wood_with_coded()
     policy = wood_policy(tmp_path / "wood.zip")
@@ -452,8 +452,8 @@ def test_a_runner_exits_as_its_pipe_closes_without_the_interpreters_teardown(
 _CAPPED_RUNNER = """
 import json, resource, sys
 from pathlib import Path
-from envs.configs import collect_wood_with_coded
-from envs.runner import Rollouts, mapped_bytes
+from rl.configs import collect_wood_with_coded
+from episodes.runner import Rollouts, mapped_bytes
 from messages.rollout import RolloutRequest
 from messages.task import Subtask
 
@@ -482,7 +482,7 @@ def test_a_learned_policy_loads_in_a_runner_whose_cap_leaves_less_room_than_torc
     same failure with the CPU build: a cap with less room than torch's libraries take."""
     import subprocess
 
-    from envs.artifacts import sha256_of
+    from rl.artifacts import sha256_of
 
     policy = wood_policy(tmp_path / "wood.zip")
     done = subprocess.run(
@@ -504,9 +504,9 @@ def test_a_learned_policy_plays_a_world_alike_whatever_part_holds_it(tmp_path: P
     """A request split into parts (over environment actors, or differently the next
     time) plays each world's episode the same: its actions are sampled from a seed of
     the world's own, not from where the world falls in the part."""
-    from envs.artifacts import sha256_of
-    from envs.configs import collect_wood_with_coded
-    from envs.runner import Rollouts
+    from episodes.runner import Rollouts
+    from rl.artifacts import sha256_of
+    from rl.configs import collect_wood_with_coded
 
     policy = wood_policy(tmp_path / "wood.zip")
     rollouts = Rollouts(tmp_path)

@@ -14,11 +14,8 @@ import trio
 from test_composite import DRINK, TABLE, WOOD, WOOD9, tracing
 
 from actors.fast import FastAgent, _InnerLoop
-from envs.composite import composed_start_key, run_composed
-from envs.crafter_world import CrafterWorld
-from envs.policies import PLACE_TABLE_SOURCE
-from envs.runner import Rollouts, RunnerEpisode
-from envs.start_states import StartStates
+from episodes.composite import composed_start_key, run_composed
+from episodes.runner import Rollouts, RunnerEpisode
 from messages.plan import Critique, Review, SubAction, WorkOn
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Need, Stage, Subtask
@@ -27,6 +24,9 @@ from method.agents import Agents
 from method.paired import NOT_REACHED, reached, stage_outcomes
 from method.seeds import code_seeds
 from method.settings import MethodSettings
+from rl.start_states import StartStates
+from skills.policies import PLACE_TABLE_SOURCE
+from worlds.crafter_world import CrafterWorld
 
 # Collects a wood only in a world with a cow in view at its start (in 10 of the first 32
 # code worlds of run seed 0, none of the first 4): a setup that reaches what follows it

@@ -242,9 +242,9 @@ def test_a_whole_record_cut_before_its_newline_is_kept(run_dir: Path) -> None:
 def test_a_training_job_is_the_same_job_on_another_machine_or_budget_share() -> None:
     import dataclasses
 
-    from envs.configs import collect_wood_with_coded
     from messages.train import TrainRequest
     from method.journal import job_key
+    from rl.configs import collect_wood_with_coded
 
     req = TrainRequest(name="j", config=collect_wood_with_coded(), total_steps=64)
     moved = dataclasses.replace(req, subproc=True, max_world_steps=12_345)

@@ -379,7 +379,7 @@ def test_the_source_hash_covers_code_and_data_and_nothing_else(tmp_path: Path) -
         assert provenance.hash_tree(tree) != base, rel
         path.write_bytes(kept)
     # A file moved to another name is another tree, even with the same bytes.
-    (tree / "envs" / "trace.py").rename(tree / "envs" / "trace2.py")
+    (tree / "episodes" / "trace.py").rename(tree / "episodes" / "trace2.py")
     assert provenance.hash_tree(tree) != base
 
 

@@ -13,11 +13,11 @@ from crafter import constants
 from helpers import edited_world
 
 import sandbox
-from envs.crafter_world import CrafterWorld
-from envs.policies import compile_policy
-from envs.skills import Skills, run_unsandboxed
 from knowledge import library, options, recipes, revisions, skill_prelude, survival
 from knowledge.revisions import Params
+from skills.policies import compile_policy
+from skills.skills import Skills, run_unsandboxed
+from worlds.crafter_world import CrafterWorld
 
 # Fresh seeds, never used while writing the skills.
 FRESH_SEEDS = (7001, 7002, 7003)
@@ -347,7 +347,7 @@ def test_walks_never_enter_lava_and_tunnel_with_a_pickaxe(world):
 def _survival_obs(daylight, drink, food=9.0, health=9.0, water=True):
     import numpy as np
 
-    from envs.world import Observation, freeze_view
+    from worlds.world import Observation, freeze_view
 
     names = ("void", "grass", "water")
     view = np.ones((7, 9), np.int16)
@@ -465,7 +465,7 @@ def test_the_night_in_the_shelter_lasts_until_zombies_stop_spawning():
     # grassland up to light ~0.83 and removes them only above it): the composed policy's
     # shelter need now keeps the player walled in until DAWN. (On sand no zombie spawns
     # here, so nothing else keeps it in.)
-    from envs.composite import run_composed
+    from episodes.composite import run_composed
     from knowledge.survival import survival_needs
     from messages.task import Subtask
 

@@ -10,18 +10,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runtime import provenance
+
 ROOT = Path(__file__).resolve().parent.parent
 
 FLOORS = {
     "messages": 0,  # the vocabulary
     "runtime": 1,  # transport, supervision, events, the config loader
     "sandbox": 1,  # untrusted code
-    "envs": 2,  # worlds, skills, the RL interface, composed episodes
+    "worlds": 2,  # the game worlds behind one interface
     "knowledge": 2,  # the game's recipes and the skill library
-    "llm": 3,  # the model layer (the offline backend reads knowledge)
-    "method": 4,  # the method's machinery: driver, settings, journal, ledger, seeds
-    "actors": 5,  # the roles
-    "rlgpt": 6,  # the command line, the terminal's view, the shipped configs
+    "skills": 3,  # the skill API coded policies call, navigation
+    "rl": 4,  # the RL interface, PPO, policy files
+    "episodes": 5,  # composed episodes, the runner process
+    "llm": 5,  # the model layer (the offline backend reads knowledge)
+    "method": 6,  # the method's machinery: driver, settings, journal, ledger, seeds
+    "actors": 7,  # the roles
+    "rlgpt": 8,  # the command line, the terminal's view, the shipped configs
 }
 """Floor of each package: imports go down (or stay inside a package), never up or
 sideways."""
@@ -38,6 +43,10 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
+def test_every_package_has_a_floor() -> None:
+    assert FLOORS.keys() == set(provenance.PACKAGES)
+
+
 def test_no_import_runs_up_or_sideways_between_floors() -> None:
     wrong = []
     for package, floor in FLOORS.items():
@@ -50,8 +59,8 @@ def test_no_import_runs_up_or_sideways_between_floors() -> None:
 
 def test_the_layering_check_sees_a_function_level_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from actors.learner import x\n    import envs.rl_env\n")
-    assert imports_of(module) == {"actors", "envs"}
+    module.write_text("def f():\n    from actors.learner import x\n    import rl.rl_env\n")
+    assert imports_of(module) == {"actors", "rl"}
 
 
 HEAD_IMPORTS = """

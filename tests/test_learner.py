@@ -15,13 +15,13 @@ import trio
 from helpers import ROOT, make_settings, run_head_with
 
 from actors.learner import LearnerActor, random_success
-from envs import start_states
-from envs.artifacts import sha256_of, store_artifact
-from envs.configs import collect_wood_primitive, collect_wood_with_coded
 from messages.rollout import RolloutRequest
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
 from method import seeds
+from rl import start_states
+from rl.artifacts import sha256_of, store_artifact
+from rl.configs import collect_wood_primitive, collect_wood_with_coded
 from runtime.config import ActorSettings
 from runtime.head import Head
 from runtime.security import create_keys
@@ -239,7 +239,7 @@ def test_a_job_whose_setup_keeps_failing_still_reports_its_steps(tmp_path: Path)
 def _checkpoint(folder: Path, req: TrainRequest) -> Path:
     """A real checkpoint of ``req``'s job after one PPO update, where the learner keeps it."""
     from actors.learner import make_ppo
-    from envs.rl_env import make_vec_env
+    from rl.rl_env import make_vec_env
 
     vec = make_vec_env(req.config, req.n_envs, req.seed)
     try:

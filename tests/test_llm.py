@@ -245,7 +245,7 @@ def test_a_reply_without_json_says_why(text: str, message: str) -> None:
 
 
 def test_the_skill_api_prompt_describes_every_public_skill_with_its_signature() -> None:
-    from envs.skills import Skills
+    from skills.skills import Skills
 
     described = PromptSet().skills_api  # skills_api.txt with its generated reference
     calls = []

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import sandbox
-from envs.crafter_world import VIEW_COLS, VIEW_ROWS, CrafterWorld
-from envs.skills import Skills
-from envs.world import Observation
+from skills.skills import Skills
+from worlds.crafter_world import VIEW_COLS, VIEW_ROWS, CrafterWorld
+from worlds.world import Observation
 
 OBSERVATION_FIELDS = {
     "view",
@@ -120,8 +120,8 @@ def test_agent_code_cannot_reach_behind_the_skill_api(body: str) -> None:
 
 
 def test_a_learned_policy_observes_the_local_view() -> None:
-    from envs.rl_env import SubtaskEnv
     from messages.task import RLConfig, Subtask
+    from rl.rl_env import SubtaskEnv
 
     config = RLConfig(
         subtask=Subtask("collect_wood", goal={"wood": 1}, max_steps=50),

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from helpers import ACTORS, ROOT
 
-from envs.crafter_world import STEP_TALLY_ENV, tallied_steps
 from method import ledger
+from worlds.crafter_world import STEP_TALLY_ENV, tallied_steps
 
 RUN = [sys.executable, str(ROOT / "run.py")]
 

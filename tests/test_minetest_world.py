@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from helpers import ROOT, missing_here
 
-from envs.minetest import INSTALL_COMMAND, MinetestError, MinetestWorld, minetest_missing
-from envs.world import UnknownActionError, World
+from worlds.minetest import INSTALL_COMMAND, MinetestError, MinetestWorld, minetest_missing
+from worlds.world import UnknownActionError, World
 
 # Seed 0's world has a tree two nodes west and one south of where the agent starts.
 TREE_SEED = 0
@@ -214,7 +214,7 @@ def test_no_server_outlives_an_owner_killed_by_sigkill(tmp_path) -> None:
         missing_here(problem)
     script = (
         "import sys, time\n"
-        "from envs.minetest import MinetestWorld\n"
+        "from worlds.minetest import MinetestWorld\n"
         "w = MinetestWorld()\n"
         "w.reset(1)\n"
         "print(w.server_pid, w._server.folder, flush=True)\n"
@@ -270,7 +270,7 @@ def test_node_rules_come_from_the_game(world) -> None:
 
 
 def test_recipes_and_ore_depths_come_from_the_game(world) -> None:
-    from envs.minetest.skills import VoxelSkills
+    from worlds.minetest.skills import VoxelSkills
 
     skills = VoxelSkills(world.reset(TREE_SEED), world.node_rules, world.game_rules)
     assert skills.recipes("default:pick_wood") == (
@@ -290,7 +290,7 @@ def test_recipes_and_ore_depths_come_from_the_game(world) -> None:
 
 
 def test_the_3d_skills_plan_paths_to_trees_and_craft_a_pickaxe(world) -> None:
-    from envs.minetest.skills import run_voxel_policy
+    from worlds.minetest.skills import run_voxel_policy
 
     log = {}
 
@@ -312,7 +312,7 @@ def test_the_3d_skills_plan_paths_to_trees_and_craft_a_pickaxe(world) -> None:
 
 
 def test_the_3d_skills_give_up_where_nothing_is_seen(world) -> None:
-    from envs.minetest.skills import run_voxel_policy
+    from worlds.minetest.skills import run_voxel_policy
 
     def policy(skills):
         return (yield from skills.collect("default:diamond"))
@@ -322,7 +322,7 @@ def test_the_3d_skills_give_up_where_nothing_is_seen(world) -> None:
 
 
 def test_exploring_finds_a_tree_out_of_sight_and_collects_it(world) -> None:
-    from envs.minetest.skills import run_voxel_policy
+    from worlds.minetest.skills import run_voxel_policy
 
     seed = 5  # no tree in the first view; one about 20 nodes north
     first = world.reset(seed)
@@ -338,7 +338,7 @@ def test_exploring_finds_a_tree_out_of_sight_and_collects_it(world) -> None:
 
 
 def test_tunnelling_reaches_a_tree_that_walking_cannot(world) -> None:
-    from envs.minetest.skills import run_voxel_policy
+    from worlds.minetest.skills import run_voxel_policy
 
     seed = 9  # a tree comes into view within a few steps, up a slope walking cannot climb
 
@@ -358,7 +358,7 @@ def test_tunnelling_reaches_a_tree_that_walking_cannot(world) -> None:
 
 
 def test_a_body_in_water_swims_along_the_surface_without_drowning(world) -> None:
-    from envs.minetest.skills import run_voxel_policy
+    from worlds.minetest.skills import run_voxel_policy
 
     seed = 1  # the spawn point is in the sea
     log = {}

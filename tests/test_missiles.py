@@ -10,8 +10,8 @@ from __future__ import annotations
 import crafter.objects
 from helpers import edited_world
 
-from envs.crafter_world import CrafterWorld
-from envs.skills import Skills
+from skills.skills import Skills
+from worlds.crafter_world import CrafterWorld
 
 
 def _world(arrows: dict, seed: int = 7101) -> CrafterWorld:

@@ -1,6 +1,6 @@
 """The navigator's fast paths give the very walks the plain ones gave.
 
-The skill library's hot paths (the explore searches on arrays, envs/gridmap.py) must not
+The skill library's hot paths (the explore searches on arrays, skills/gridmap.py) must not
 change what a coded policy does: fixed-seed coded episodes are compared with outcomes
 recorded with the dict-based searches (the code before the change, main at e95a8c0;
 re-recorded that way when the library's behaviour changes), down to a digest of the
@@ -18,14 +18,14 @@ import hashlib
 import numpy as np
 import pytest
 
-from envs import gridmap
-from envs.composite import run_composed
-from envs.crafter_world import CrafterWorld
-from envs.navigation import DIRECTIONS, Navigator
-from envs.skills import Skills, crafter_rules
+from episodes.composite import run_composed
 from knowledge import library, recipes
 from knowledge.survival import survival_needs
 from messages.task import Subtask
+from skills import gridmap
+from skills.navigation import DIRECTIONS, Navigator
+from skills.skills import Skills, crafter_rules
+from worlds.crafter_world import CrafterWorld
 
 # Recorded with the dict-based searches (the code before the fast paths, e95a8c0): seed
 # → (steps, cause, achievements unlocked with their counts, sha256 of the (position,

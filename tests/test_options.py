@@ -10,7 +10,6 @@ from pathlib import Path
 
 from actors.fast import OPTION_STEPS, rl_config
 from actors.learner import LearnerActor
-from envs.rl_env import SubtaskEnv
 from knowledge import library
 from knowledge.options import STAGE_CODE, STAGE_CODE_STEPS, options_for, stage_code_option
 from knowledge.recipes import achievement_step
@@ -20,6 +19,7 @@ from messages.plan import SubAction
 from messages.task import CodedAction, RLConfig, Stage, Subtask
 from messages.train import PPOSettings, TrainRequest
 from method import bundle
+from rl.rl_env import SubtaskEnv
 
 # A coded policy that counts its own resumptions and shows the count in the way it
 # faces: its n-th action turns the player left, up, right, down, left, ... (Crafter

@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-PACKAGES = ("messages", "runtime", "sandbox", "envs", "knowledge", "llm", "method", "actors")
+PACKAGES = (
+    "messages", "runtime", "sandbox", "worlds", "skills", "rl", "episodes", "knowledge", "llm",
+    "method", "actors",
+)  # fmt: skip
 
 
 # What a copy of the source for building leaves out: environments, run output, caches.
@@ -42,6 +45,9 @@ def test_the_wheel_holds_configs_prompts_licence_and_the_console_script(tmp_path
     prompts = {f"llm/prompts/{p.name}" for p in (ROOT / "llm" / "prompts").glob("*.txt")}
     assert prompts and prompts <= names
     assert {"rlgpt/cli.py", "rlgpt/__main__.py", "rlgpt/view.py"} <= names
+    mod = ROOT / "worlds" / "minetest" / "mod" / "rlgpt_agent"
+    lua = {f"worlds/minetest/mod/rlgpt_agent/{p.name}" for p in mod.iterdir() if p.is_file()}
+    assert {"worlds/minetest/mod/rlgpt_agent/init.lua"} <= lua <= names  # the Minetest mod
     assert {f"{package}/py.typed" for package in (*PACKAGES, "rlgpt")} <= names
     (licence,) = [n for n in names if n.endswith("/licenses/LICENSE")]
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]

@@ -26,8 +26,6 @@ import zmq
 import zmq.auth
 from helpers import ROOT, make_settings, run_head_with, wait_until
 
-from envs.artifacts import ArtifactRefused, PolicyUnusable, inside, store_artifact
-from envs.configs import collect_wood_with_coded
 from messages import (
     ASK,
     BROKER,
@@ -52,6 +50,8 @@ from messages.control import (
 )
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.train import TrainRequest, TrainResult
+from rl.artifacts import ArtifactRefused, PolicyUnusable, inside, store_artifact
+from rl.configs import collect_wood_with_coded
 from runtime import deadlines, provenance, ratelimit
 from runtime.actor import RemoteFailure
 from runtime.broker import Broker, BrokerSettings

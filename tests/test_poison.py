@@ -15,12 +15,12 @@ import pytest
 import trio
 from helpers import ROOT, make_settings, run_head_with
 
-from envs.policies import COLLECT_WOOD_SOURCE
 from messages.rollout import RolloutRequest
 from messages.task import Subtask
 from method.split import rollout_split
 from runtime.config import ActorSettings
 from runtime.head import Head
+from skills.policies import COLLECT_WOOD_SOURCE
 
 WOOD = Subtask("collect_wood", goal={"wood": 1}, max_steps=500)
 
@@ -60,7 +60,7 @@ def test_a_first_code_version_that_segfaults_its_runner_fails_and_the_run_goes_o
 ) -> None:
     config = tmp_path / "poisoned.toml"
     config.write_text(POISONED)
-    # Test-only fault injection (envs/runner.py): the first episode of the first batch
+    # Test-only fault injection (episodes/runner.py): the first episode of the first batch
     # of collect_wood crashes its runner with SIGSEGV, once in the whole run.
     fault = f"segv stage=collect_wood once={tmp_path / 'fired'}"
     env = {**os.environ, "RLGPT_FAULT_INJECT": fault}

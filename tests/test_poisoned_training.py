@@ -37,7 +37,7 @@ CHILD = """
 import dataclasses, json, os, sys, threading
 from pathlib import Path
 from actors.learner import LearnerActor
-from envs.configs import collect_wood_with_coded
+from rl.configs import collect_wood_with_coded
 from messages.task import CodedAction, Subtask
 from messages.train import PPOSettings, TrainRequest
 

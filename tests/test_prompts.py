@@ -159,7 +159,7 @@ def test_the_plan_request_carries_no_policy_source() -> None:
 def test_the_skill_reference_is_generated_from_every_public_skill() -> None:
     import inspect
 
-    from envs.skills import Skills
+    from skills.skills import Skills
 
     described = PromptSet().skills_api
     for name, method in inspect.getmembers(Skills, inspect.isfunction):
@@ -376,7 +376,7 @@ def test_a_coded_action_named_like_a_primitive_leaves_one_action_of_that_name() 
     name and the job failed with a traceback. The config keeps one action per name (the
     coded one) and still builds a real training env."""
     from actors.fast import _world_actions
-    from envs.rl_env import SubtaskEnv
+    from rl.rl_env import SubtaskEnv
 
     table = _subaction("place_table")
     offered = options_for(recipes.achievement_step("place_table"))

@@ -1,5 +1,5 @@
 """A sub-action's shaped reward is tried on scripted transitions before training
-(``envs/reward_check.py``), and the fast agent drops one that fails and tells the next
+(``rl/reward_check.py``), and the fast agent drops one that fails and tells the next
 version why (``actors/fast.py``)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import structlog
 import trio
 
-from envs.reward_check import IDLE, check_reward, check_reward_apart, transitions
 from knowledge import recipes
 from messages.plan import Critique, SubAction, WorkOn
 from messages.task import Subtask
 from messages.train import TrainResult
+from rl.reward_check import IDLE, check_reward, check_reward_apart, transitions
 
 WOOD = recipes.achievement_step("collect_wood")
 DRINK = recipes.achievement_step("collect_drink")

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from envs.configs import (
+from messages import encode
+from messages.task import CodedAction, RLConfig, Subtask, Vital
+from rl.configs import (
     COLLECT_WOOD_PRIMITIVES,
     collect_wood_primitive,
     collect_wood_with_coded,
 )
-from envs.crafter_world import VITALS, CrafterWorld
-from envs.policies import PLACE_TABLE_SOURCE
-from envs.rl_env import (
+from rl.rl_env import (
     FACINGS,
     CodeError,
     SetupError,
@@ -28,9 +28,9 @@ from envs.rl_env import (
     make_env,
     make_vec_env,
 )
-from envs.start_states import StartStates
-from messages import encode
-from messages.task import CodedAction, RLConfig, Subtask, Vital
+from rl.start_states import StartStates
+from skills.policies import PLACE_TABLE_SOURCE
+from worlds.crafter_world import VITALS, CrafterWorld
 
 # Seeds not used while writing the coded actions.
 EVAL_SEEDS = range(2000, 2010)
@@ -587,7 +587,7 @@ def _needy(needs, coded=()):
 
 
 def test_a_due_need_runs_inside_the_agents_step_and_then_cools_down():
-    from envs.setup_code import NEED_COOLDOWN_STEPS
+    from rl.setup_code import NEED_COOLDOWN_STEPS
 
     # Health 9 < 10: always due, never served (until 10): it runs its 3-step cap after
     # the agent's noop, then waits NEED_COOLDOWN_STEPS steps.
@@ -609,7 +609,7 @@ def test_a_due_need_runs_inside_the_agents_step_and_then_cools_down():
 
 
 def test_a_need_stops_once_its_stat_is_back_and_a_chosen_option_yields_to_it():
-    from envs.setup_code import NEED_COOLDOWN_STEPS
+    from rl.setup_code import NEED_COOLDOWN_STEPS
 
     # Daylight at the start of an episode is ~1: a need on it "below 2, until 0.5" is due
     # at once and served at once after one step; the 10-noop option chosen by the agent
@@ -637,8 +637,8 @@ def test_no_needs_no_extra_steps():
 
 
 def test_need_steps_stay_out_of_the_subtask_cap_and_due_needs_run_one_after_another():
-    from envs.composite import NEED_COOLDOWN_STEPS as PLANNER_COOLDOWN
-    from envs.setup_code import NEED_COOLDOWN_STEPS
+    from episodes.composite import NEED_COOLDOWN_STEPS as PLANNER_COOLDOWN
+    from rl.setup_code import NEED_COOLDOWN_STEPS
 
     assert NEED_COOLDOWN_STEPS == PLANNER_COOLDOWN  # training and play cool down alike
     broken = "def run(skills):\n    yield 'move_left'\n    raise RuntimeError('no')\n"
@@ -677,7 +677,7 @@ def test_a_resumable_option_starts_afresh_after_a_need_ran():
 
 def _map_ids(obs_map: np.ndarray, layout) -> np.ndarray:
     """The ``map`` part back to tile ids (-1: not seen)."""
-    from envs.rl_env import MAP_RADIUS
+    from rl.rl_env import MAP_RADIUS
 
     side, kinds = 2 * MAP_RADIUS + 1, len(layout.tile_names)
     onehot = obs_map.reshape(side, side, kinds + 1)
@@ -688,7 +688,7 @@ def _map_ids(obs_map: np.ndarray, layout) -> np.ndarray:
 
 
 def test_the_map_part_is_what_the_player_has_seen_around_it_and_nothing_else():
-    from envs.rl_env import MAP_RADIUS
+    from rl.rl_env import MAP_RADIUS
 
     env = SubtaskEnv(config_with(observation=["view", "map"], coded_actions=[]))
     layout = env.layout
@@ -721,8 +721,8 @@ def test_the_map_part_is_what_the_player_has_seen_around_it_and_nothing_else():
 
 
 def test_a_learned_stage_that_sees_the_map_gets_the_episodes_map_when_attached():
-    from envs.crafter_world import CrafterWorld
-    from envs.skills import Skills
+    from skills.skills import Skills
+    from worlds.crafter_world import CrafterWorld
 
     config = config_with(observation=["map"], coded_actions=[])
     world = CrafterWorld()

@@ -19,12 +19,12 @@ import torch
 from helpers import make_settings, run_head_with
 
 from actors.learner import make_ppo, ppo_class
-from envs.artifacts import PolicyUnusable, load_policy, sha256_of
-from envs.configs import collect_wood_with_coded
-from envs.rl_env import make_env, make_vec_env
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import RLConfig
 from messages.train import PPOSettings
+from rl.artifacts import PolicyUnusable, load_policy, sha256_of
+from rl.configs import collect_wood_with_coded
+from rl.rl_env import make_env, make_vec_env
 from runtime.config import ActorSettings
 from runtime.head import Head
 
@@ -266,8 +266,8 @@ def test_a_resumed_checkpoint_trains_on_exactly_as_ppo_load_resumed_it(tmp_path:
     # counters put in) against PPO.load with the env: the same updates, bit for bit.
     from stable_baselines3 import PPO
 
-    from envs.artifacts import restore_checkpoint
-    from envs.configs import collect_wood_primitive
+    from rl.artifacts import restore_checkpoint
+    from rl.configs import collect_wood_primitive
 
     torch.set_num_threads(1)
     settings = PPOSettings(n_steps=64, batch_size=64, n_epochs=2, learning_rate=1e-3)
@@ -301,7 +301,7 @@ def test_a_resumed_checkpoint_trains_on_exactly_as_ppo_load_resumed_it(tmp_path:
     finally:
         first.close()
     ours = trained_on(restored)
-    # The class the settings train with (rollouts env by env: envs.per_env), loaded by SB3.
+    # The class the settings train with (rollouts env by env: rl.per_env), loaded by SB3.
     cls = ppo_class(settings)
     assert issubclass(cls, PPO)
     theirs = trained_on(lambda env: cls.load(checkpoint, env=env, device="cpu"))

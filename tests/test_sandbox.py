@@ -272,8 +272,8 @@ def test_compiled_code_lists_its_functions():
 
 
 def test_policy_runs_against_the_real_skill_api_and_crafter():
-    from envs import crafter_world
-    from envs import skills as skills_module
+    from skills import skills as skills_module
+    from worlds import crafter_world
 
     world = crafter_world.CrafterWorld()
     skills = skills_module.Skills(world.reset(0), world.action_names, seed=0)
@@ -371,8 +371,8 @@ def test_a_tuple_too_deep_to_hash_never_reaches_host_code(tmp_path):
 def test_trace_labels_of_huge_skill_arguments_cost_the_host_little():
     import tracemalloc
 
-    from envs import crafter_world
-    from envs.trace import TracingSkills
+    from episodes.trace import TracingSkills
+    from worlds import crafter_world
 
     world = crafter_world.CrafterWorld()
     skills = TracingSkills(world.reset(0), world.action_names, seed=0)

@@ -38,8 +38,8 @@ def test_a_request_past_a_range_is_refused_not_spilled_into_the_next() -> None:
 def test_a_training_reset_retries_on_worlds_of_the_tables_retry_rows() -> None:
     # Setup that always dies: the env tries the asked world and SETUP_RETRIES more, each
     # RETRY_STRIDE further on, all inside the table's retry rows and no other row.
-    from envs.configs import collect_wood_with_coded
-    from envs.rl_env import SetupError, SubtaskEnv
+    from rl.configs import collect_wood_with_coded
+    from rl.rl_env import SetupError, SubtaskEnv
 
     config = dataclasses.replace(
         collect_wood_with_coded(),

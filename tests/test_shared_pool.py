@@ -12,13 +12,13 @@ import pytest
 import trio
 
 from actors.learner import LearnerActor, training_worlds
-from envs.configs import collect_wood_with_coded
 from messages.control import Failure
 from messages.plan import SubAction, WorkOn
 from messages.task import RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest, TrainResult
 from method import seeds
 from method.settings import MethodSettings
+from rl.configs import collect_wood_with_coded
 
 WOOD = SubAction("place_table", Subtask("place_table", achievement="place_table"), mode="rl")
 
@@ -131,8 +131,8 @@ def _trained(learner: LearnerActor, req: TrainRequest) -> TrainResult:
 def test_a_second_version_on_the_same_learner_restores_every_start(
     tmp_path: Path, workers: bool
 ) -> None:
-    from envs.setup_code import compose_setup
     from knowledge import library, recipes
+    from rl.setup_code import compose_setup
 
     steps = recipes.chain("wood_pickaxe")
     names = [s.name for s in steps]

@@ -9,9 +9,9 @@ import pytest
 from crafter import constants
 from RestrictedPython import compile_restricted
 
-from envs import policies
-from envs.crafter_world import VIEW_COLS, VIEW_ROWS, CrafterWorld
-from envs.skills import Skills, run_unsandboxed
+from skills import policies
+from skills.skills import Skills, run_unsandboxed
+from worlds.crafter_world import VIEW_COLS, VIEW_ROWS, CrafterWorld
 
 # Fresh seeds, none used while writing the policies; 10 episodes of ≤500 steps each.
 EVAL_SEEDS = range(1000, 1010)
@@ -146,7 +146,7 @@ def _obs(rows, creatures=(), position=(0, 0), facing=(0, 1), inventory=None, day
     letters = {"g": 1, "s": 2, "w": 3, "t": 4, "p": 5, "a": 6}
     view = np.array([[letters[c] for c in row] for row in rows], np.int16)
     assert view.shape == (VIEW_ROWS, VIEW_COLS)
-    from envs.world import Observation, freeze_view
+    from worlds.world import Observation, freeze_view
 
     return Observation(
         view=freeze_view(view),

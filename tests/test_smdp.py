@@ -1,4 +1,4 @@
-"""SMDP PPO (envs/smdp.py): γ^k per decision in returns and GAE, on real Crafter envs."""
+"""SMDP PPO (rl/smdp.py): γ^k per decision in returns and GAE, on real Crafter envs."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 
 from actors.learner import LearnerActor, make_ppo, ppo_class
-from envs.configs import collect_wood_with_coded
-from envs.per_env import DURATION_KEY, durations_of
-from envs.rl_env import make_vec_env
-from envs.smdp import SMDPPPO, SMDPDictRolloutBuffer, SMDPRolloutBuffer
 from messages.task import CodedAction, RLConfig, Subtask
 from messages.train import PPOSettings, TrainRequest
+from rl.configs import collect_wood_with_coded
+from rl.per_env import DURATION_KEY, durations_of
+from rl.rl_env import make_vec_env
+from rl.smdp import SMDPPPO, SMDPDictRolloutBuffer, SMDPRolloutBuffer
 
 GAMMA, LAMBDA = 0.9, 0.8
 
@@ -233,6 +233,6 @@ def test_a_real_training_job_trains_with_smdp_and_its_policy_loads(tmp_path: Pat
 def test_a_decision_lasts_at_least_one_world_step_in_both_collectors() -> None:
     # An option that took no world step (its goal already held) still cost a decision:
     # discounting it by gamma**0 would make it free. Lockstep (SMDPPPO's buffer) and
-    # env-by-env collection (envs.per_env) both read durations through this one rule.
+    # env-by-env collection (rl.per_env) both read durations through this one rule.
     infos = [{DURATION_KEY: 0}, {}, {DURATION_KEY: 7}, {DURATION_KEY: 1}]
     assert durations_of(infos).tolist() == [1.0, 1.0, 7.0, 1.0]

@@ -1,4 +1,4 @@
-"""Setup once, train many: the start-state cache (envs/start_states.py) on real Crafter
+"""Setup once, train many: the start-state cache (rl/start_states.py) on real Crafter
 episodes — a restored start is the state setup leaves, and setup steps count once."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envs import start_states
-from envs.configs import collect_wood_with_coded
-from envs.crafter_world import STEP_TALLY_ENV, tallied_steps
-from envs.held_out import held_out
-from envs.rl_env import SetupError, SubtaskEnv
-from envs.start_states import FailedSetup, StartState, StartStates
 from messages.task import RLConfig, Subtask
+from rl import start_states
+from rl.configs import collect_wood_with_coded
+from rl.held_out import held_out
+from rl.rl_env import SetupError, SubtaskEnv
+from rl.start_states import FailedSetup, StartState, StartStates
+from worlds.crafter_world import STEP_TALLY_ENV, tallied_steps
 
 # Walks to trees and chops until it has a table's wood (~10-60 steps, collect_wood
 # unlocked on the way, creatures moving, the world's generator drawn from).
@@ -301,9 +301,9 @@ def test_a_trained_policys_rollout_books_its_worlds_setup_steps(tmp_path) -> Non
     failed setups included, reported with their episodes and in the batch's total."""
     from helpers import wood_policy
 
-    from envs.artifacts import sha256_of
-    from envs.runner import Rollouts
+    from episodes.runner import Rollouts
     from messages.rollout import RolloutRequest
+    from rl.artifacts import sha256_of
 
     policy = wood_policy(tmp_path / "policy.zip")
     rollouts = Rollouts(tmp_path)

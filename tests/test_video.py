@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from envs.crafter_world import CrafterWorld
 from method.video import BANNER_PX, HOLD_FRAMES, SCALE, Clip, label_clip
+from worlds.crafter_world import CrafterWorld
 
 
 def _frames(n: int) -> np.ndarray:

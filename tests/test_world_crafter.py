@@ -8,9 +8,9 @@ import crafter
 import numpy as np
 import pytest
 
-from envs.crafter_world import VIEW_COLS, VIEW_ROWS, CrafterWorld, spawn_ordered
-from envs.stats import StatsWriter
-from envs.world import UnknownActionError
+from worlds.crafter_world import VIEW_COLS, VIEW_ROWS, CrafterWorld, spawn_ordered
+from worlds.stats import StatsWriter
+from worlds.world import UnknownActionError
 
 
 def stock_env(seed: int, **kwargs) -> crafter.Env:
@@ -162,7 +162,7 @@ def test_the_pixel_free_path_never_renders():
 
 
 def test_a_world_restored_from_the_cache_belongs_to_the_env_that_restored_it():
-    from envs import crafter_world
+    from worlds import crafter_world
 
     first, second = CrafterWorld(), CrafterWorld()
     seed = 424242

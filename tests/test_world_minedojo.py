@@ -7,8 +7,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from envs import minedojo_spaces as mds
-from envs.minedojo_world import MineDojoStandIn, MineDojoWorld, make_minedojo_env
+from worlds import minedojo_spaces as mds
+from worlds.minedojo_world import MineDojoStandIn, MineDojoWorld, make_minedojo_env
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 from helpers import ROOT, make_settings, run_head_with, wait_until  # noqa: E402
 from netns import HEAD_ADDRESS, Machine, second_machine  # noqa: E402
 
-from envs.configs import collect_wood_with_coded  # noqa: E402
 from messages.train import PPOSettings, TrainRequest  # noqa: E402
+from rl.configs import collect_wood_with_coded  # noqa: E402
 from runtime.head import Head  # noqa: E402
 
 RUN = [sys.executable, str(ROOT / "run.py")]

@@ -11,7 +11,7 @@ Writes ``BENCHMARKS.md`` (``--out``) and the raw figures as JSON in
 ``benchmarks/results/crafter/<date>-<variants>.json``. Three variants, each given the
 same budget of env steps (``--budget``, Crafter's 1M by default) and the same
 observation (the local 9×7 view one-hot, inventory and vitals: what the system's
-learners see, ``envs.rl_env``):
+learners see, ``rl.rl_env``):
 
 ``rlgpt``  the full system: ``run.py --config crafter`` in a subprocess,
            with ``[task] env_steps`` set to the budget and runs written under a folder of
@@ -22,7 +22,7 @@ learners see, ``envs.rl_env``):
 ``code``   code only, no RL: the skill library's composed curriculum policy — one coded
            stage per achievement in ``knowledge.recipes.curriculum()`` order (each with
            the library's best template, prerequisites secured recursively) and the
-           survival needs — played by ``envs.composite.run_composed`` on fresh worlds
+           survival needs — played by ``episodes.composite.run_composed`` on fresh worlds
            until the budget is spent, episodes as long as Crafter's (10,000 steps)
            (:mod:`.code_only`).
 ``ppo``    plain stable-baselines3 PPO with Crafter's 17 primitive actions and Crafter's

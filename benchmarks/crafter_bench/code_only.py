@@ -1,7 +1,7 @@
 """Variant ``code``: the skill library's composed curriculum policy, no RL.
 
 One coded stage per achievement in ``knowledge.recipes.curriculum()`` order (each with the
-library's best template) and the survival needs, played by ``envs.composite.run_composed``
+library's best template) and the survival needs, played by ``episodes.composite.run_composed``
 on fresh worlds until the budget is spent. Code does not learn, so the final agent is the
 same policy on unseen seeds.
 """
@@ -34,9 +34,9 @@ pool forks, so every worker inherits them instead of compiling its own."""
 def _prepare_code() -> dict[str, Any]:
     """The world and the compiled stages, once per process (``run_code`` prepares them
     before forking its workers, which inherit them)."""
-    from envs.composite import prepare_stages
-    from envs.crafter_world import CrafterWorld
+    from episodes.composite import prepare_stages
     from knowledge import library, recipes, survival
+    from worlds.crafter_world import CrafterWorld
 
     if "world" not in _WORKER:
         world = CrafterWorld()
@@ -54,7 +54,7 @@ def _prepare_code() -> dict[str, Any]:
 
 def code_episode(seed: int, max_steps: int = EPISODE_STEPS, wall_s: float = EPISODE_WALL_S) -> dict:
     """One episode of the composed curriculum policy on world ``seed``."""
-    from envs.composite import run_composed
+    from episodes.composite import run_composed
     from messages.task import Subtask
 
     w = _prepare_code()

@@ -88,7 +88,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"agent is then evaluated on {meta['final_episodes']} unseen world seeds. Episodes are "
         f"Crafter's (until death or {meta['episode_steps']:,} steps). Base seed {meta['seed']}.",
         "- **Observation** (all variants' learners): the 9×7 local view one-hot, inventory and "
-        "vitals (`envs.rl_env`, parts " + ", ".join(OBSERVATION) + ").",
+        "vitals (`rl.rl_env`, parts " + ", ".join(OBSERVATION) + ").",
         "- **Crafter score** = exp(mean over the 22 achievements of ln(1 + success %)) − 1. "
         "*Scoreboard*: over every episode completed within the budget (training and "
         "evaluation alike); *final agent*: over the final policy's episodes on unseen seeds.",
@@ -194,7 +194,7 @@ _DESCRIPTIONS = {
     "every sub-action as code and only the code loop (critique, revisions) runs.",
     "code": "The skill library's composed curriculum policy, no RL: one coded stage per "
     "achievement in `knowledge.recipes.curriculum()` order, the library's best template "
-    "for each, survival needs served by the task planner (`envs.composite.run_composed`). "
+    "for each, survival needs served by the task planner (`episodes.composite.run_composed`). "
     "Code does not learn, so the final agent is the same policy on unseen seeds.",
     "ppo": "Plain stable-baselines3 PPO, Crafter's 17 primitive actions, no coded actions, "
     "Crafter's own reward (first unlock of an achievement in an episode +1, health "

@@ -100,7 +100,7 @@ def _ppo_eval_episode(args: tuple[str, int, int]) -> dict:
     import torch
     from stable_baselines3 import PPO
 
-    from envs.rl_env import make_env
+    from rl.rl_env import make_env
 
     torch.set_num_threads(1)
     if _WORKER.get("ppo_path") != path:
@@ -134,7 +134,7 @@ def run_ppo(
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from actors.learner import make_ppo, set_torch_threads
-    from envs.rl_env import env_factory
+    from rl.rl_env import env_factory
 
     set_torch_threads()
     started = time.monotonic()

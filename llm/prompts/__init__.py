@@ -9,7 +9,7 @@ parts are ``string.Template`` text (so JSON braces need no escaping; a literal d
 - ``$schema``     — the reply contract in words (:data:`llm.contracts.SCHEMAS`);
 - ``$skills_api`` — the skill API coded policies call: ``skills_api.txt`` (the game's
   facts and the sandbox's rules) around ``$reference``, one line per public method of
-  :class:`envs.skills.Skills` — its signature and docstring, generated so that it cannot
+  :class:`skills.skills.Skills` — its signature and docstring, generated so that it cannot
   drift from the code (:func:`skill_reference`);
 - ``$skills_brief`` — the same methods' signatures only (for the planner, which needs to
   know what code can do, not how);
@@ -75,8 +75,8 @@ def _doc(text: str | None) -> str:
 
 def _skill_methods() -> list[tuple[str, str, bool, str]]:
     """(name, call signature, is a generator, docstring) of every public method of
-    :class:`envs.skills.Skills`, in the order the class defines them."""
-    from envs.skills import Skills
+    :class:`skills.skills.Skills`, in the order the class defines them."""
+    from skills.skills import Skills
 
     out = []
     for name, member in vars(Skills).items():
@@ -92,7 +92,7 @@ def _skill_methods() -> list[tuple[str, str, bool, str]]:
 
 def skill_reference() -> str:
     """The skill API, one line per method: signature and docstring (generated from
-    :class:`envs.skills.Skills`). Generators are marked: call them with ``yield from``."""
+    :class:`skills.skills.Skills`). Generators are marked: call them with ``yield from``."""
     plain = [f"- {call}: {doc}" for _, call, gen, doc in _skill_methods() if not gen]
     moving = [f"- {call}: {doc}" for _, call, gen, doc in _skill_methods() if gen]
     return "\n".join(

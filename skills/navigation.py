@@ -9,11 +9,11 @@ held tools can collect when tunnelling), followed step by step while it stays va
 (:meth:`Navigator.explore_action`).
 
 The explore and shelter searches, the ones run nearly every step while the player
-explores, go to :mod:`envs.gridmap`: the same map as arrays, goal tests as masks kept up
+explores, go to :mod:`skills.gridmap`: the same map as arrays, goal tests as masks kept up
 to date view by view, the search compiled with numba. They give the very plans the dict
 search gives (tests/test_navigation.py), ~50× sooner.
 
-:class:`envs.skills.Skills` holds one navigator per episode and builds its movement
+:class:`skills.skills.Skills` holds one navigator per episode and builds its movement
 helpers on it; policy code never reaches it.
 """
 
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from envs import gridmap
-from envs.world import Observation
+from skills import gridmap
+from worlds.world import Observation
 
 if TYPE_CHECKING:
-    from envs.skills import Rules
+    from skills.skills import Rules
 
 Pos = tuple[int, int]
 Plan = list[tuple[Pos, Pos, bool]]
@@ -380,7 +380,7 @@ class Navigator:
     ) -> Plan | None:
         """:meth:`search` for a goal that depends on the position alone, given as the
         grid array ``at`` (needs :attr:`grid`), through the compiled
-        :func:`envs.gridmap.search`: the same plan, much sooner."""
+        :func:`skills.gridmap.search`: the same plan, much sooner."""
         grid = self._grid
         assert grid is not None
         order = list(order)

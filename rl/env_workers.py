@@ -4,7 +4,7 @@ A learner steps its job's envs itself. In one process (SB3's ``DummyVecEnv``) th
 core, however many envs the job has: on a 2-core machine the other core idles while the
 learner trains alone, which is most of a run's training time. SB3's ``SubprocVecEnv``
 steps each env in a process of its own, but starts those processes per job and ends
-them with it, and with them every world start the job made (:mod:`envs.start_states`
+them with it, and with them every world start the job made (:mod:`rl.start_states`
 is per process): the next version of the same sub-action would run every setup again.
 
 :class:`EnvWorkers` keeps ``n`` worker processes for the learner's whole life. A job
@@ -23,7 +23,7 @@ version's code itself, so code that crashes its process (a C stack overflow, mem
 that job (:class:`WorkerDied`, naming the signal), never the learner.
 
 Errors: an exception in a worker's env is sent back and raised again in the learner
-(:class:`~envs.rl_env.SetupError` with its fields), and the worker goes on serving, so
+(:class:`~rl.rl_env.SetupError` with its fields), and the worker goes on serving, so
 the counts of a failed job can still be read. A worker that died (killed, out of memory)
 raises :class:`WorkerDied`; the pool then starts fresh workers for the next job.
 """
@@ -44,8 +44,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from envs.held_out import merge_checks
-from envs.rl_env import _build
+from rl.held_out import merge_checks
+from rl.rl_env import _build
 from sandbox import confine_memory
 
 STOP_TIMEOUT_S = 5.0
@@ -99,7 +99,7 @@ def _serve(conn: Any) -> None:
 
                 result = is_wrapped(env, data)
             elif cmd == "held_out":
-                from envs.held_out import play_learned
+                from rl.held_out import play_learned
 
                 result = play_learned(*data)
             elif cmd == "release":
@@ -335,9 +335,9 @@ class EnvWorkers:
         self, blob: bytes, policy_path: str, seeds: Sequence[int], sample_seed: int
     ) -> dict:
         """The held-out check of the policy at ``policy_path`` on ``seeds`` in one worker
-        (:func:`envs.held_out.play_learned`; a fresh one when none is free): for a check
+        (:func:`rl.held_out.play_learned`; a fresh one when none is free): for a check
         whose job's workers died under it. Raises :class:`WorkerDied` if this one dies too."""
-        from envs.held_out import merge_checks
+        from rl.held_out import merge_checks
 
         (worker,) = self._take(1)
         try:
@@ -425,7 +425,7 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
         )
 
     def step_one(self, index: int, action: Any) -> None:
-        """Ask env ``index`` alone for a step (:mod:`envs.per_env`); its answer comes
+        """Ask env ``index`` alone for a step (:mod:`rl.per_env`); its answer comes
         from :meth:`next_answer` (or, when workers are shared, :meth:`answer_of`)."""
         self._envs[index].send("step", action, self._slots[index])
 
@@ -456,8 +456,8 @@ class WorkerVecEnv(_vec_env_base()):  # type: ignore[misc]
     def held_out(self, policy_path: str, seeds: Sequence[int], sample_seed: int) -> dict:
         """The held-out check of the policy at ``policy_path`` on ``seeds``, played in
         this job's workers at once (worker ``i`` plays ``seeds[i::n]``, fresh envs of
-        the job's config beside its training env; see :func:`envs.held_out.play_learned`),
-        merged into one result (:func:`envs.held_out.merge_checks`). A world's start is
+        the job's config beside its training env; see :func:`rl.held_out.play_learned`),
+        merged into one result (:func:`rl.held_out.merge_checks`). A world's start is
         made by the worker that plays it and restored there in later jobs, while the
         same workers serve at the same places (a worker started in place of a dead one,
         or a job with another number of envs, makes them again: counted again)."""

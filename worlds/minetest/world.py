@@ -1,4 +1,4 @@
-"""Minetest behind the :class:`~envs.world.World` interface: a 3-D voxel world.
+"""Minetest behind the :class:`~worlds.world.World` interface: a 3-D voxel world.
 
 Each :class:`MinetestWorld` owns one headless ``minetestserver`` (Debian's
 ``minetest-server`` with ``minetest-data``'s minetest_game) on free loopback ports, its
@@ -12,7 +12,7 @@ What the agent gets (:class:`VoxelObservation`) is what a player has: the voxel 
 around it (node names as ids, never the whole map), a top-down 2-D view of it for code
 written against the 2-D interface, what it faces, inventory, health and breath, and the
 time of day. Coordinates: Minetest's x grows east and z north; the 2-D ``view`` and
-``position`` use the screen's convention of :mod:`envs.world` (dy grows southwards).
+``position`` use the screen's convention of :mod:`worlds.world` (dy grows southwards).
 
 Determinism: nothing moves in the world but the agent. No player is connected, so no
 block is active (no leaf decay, no node timers, no falling entities); liquids do not flow
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.world import Observation, StepResult, UnknownActionError, freeze_view
+from worlds.world import Observation, StepResult, UnknownActionError, freeze_view
 
 SERVER = Path("/usr/games/minetestserver")
 """Debian installs the server binary here, outside PATH."""
@@ -139,7 +139,7 @@ def short(item: str) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoxelObservation(Observation):
-    """world → agent: an :class:`~envs.world.Observation` plus the 3-D view a player has."""
+    """world → agent: an :class:`~worlds.world.Observation` plus the 3-D view a player has."""
 
     voxels: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0, 0), np.int16))
     """Node ids of the window around the agent, shape (levels, rows, cols): levels from
@@ -298,7 +298,7 @@ class _Server:
         world = self.folder / "world"
         mods = world / "worldmods"
         mods.mkdir(parents=True)
-        with resources.as_file(resources.files("envs.minetest") / "mod" / MOD_NAME) as mod:
+        with resources.as_file(resources.files("worlds.minetest") / "mod" / MOD_NAME) as mod:
             shutil.copytree(mod, mods / MOD_NAME)
         # The map lives in memory only (backend dummy): nothing to write, nothing to clean.
         (world / "world.mt").write_text(
@@ -429,7 +429,7 @@ def _stop(process: subprocess.Popen | None, conn: Any, reader: Any, folder: Path
 
 
 class MinetestWorld:
-    """Minetest as a :class:`~envs.world.World`.
+    """Minetest as a :class:`~worlds.world.World`.
 
     Args:
         radius: the voxel window reaches this many nodes east, west, north and south.

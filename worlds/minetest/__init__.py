@@ -1,6 +1,6 @@
-"""Minetest, the 3-D voxel world, behind :class:`~envs.world.World` (see ``world.py``)."""
+"""Minetest, the 3-D voxel world, behind :class:`~worlds.world.World` (see ``world.py``)."""
 
-from envs.minetest.world import (
+from worlds.minetest.world import (
     CHAIN,
     INSTALL_COMMAND,
     GameRules,

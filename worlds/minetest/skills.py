@@ -1,6 +1,6 @@
 """The skill API in 3-D: what a coded policy may ask and do in a Minetest world.
 
-The same shape as :mod:`envs.skills` for Crafter: a policy is a generator ``run(skills)``
+The same shape as :mod:`skills.skills` for Crafter: a policy is a generator ``run(skills)``
 yielding primitive action names, and the helpers are generators to use with
 ``yield from`` that return True when they reached their goal and False when they gave up::
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.minetest.world import GameRules, NodeRules, VoxelObservation
+from worlds.minetest.world import GameRules, NodeRules, VoxelObservation
 
 Voxel = tuple[int, int, int]
 """(x east, y up, z north): x and z from where the episode started, y the altitude."""

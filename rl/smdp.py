@@ -1,6 +1,6 @@
 """PPO over options with per-decision durations in the discount (an SMDP).
 
-A decision of :class:`envs.rl_env.SubtaskEnv` is one primitive step or one coded option
+A decision of :class:`rl.rl_env.SubtaskEnv` is one primitive step or one coded option
 that ran ``k`` world steps (``info["primitive_steps"]``: 1 for a primitive, the option's
 steps for an option, 1 for an option that took none and cost an idle step). Plain PPO
 discounts what follows every decision by γ, whatever it lasted: a 40-step walk then
@@ -43,7 +43,7 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 
-from envs.per_env import PerEnvCollect, durations_of
+from rl.per_env import PerEnvCollect, durations_of
 
 
 class _Durations:

@@ -17,7 +17,7 @@ It passes when every call returns a finite number, the idle step pays nothing (a
 0: a step cost is fine), and at least one of the others pays more than the idle step
 (the reward *fires* on the sub-action's progress). What it pays elsewhere (gaining items
 the step has no use for) is reported, not judged. Snapshots have the shape
-``envs.rl_env.SubtaskEnv`` passes: ``inventory``, ``status``, ``achievements``,
+``rl.rl_env.SubtaskEnv`` passes: ``inventory``, ``status``, ``achievements``,
 ``steps``.
 
 The caller in the run (the fast agent, in the head's process) uses
@@ -40,8 +40,8 @@ from typing import Any, Protocol
 
 from crafter import constants
 
-from envs.crafter_world import VITALS
 from sandbox import SandboxError, compile_code, load
+from worlds.crafter_world import VITALS
 
 
 class Step(Protocol):
@@ -177,7 +177,7 @@ APART_TIMEOUT_S = 120.0
 """How long the child of :func:`check_reward_apart` may take: a fresh interpreter and its
 imports (~1-2 s on a loaded 2-core machine) and a few calls of ``wall_s`` each."""
 
-_CHILD = "from envs.reward_check import _child_main; _child_main()"
+_CHILD = "from rl.reward_check import _child_main; _child_main()"
 
 
 def check_reward_apart(code: str, step: Step, *, wall_s: float = 0.1) -> RewardCheck:

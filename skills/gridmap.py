@@ -1,12 +1,12 @@
 """The remembered map as arrays, and the planner's search compiled on them.
 
-:class:`GridMap` mirrors :attr:`envs.navigation.Navigator.memory` (position → tile
+:class:`GridMap` mirrors :attr:`skills.navigation.Navigator.memory` (position → tile
 name) as a 2-D array of tile ids, with the step each tile was last seen, growing as the
 player walks. Goal tests that depend only on where the player stands ("at the edge of
 the known map", "within two tiles of stone", "seen long ago") become boolean arrays
 built by numpy in microseconds, and :func:`search` walks them in numba.
 
-:func:`search` is :meth:`envs.navigation.Navigator.search` step for step: the same
+:func:`search` is :meth:`skills.navigation.Navigator.search` step for step: the same
 uniform-cost order (cost, then insertion order: a FIFO per cost level), the same
 direction order, the same tests in the same order, the same node limit. It returns the
 very plan the dict-based search returns (tests/test_navigation.py compares them on real

@@ -5,9 +5,9 @@ policy's rollout); ``act`` is any callable from observation to action index, so
 :func:`held_out` needs no torch.
 
 :func:`play_learned` is the learner's held-out check of a saved policy: run where the
-job's envs ran (:meth:`envs.env_workers.WorkerVecEnv.held_out` splits the worlds over the
+job's envs ran (:meth:`rl.env_workers.WorkerVecEnv.held_out` splits the worlds over the
 job's worker processes, so both cores play them), or in a fresh worker when those died
-under it (:meth:`envs.env_workers.EnvWorkers.held_out`), never in the learner. Each
+under it (:meth:`rl.env_workers.EnvWorkers.held_out`), never in the learner. Each
 episode samples its actions from a torch seed of its own (:func:`episode_seed`: the job's
 seed and the world), so an episode is the same whichever process plays it and whatever
 was played before it: the check gives the same figure split or not.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envs.artifacts import load_policy
-from envs.rl_env import SetupError, make_env
+from rl.artifacts import load_policy
+from rl.rl_env import SetupError, make_env
 
 
 def held_out(
@@ -42,7 +42,7 @@ def held_out(
     every world step the env took: ``world_steps`` (setup included, failed setups too),
     ``setup_steps`` and ``episodes`` (:meth:`SubtaskEnv.take_world_episodes`).
 
-    ``start_states`` is the env's start-state cache (:mod:`envs.start_states`; True: the
+    ``start_states`` is the env's start-state cache (:mod:`rl.start_states`; True: the
     process's shared one): a world whose start was made before — by an earlier
     evaluation of another version of the sub-action, say — is restored, not set up
     again, and its setup steps are not counted again (they were when it was made).

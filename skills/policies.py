@@ -1,7 +1,7 @@
 """Reference coded policies, kept as source text the sandbox runs and as functions.
 
 Each ``*_SOURCE`` string is plain Python that defines ``run(skills)``, a generator that
-yields primitive action names and uses nothing but the skill API (:class:`envs.skills.
+yields primitive action names and uses nothing but the skill API (:class:`skills.skills.
 Skills`) — the shape of code the fast agent writes. The functions of the same names
 are compiled from exactly that text, so what tests measure is what the sandbox runs.
 """

@@ -1,7 +1,7 @@
 """Setup once, train many: a process-local cache of the states right after setup code.
 
 A learned sub-action trains from its *start*: the world after the coded stages before it
-(its setup code, :mod:`envs.setup_code`) have run. That state is a function of the world
+(its setup code, :mod:`rl.setup_code`) have run. That state is a function of the world
 (kind and seed) and of the setup code, so it is made once — setup run through the
 sandbox, its world steps counted then — and every later reset into the same world
 restores it instead (unpickled from bytes kept in this process, ~1.3 ms; no world step
@@ -14,14 +14,14 @@ arrays, objects with their health and cooldowns, the player with inventory, vita
 achievements and facing, the world's random generator, the step counter and daylight,
 the env's unlocked set and last health), the last observation, the episode's
 achievement counts and the skill object of the episode (its remembered map, sightings,
-plan and random generator) — everything :class:`~envs.rl_env.SubtaskEnv` carries over
+plan and random generator) — everything :class:`~rl.rl_env.SubtaskEnv` carries over
 from setup. A world whose setup failed is cached too (:class:`FailedSetup`): a reset
 into it fails again at once, with the same reason, without a step.
 
 Counting: the setup's world steps are counted (kind ``setup``) by the reset that made the
 state, and that reset's world episode books what setup unlocked; a restored reset takes
 no step, counts none, and its episode books only its own steps and what it unlocks after
-the start (:meth:`~envs.rl_env.SubtaskEnv.take_world_episodes`), so the run's step count
+the start (:meth:`~rl.rl_env.SubtaskEnv.take_world_episodes`), so the run's step count
 and scoreboard hold each world step and each achievement once, as the worlds' own tallies
 (``RLGPT_STEP_TALLY``) see them.
 
@@ -45,10 +45,10 @@ Only Crafter worlds are cached (:func:`world_key` is None for any other world: t
 state is not known to this module).
 
 Evaluation uses the same cache: a composed episode from a start
-(``RolloutRequest.start_at``, :func:`envs.composite.run_composed`) saves the world when
+(``RolloutRequest.start_at``, :func:`episodes.composite.run_composed`) saves the world when
 the planner reaches the stage under test, with the planner's own state as ``extra``
 (:func:`save_start`, :func:`restore_state`), keyed by a digest of the stages before it,
-the needs and the episode's test (:func:`envs.composite.composed_start_key`); a runner
+the needs and the episode's test (:func:`episodes.composite.composed_start_key`); a runner
 process keeps one cache (:func:`shared`) across requests, so every version of the stage
 it evaluates plays the same starts.
 """
@@ -65,10 +65,10 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
-from envs.crafter_world import CrafterWorld
-from envs.skills import Skills
-from envs.world import Observation
 from sandbox import Failure
+from skills.skills import Skills
+from worlds.crafter_world import CrafterWorld
+from worlds.world import Observation
 
 START_STATES_ENV = "RLGPT_START_STATES"
 """Entries the process's shared cache keeps (default :data:`DEFAULT_ENTRIES`; 0: off)."""
@@ -105,7 +105,7 @@ class FailedSetup:
     steps: int
     """World steps the failed setup took when it was tried (counted then, once)."""
     reason: str
-    """The :class:`~envs.rl_env.SetupError`'s reason."""
+    """The :class:`~rl.rl_env.SetupError`'s reason."""
     failure: Failure | None
     """The sandbox failure, None when the player died."""
 
@@ -260,7 +260,7 @@ def save_start(
     objects point at it) and the skills' rules are saved as references. ``counts`` and
     ``setup_steps`` are the env's: the episode's achievement counts and setup's length.
     ``extra``: what else the caller goes on from (a composed episode's planner state,
-    :mod:`envs.composite`), pickled with the rest (:func:`restore_state` gives it back)."""
+    :mod:`episodes.composite`), pickled with the rest (:func:`restore_state` gives it back)."""
     env = world._env
     live = env._world
     state = {

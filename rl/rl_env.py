@@ -31,7 +31,7 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
                  episode"; 225 × 14 = 3150 floats. The skills' memory of what the
                  player saw (setup's walks included), as a coded stage navigates by.
 
-  Everything comes from :class:`~envs.world.Observation` and what the player saw —
+  Everything comes from :class:`~worlds.world.Observation` and what the player saw —
   never the hidden world.
 - **actions** — ``Discrete(len(primitives) + len(coded_actions))``: first the primitive
   actions (all of the world's when ``config.primitives`` is empty), then the coded
@@ -43,7 +43,7 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   then a call stopped by the step cap leaves the generator suspended, and the next call
   of that action in the episode continues it; once its code finishes or fails, the next
   call starts it afresh, and every episode starts it afresh. What persists in any case
-  is the :class:`~envs.skills.Skills` object of the episode, so the map remembered
+  is the :class:`~skills.skills.Skills` object of the episode, so the map remembered
   during earlier steps (primitive or coded) is there to plan with.
   A coded action failing in the sandbox (exception, timeout, invalid action) ends that
   option, not the episode: its steps so far stand, ``info["option_failure"]`` says why
@@ -66,7 +66,7 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   counts), setup included, for :meth:`SubtaskEnv.take_world_episodes`: a learner books
   them, so no step and no achievement of a training job goes unreported.
 
-- **start states** — with a start-state cache (``start_states``, :mod:`envs.start_states`)
+- **start states** — with a start-state cache (``start_states``, :mod:`rl.start_states`)
   setup runs once per world: the first reset into a world runs it (its steps counted,
   its episode booked with what setup unlocked), caches the state it leaves, and every
   later reset into that world restores that state — world, observation, achievement
@@ -78,7 +78,7 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
 
 - **needs** — ``config.needs`` (:class:`~messages.task.NeedRule`): the run's survival
   needs, served inside training episodes as the final policy's task planner serves them
-  (:mod:`envs.composite`). After the agent's action, a need whose stat is below its
+  (:mod:`episodes.composite`). After the agent's action, a need whose stat is below its
   threshold (not on cooldown) runs its code until the stat is back at ``until``, its code
   returns, or its cap (several due needs one after another, each once a step); an
   option the agent chose stops early when a need falls due, and after a need ran a
@@ -91,7 +91,7 @@ trains PPO on it. :class:`SubtaskEnv` turns such a message into a ``gymnasium.En
   trains where it will play: fed, rested and sheltered at night by the same code.
 
 - **attach** — ``attach(world, obs, skills)`` takes over an episode already under way
-  instead of resetting one (a composed policy, :mod:`envs.composite`, hands the world to
+  instead of resetting one (a composed policy, :mod:`episodes.composite`, hands the world to
   a learned sub-policy mid-episode): no reset, no setup; success, the step cap and the
   achievement counts run from the attach moment, and ``step`` then works as usual.
 
@@ -122,11 +122,11 @@ import numpy as np
 from crafter import constants
 from gymnasium import spaces
 
-from envs.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
-from envs.gridmap import UNKNOWN as UNKNOWN_TILE
-from envs.setup_code import NEED_COOLDOWN_STEPS
-from envs.skills import Skills
-from envs.start_states import (
+from messages import decode, encode
+from messages.causes import TIMEOUT
+from messages.task import NeedRule, ObservationPart, RLConfig
+from rl.setup_code import NEED_COOLDOWN_STEPS
+from rl.start_states import (
     FailedSetup,
     StartState,
     StartStates,
@@ -134,11 +134,7 @@ from envs.start_states import (
     save_start,
     start_key,
 )
-from envs.start_states import resolve as resolve_start_states
-from envs.world import VOID, Observation, World
-from messages import decode, encode
-from messages.causes import TIMEOUT
-from messages.task import NeedRule, ObservationPart, RLConfig
+from rl.start_states import resolve as resolve_start_states
 from sandbox import (
     CompiledCode,
     Failure,
@@ -151,6 +147,10 @@ from sandbox import (
     load,
 )
 from sandbox import run_policy as run_sandboxed
+from skills.gridmap import UNKNOWN as UNKNOWN_TILE
+from skills.skills import Skills
+from worlds.crafter_world import VIEW_COLS, VIEW_ROWS, VITALS, CrafterWorld
+from worlds.world import VOID, Observation, World
 
 SETUP_SOURCE_CHARS = 2_000_000
 """Longest composed setup: up to ~20 stage modules of ~100k characters each (every one
@@ -159,13 +159,13 @@ was compiled on its own under the usual limit when it was evaluated)."""
 if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
 
-    from envs.env_workers import EnvWorkers
+    from rl.env_workers import EnvWorkers
 
 OBSERVATION_PARTS: tuple[str, ...] = get_args(ObservationPart)
 """The parts ``RLConfig.observation`` may name."""
 
 MAP_RADIUS = 7
-"""The ``map`` part: the remembered map (the skills' :class:`envs.gridmap.GridMap`) in a
+"""The ``map`` part: the remembered map (the skills' :class:`skills.gridmap.GridMap`) in a
 square of side ``2·MAP_RADIUS + 1`` centred on the player, one channel per tile kind and
 one for tiles not seen this episode; only what the player has seen, never the hidden
 world. 15×15 reaches a view and a half: what a coded stage walks towards."""
@@ -308,13 +308,13 @@ class SubtaskEnv(gym.Env):
             when the last try died without a fault of the code (a setup whose code
             faulted and never worked still raises at once).
         world_pool: world seeds that seedless resets draw from (empty: a fresh world every
-            episode). Crafter keeps generated worlds (``envs.crafter_world``), so a pool
+            episode). Crafter keeps generated worlds (``worlds.crafter_world``), so a pool
             pays world generation (~0.1 s) once per world instead of once per episode.
         pool_only: with a ``world_pool``, a seeded reset seeds the draw from the pool
             instead of playing the world of that seed: every episode is one of the pool's
             worlds (a learner's training envs, which PPO seeds with its own seed + i:
             the versions of a sub-action, seeded apart, then share every start).
-        start_states: the start-state cache (:mod:`envs.start_states`): True for the
+        start_states: the start-state cache (:mod:`rl.start_states`): True for the
             process's shared one, or an instance; None (default) runs setup at every
             reset. With one, a world's setup runs (and is counted) once, and later resets
             into that world restore its state; a world whose setup failed fails again at
@@ -1181,7 +1181,7 @@ def make_vec_env(
 
     ``world_pool`` (in ``kwargs``) is split among the envs: env ``i`` draws from every
     ``n_envs``-th world of it from the ``i``-th (the whole pool when it has fewer worlds
-    than envs). With ``workers`` (:mod:`envs.env_workers`: long-lived processes whose
+    than envs). With ``workers`` (:mod:`rl.env_workers`: long-lived processes whose
     start-state caches outlive the job) the envs run there, each in its own process
     when ``subproc``, else all in one, so policy code never runs in this process.
     Without, ``subproc`` runs each env in a process of SB3's ``SubprocVecEnv``

@@ -25,7 +25,7 @@ the player into a nook with a stone, ``rest`` sleeps until energy is back).
 
 Untrusted code reaches only public attributes (a sandbox refuses ``_``-prefixed names),
 so everything the object keeps — the remembered map and the plan being followed, both
-held by an :class:`envs.navigation.Navigator` — lives in ``_`` attributes, and every
+held by an :class:`skills.navigation.Navigator` — lives in ``_`` attributes, and every
 answer is a fresh copy built of str/int/float/tuple/dict.
 
 :func:`run_unsandboxed` runs trusted policy code in-process, without the sandbox (tests
@@ -44,8 +44,6 @@ from typing import Any
 
 from crafter import constants
 
-from envs.navigation import DIRECTIONS, Goal, Navigator, Plan, Pos, add
-from envs.world import VOID, Observation, World
 from messages.causes import (
     EPISODE_DONE,
     INVALID_ACTION,
@@ -54,6 +52,8 @@ from messages.causes import (
     STEP_BUDGET,
     SUCCESS,
 )
+from skills.navigation import DIRECTIONS, Goal, Navigator, Plan, Pos, add
+from worlds.world import VOID, Observation, World
 
 # Steps a movement helper may take before it gives up and returns False; long enough
 # to cross Crafter's map once and come back, short of an episode budget of 500+.

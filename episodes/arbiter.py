@@ -4,7 +4,7 @@ RL-GPT codes what can be written down and learns the rest. The diamond chain's s
 are code, and so are the survival needs that keep the player alive (drink, eat,
 retreat, shelter, sleep: :mod:`knowledge.survival`); what code does badly is *when* to
 run which, given threats, vitals and daylight. The task planner
-(:func:`envs.composite.run_composed`) asks its needs at every step:
+(:func:`episodes.composite.run_composed`) asks its needs at every step:
 
 - with no arbiter, each need's threshold decides (a vital below ``below``);
 - with an arbiter, :class:`ArbiterHook` answers with one of :data:`OPTIONS`: keep
@@ -28,7 +28,7 @@ runs in a thread of its own, and each decision is one env step; the reward of a
 decision is everything the world gave until the next one (Crafter's reward: +1 per
 achievement, ±0.1 per health point) plus :data:`DIAMOND_BONUS` for the diamond, and
 ``info["primitive_steps"]`` is the world steps it lasted (SMDP discounting,
-:mod:`envs.smdp`). Training episodes are the deployed episodes: the same stages, the
+:mod:`rl.smdp`). Training episodes are the deployed episodes: the same stages, the
 same planner, the same hook.
 """
 
@@ -217,7 +217,7 @@ class ArbiterEnv(gym.Env):
     """One decision of the survival arbiter per step, in composed diamond episodes.
 
     ``play(seed, hook, on_step)`` plays one whole composed episode with the hook
-    attached and returns it (``envs.composite.ComposedEpisode``); it runs in a thread
+    attached and returns it (``episodes.composite.ComposedEpisode``); it runs in a thread
     of its own while this env hands decisions back and forth. ``seeds`` gives the
     worlds, one per episode, in order (cycled). The reward adds ``diamond_bonus`` for
     the diamond, takes ``death_penalty`` for the player's death, and adds

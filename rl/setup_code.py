@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from messages.task import Need, Stage
 
 NEED_COOLDOWN_STEPS = 50
-"""As the task planner's (:data:`envs.composite.NEED_COOLDOWN_STEPS`): world steps a need
+"""As the task planner's (:data:`episodes.composite.NEED_COOLDOWN_STEPS`): world steps a need
 waits after a run that did not serve it."""
 MAX_STAGE_RUNS = 200
 """Runs of one setup stage (restarts after a need interrupted it) before setup moves on:
@@ -81,7 +81,7 @@ def compose_setup(stages: list[Stage], needs: Sequence[Need] = ()) -> str:
     """One policy that runs the coded ``stages`` in order, each until its test holds —
     the setup code that brings a training world to a learned sub-action's start. With
     ``needs`` (the run's survival needs), they interrupt the stages as in the final
-    policy (:mod:`envs.composite`): without them the player walks through the nights
+    policy (:mod:`episodes.composite`): without them the player walks through the nights
     unsheltered and unfed, and a deep stage's setup died in most worlds.
 
     Each stage's (and need's) module is kept whole, with its top-level names prefixed so

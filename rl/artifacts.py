@@ -27,8 +27,8 @@ from typing import Any
 
 from gymnasium.spaces.utils import flatdim
 
-from envs.rl_env import make_env
 from messages.train import TrainResult
+from rl.rl_env import make_env
 
 
 class PolicyUnusable(Exception):

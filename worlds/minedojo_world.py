@@ -1,8 +1,8 @@
-"""MineDojo behind the :class:`~envs.world.World` interface (optional backend).
+"""MineDojo behind the :class:`~worlds.world.World` interface (optional backend).
 
 :class:`MineDojoWorld` maps MineDojo's observation dict onto an
-:class:`~envs.world.Observation` and our primitive action names onto its MultiDiscrete
-action vectors (see :mod:`envs.minedojo_spaces`):
+:class:`~worlds.world.Observation` and our primitive action names onto its MultiDiscrete
+action vectors (see :mod:`worlds.minedojo_spaces`):
 
 - local view: a top-down 3×3 picture from the 3×3×3 voxels — for each column around the
   agent, the block at foot level, or the ground block under it when that is air;
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from envs import minedojo_spaces as mds
-from envs.world import Observation, StepResult, UnknownActionError, freeze_view
+from worlds import minedojo_spaces as mds
+from worlds.world import Observation, StepResult, UnknownActionError, freeze_view
 
 INSTALL_HINT = "MineDojo is not installed: pip install .[minedojo] (it also needs a JDK 8)"
 
@@ -81,7 +81,7 @@ def _item_key(name: str) -> str:
 
 
 class MineDojoWorld:
-    """A MineDojo env (or :class:`MineDojoStandIn`) as a :class:`~envs.world.World`.
+    """A MineDojo env (or :class:`MineDojoStandIn`) as a :class:`~worlds.world.World`.
 
     Args:
         env: an env with MineDojo's ``reset()/step(vector)`` API; None makes a real one

@@ -1,9 +1,9 @@
-"""Crafter behind the :class:`~envs.world.World` interface, without per-step rendering.
+"""Crafter behind the :class:`~worlds.world.World` interface, without per-step rendering.
 
 ``crafter.Env.step`` renders a 64×64 RGB frame and copies the whole semantic map into
 ``info`` on every step; the frame costs most of the step. :class:`CrafterWorld` drives
 the same ``crafter.Env`` internals (its world, player and chunk balancing — the loop in
-``crafter/env.py``) and builds a tile-level :class:`~envs.world.Observation` instead.
+``crafter/env.py``) and builds a tile-level :class:`~worlds.world.Observation` instead.
 
 One subtlety keeps the dynamics identical to the stock env: at night Crafter's renderer
 draws its noise overlay from the *world's* random generator, so rendering changes what
@@ -32,8 +32,8 @@ import crafter
 import numpy as np
 from crafter import constants
 
-from envs.world import VOID, Observation, StepResult, UnknownActionError, freeze_view
 from messages.task import Vital
+from worlds.world import VOID, Observation, StepResult, UnknownActionError, freeze_view
 
 # Generating a Crafter world runs per-tile Python noise code: ~0.1 s, most of a short
 # episode's cost. Worlds reset by seed are kept (a pristine copy, ~50 KB each) and
@@ -94,7 +94,7 @@ def tallied_steps(folder: str | os.PathLike) -> int:
 
 
 class CrafterWorld:
-    """Crafter as a :class:`~envs.world.World`.
+    """Crafter as a :class:`~worlds.world.World`.
 
     Args:
         pixels: render the RGB frame on every step, as the stock env does (slow); when

@@ -6,8 +6,8 @@ from __future__ import annotations
 import reprlib
 from typing import Any
 
-from envs.skills import Skills
 from messages.rollout import Glimpse, Segment
+from skills.skills import Skills
 
 # Skill calls that make a trace segment (the high-level actions a critic reads about).
 TRACED_SKILLS = ("path_to", "approach", "face", "explore", "attack", "collect", "place", "make")

@@ -76,12 +76,8 @@ import numpy as np
 import trio
 
 import sandbox
-from envs.artifacts import PolicyUnusable, load_policy
-from envs.composite import prepare_stages, run_composed
-from envs.crafter_world import CrafterWorld
-from envs.held_out import held_out, seed_each_episode
-from envs.start_states import resolve as resolve_start_states
-from envs.trace import TracingSkills
+from episodes.composite import prepare_stages, run_composed
+from episodes.trace import TracingSkills
 from messages import DEFAULT_MAX_FRAME, DecodeError, decode, encode
 from messages.base import message
 from messages.causes import (
@@ -96,8 +92,12 @@ from messages.causes import (
 )
 from messages.control import Failure
 from messages.rollout import EpisodeReport, RolloutRequest, StageRun
+from rl.artifacts import PolicyUnusable, load_policy
+from rl.held_out import held_out, seed_each_episode
+from rl.start_states import resolve as resolve_start_states
 from runtime import events
 from runtime.events import log
+from worlds.crafter_world import CrafterWorld
 
 # Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
 MAX_FRAMES = 1000
@@ -129,7 +129,7 @@ FAULT_ENV = "RLGPT_FAULT_INJECT"
 OOM_EXIT = 71
 """The runner's exit status when host code ran out of memory (it cannot go on safely)."""
 _HEADER = struct.Struct(">I")
-RUNNER_MAIN = "import sys; from envs.runner import main; sys.exit(main())"
+RUNNER_MAIN = "import sys; from episodes.runner import main; sys.exit(main())"
 """How an actor starts its runner (``python -c``, argv: the run directory)."""
 
 
@@ -416,7 +416,7 @@ class Rollouts:
         self.fault = fault
         self.starts = resolve_start_states(True)
         """Composed episodes' starts (``RolloutRequest.start_at``), made once per world
-        and setup in this process and restored after (:mod:`envs.start_states`)."""
+        and setup in this process and restored after (:mod:`rl.start_states`)."""
 
     def warm(self) -> None:
         # The first reset compiles Crafter's world generator (numba): pay it now, not
@@ -723,7 +723,7 @@ class Runner:
         spawned = trio.current_time()
         try:
             self.proc = await trio.lowlevel.open_process(
-                # Not ``-m envs.runner``: the module would then exist twice (as __main__
+                # Not ``-m episodes.runner``: the module would then exist twice (as __main__
                 # too), each copy registering the runner's message kinds.
                 [sys.executable, "-c", RUNNER_MAIN, str(self.run_dir or "")],
                 stdin=subprocess.PIPE,

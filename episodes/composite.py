@@ -5,7 +5,7 @@ coded (``Stage.code``, a ``run(skills)`` generator run in the sandbox) or learne
 (``Stage.policy_path``, an SB3 PPO zip acting through the RL interface of
 ``Stage.config``). :func:`run_composed` plays one episode of such a composed policy:
 
-- **reset** the world with the episode's seed; one :class:`~envs.skills.Skills` object
+- **reset** the world with the episode's seed; one :class:`~skills.skills.Skills` object
   (from ``skills_factory``) lives through the whole episode, so the map remembered by
   one stage serves the next, and a tracing skills object records every stage's calls.
 - **the planner loop** — until the episode's ``subtask`` test holds, its
@@ -36,7 +36,7 @@ coded (``Stage.code``, a ``run(skills)`` generator run in the sandbox) or learne
 Coded stages compile once per rollout (:func:`prepare_stages`) and load afresh per run
 (module state does not survive a restart). Learned stages load their zip once per
 rollout after checking its sha256 (``policy_unusable`` otherwise), and drive the SAME
-world mid-episode: a :class:`~envs.rl_env.SubtaskEnv` built from the stage's config
+world mid-episode: a :class:`~rl.rl_env.SubtaskEnv` built from the stage's config
 (subtask replaced by the stage's, no setup, no shaped reward) *attaches* to the running
 episode (:meth:`SubtaskEnv.attach`), then ``model.predict(obs)`` → ``env.step(a)`` until
 it terminates or truncates; its coded options run inside that env as in training.
@@ -65,10 +65,6 @@ from typing import Any
 import numpy as np
 
 import sandbox
-from envs.skills import Skills
-from envs.start_states import FailedSetup, StartState, StartStates, restore_state, save_start
-from envs.start_states import start_key as _start_key
-from envs.world import Observation, World
 from messages.causes import (
     EPISODE_DONE,
     INTERRUPTED,
@@ -82,6 +78,10 @@ from messages.causes import (
 )
 from messages.rollout import EpisodeReport, Segment, StageRun
 from messages.task import DAYLIGHT, Need, NeedStat, Stage, Subtask
+from rl.start_states import FailedSetup, StartState, StartStates, restore_state, save_start
+from rl.start_states import start_key as _start_key
+from skills.skills import Skills
+from worlds.world import Observation, World
 
 STAGE_RETRIES = 3
 """Further runs a failed stage always gets (4 runs in all) before the episode gives up."""
@@ -248,8 +248,8 @@ class _Unusable(Exception):
 
 
 def _load_learned(stage: Stage, world: World) -> tuple[Any, Any]:
-    from envs.artifacts import PolicyUnusable, load_policy
-    from envs.rl_env import SubtaskEnv
+    from rl.artifacts import PolicyUnusable, load_policy
+    from rl.rl_env import SubtaskEnv
 
     if stage.config is None:
         raise _Unusable("a learned stage needs the RL config its policy was trained on")
@@ -349,7 +349,7 @@ def run_composed(
 ) -> ComposedEpisode:
     """Play one episode of a composed policy (see the module docstring).
 
-    ``arbiter`` (an :class:`envs.arbiter.ArbiterHook`) decides which need runs, and
+    ``arbiter`` (an :class:`episodes.arbiter.ArbiterHook`) decides which need runs, and
     when, instead of the needs' thresholds: it is asked wherever the planner checks its
     needs (between runs, and at every step of a stage's run); each option it names is a
     need's stage name, 'work' (no need) or 'coded' (the thresholds' answer).
@@ -413,7 +413,7 @@ def composed_start_key(
     wall_s: float,
     after: Sequence[Subtask] = (),
 ) -> tuple | None:
-    """The start-state cache key (:func:`envs.start_states.start_key`) of the start of
+    """The start-state cache key (:func:`rl.start_states.start_key`) of the start of
     ``world`` ``seed`` after the composed ``setup`` stages: everything that decides it —
     the stages (code, policy and config, tests and caps), the needs, the episode's test
     and cap, and the tests of the stages ``after`` it (the planner's state saved with the
@@ -490,7 +490,7 @@ class _Planner:
         self.start: _Start | None = None
         """Where the start was, once it was reached (or restored)."""
         self.arbiter: Any = None
-        """The survival arbiter (:class:`envs.arbiter.ArbiterHook`), or None: the needs'
+        """The survival arbiter (:class:`episodes.arbiter.ArbiterHook`), or None: the needs'
         thresholds decide."""
         self.chosen: tuple[int, int | None] | None = None
         """The arbiter's answer at a step (step, need or None), until a need runs: the

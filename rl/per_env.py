@@ -1,9 +1,9 @@
 """PPO rollouts collected env by env, so that no env waits for another's long decision.
 
 SB3 collects a rollout in lockstep: every env takes one decision, the slowest decides
-when the next round starts. A decision of :class:`envs.rl_env.SubtaskEnv` is one world
+when the next round starts. A decision of :class:`rl.rl_env.SubtaskEnv` is one world
 step or a coded option of up to hundreds, so with the envs in worker processes
-(:mod:`envs.env_workers`) each worker spent about half its time waiting for the other:
+(:mod:`rl.env_workers`) each worker spent about half its time waiting for the other:
 the default diamond run's training ran at 1.0 of its 2 cores (each worker at 0.5,
 sampled from ``/proc`` over the whole training phase).
 
@@ -24,7 +24,7 @@ first: a job trains to the same weights in worker processes and in one process
 stops training stops it there (the decisions under way are waited for, then dropped
 with the unfinished rollout, as SB3 drops one). A decision cut by the episode's step
 cap bootstraps with γ V(s_final), or γ^k V(s_final) under the SMDP discount
-(:mod:`envs.smdp`, whose durations go to the buffer with each decision).
+(:mod:`rl.smdp`, whose durations go to the buffer with each decision).
 
 Only :class:`~gymnasium.spaces.Discrete` action spaces and no gSDE: anything else is
 collected in lockstep (:class:`PerEnvCollect` falls back to SB3's own). Only learners
@@ -44,12 +44,12 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from envs.env_workers import WorkerVecEnv, _stack, step_and_reset
+from rl.env_workers import WorkerVecEnv, _stack, step_and_reset
 
 COLLECT_MODES = ("per_env", "lockstep")
 """``PPOSettings.collect``: env by env (this module), or SB3's lockstep."""
 DURATION_KEY = "primitive_steps"
-"""The info key with a decision's world steps (:meth:`envs.rl_env.SubtaskEnv.step`)."""
+"""The info key with a decision's world steps (:meth:`rl.rl_env.SubtaskEnv.step`)."""
 
 
 def durations_of(infos: list[dict[str, Any]]) -> np.ndarray:
@@ -77,7 +77,7 @@ class _InProcess:
 
 
 class _InWorkers:
-    """One env of a :class:`~envs.env_workers.WorkerVecEnv` stepped at a time in its
+    """One env of a :class:`~rl.env_workers.WorkerVecEnv` stepped at a time in its
     worker; the answers in the order they come back."""
 
     def __init__(self, vec: WorkerVecEnv) -> None:
@@ -101,7 +101,7 @@ class _InWorkers:
 
 
 class _InSharedWorker:
-    """One env of a :class:`~envs.env_workers.WorkerVecEnv` whose envs share a worker
+    """One env of a :class:`~rl.env_workers.WorkerVecEnv` whose envs share a worker
     (the learner's envs kept in one process) stepped at a time; the answers in the order
     asked, as the worker gives them and as :class:`_InProcess` does."""
 
