@@ -2,7 +2,8 @@
 supervised child of the head.
 
 :class:`LocalServer` starts ``python -m llama_cpp.server --model F --model_alias NAME
---host 127.0.0.1 --port P --n_ctx N --n_threads T`` (through :mod:`llm.server_child`,
+--host 127.0.0.1 --port P --n_ctx N --n_threads T ...`` (:meth:`LocalServer.argv`: the
+prompt cache and why each flag is there; through :mod:`llm.server_child`,
 which ends it if the head is killed) on a free loopback port, waits until ``GET
 /v1/models`` answers, and hands back its :class:`Endpoint`; the ``openai`` backend then
 talks to it like to any server. While the run goes on, a server that dies is started
