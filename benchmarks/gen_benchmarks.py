@@ -61,6 +61,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("env", "Environment: Crafter steps per second (`bench_env.py`)"),
     ("device", "GPU machines and scaling (`device_check.sh`, `bench_scaling.py`)"),
     ("models", "Real local models"),
+    ("llm_calls", "Local model calls: seconds by role, prompt cache (`bench_llm_calls.py`)"),
     ("minetest", "The 3-D world: Minetest (`bench_minetest.py`)"),
 )
 """Each area's section, in order: its folder under ``benchmarks/results/`` (which holds

@@ -2,7 +2,8 @@
 supervised child of the head.
 
 :class:`LocalServer` starts ``python -m llama_cpp.server --model F --model_alias NAME
---host 127.0.0.1 --port P --n_ctx N --n_threads T`` (through :mod:`llm.server_child`,
+--host 127.0.0.1 --port P --n_ctx N --n_threads T ...`` (:meth:`LocalServer.argv`: the
+prompt cache and why each flag is there; through :mod:`llm.server_child`,
 which ends it if the head is killed) on a free loopback port, waits until ``GET
 /v1/models`` answers, and hands back its :class:`Endpoint`; the ``openai`` backend then
 talks to it like to any server. While the run goes on, a server that dies is started
@@ -157,6 +158,7 @@ class LocalServer:
         *,
         n_ctx: int = 8192,
         n_threads: int = 0,
+        cache_bytes: int = 0,
         port: int = 0,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
         max_restarts: int = 3,
@@ -167,7 +169,10 @@ class LocalServer:
         :param alias: the model name requests use.
         :param log_path: file the server's output is appended to.
         :param n_ctx: context window in tokens (prompt and reply together).
-        :param n_threads: CPU threads for inference; 0: every core (:func:`default_threads`).
+        :param n_threads: CPU threads for inference, prompt and reply alike; 0: every core
+            (:func:`default_threads`).
+        :param cache_bytes: the server's prompt cache in RAM (0: none), see
+            :meth:`argv`.
         :param port: loopback port; 0: a free one.
         :param startup_timeout_s: longest wait for a (re)started server to answer.
         :param max_restarts: restarts after a crash before the run is failed.
@@ -178,6 +183,7 @@ class LocalServer:
         self.log_path = Path(log_path)
         self.n_ctx = n_ctx
         self.n_threads = n_threads or default_threads()
+        self.cache_bytes = cache_bytes
         self.port = port or free_port()
         self.startup_timeout_s = startup_timeout_s
         self.max_restarts = max_restarts
@@ -223,11 +229,31 @@ class LocalServer:
             await serving.wait()
 
     def argv(self) -> list[str]:
+        """The server's command line.
+
+        ``--n_threads_batch``: the prompt is read with the threads the reply is written
+        with (the server's own default is every CPU the OS reports, whatever
+        ``n_threads`` says). ``--logits_all false``: the server's default keeps the
+        logits of every prompt token, n_ctx × vocabulary floats (5 GB for Qwen2.5 at
+        8,192), and copies them into each prompt-cache entry; nothing here reads them
+        (sampling uses the last token's; no call asks for logprobs). With
+        ``cache_bytes``: ``--cache true --cache_type ram --cache_size B``. The server
+        always reuses the longest prefix its one context shares with the next prompt;
+        the cache keeps the states of earlier prompts, so a call whose role's static
+        prefix (:mod:`llm.prompts`) was overwritten by another role's call since gets
+        it back instead of reading it again.
+        """
+        cache = (
+            ["--cache", "true", "--cache_type", "ram", "--cache_size", str(self.cache_bytes)]
+            if self.cache_bytes
+            else []
+        )
         return [
             sys.executable, str(CHILD), "--parent-pid", str(os.getpid()), "--",
             "--model", str(self.model_path), "--model_alias", self.alias,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads),
+            "--n_threads_batch", str(self.n_threads), "--logits_all", "false", *cache,
         ]  # fmt: skip
 
     async def run(self, task_status: trio.TaskStatus[Endpoint] = trio.TASK_STATUS_IGNORED) -> None:
@@ -297,7 +323,7 @@ class LocalServer:
         log.info(
             "model_server_started", pid=self.process.pid, port=self.port, model=self.alias,
             file=str(self.model_path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-            attempt=attempt,
+            cache_bytes=self.cache_bytes, attempt=attempt,
         )  # fmt: skip
         begun = time.monotonic()
         with trio.move_on_after(self.startup_timeout_s):

@@ -10,7 +10,8 @@ is gone (its parent pid changes: the head was killed with SIGKILL and could not 
 us), prints llama.cpp's system info (the CPU features its build uses) on one line
 starting with :data:`SYSTEM_INFO_MARK`, which the head reads back from the server's log
 into ``model_server_ready``, then runs ``python -m llama_cpp.server ARGS`` in this same
-process. The head's actor processes watch their parent the same way
+process. Started with ``--cache true`` and ``--logits_all false``, its prompt cache keeps
+no logits (:func:`_lean_prompt_cache`). The head's actor processes watch their parent the same way
 (``runtime.actor``). ``prctl(PR_SET_PDEATHSIG)`` would not do: it fires when the
 *thread* that forked us exits, and trio starts
 processes from worker threads that come and go.
@@ -45,6 +46,39 @@ def _print_system_info() -> None:
     print(SYSTEM_INFO_MARK + " ".join(str(info).split()), file=sys.stderr, flush=True)
 
 
+def _option(args: list[str], name: str) -> str:
+    """The value given to ``--name`` in the server's arguments, '' when none."""
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag == f"--{name}":
+            return value.lower()
+    return ""
+
+
+def _lean_prompt_cache() -> None:
+    """Make the server's RAM prompt cache keep each state without its logits.
+
+    llama-cpp-python's ``Llama.save_state`` copies its logits array with every state, and
+    without ``logits_all`` that array is n_batch rows of the whole vocabulary (512 ×
+    151,936 floats for Qwen2.5: 311 MB), written into every cache entry and not counted
+    in ``cache_size``, which counts llama.cpp's state only (12–115 MB a prompt here): a
+    1 GiB cache would hold ~10 GB. Without ``logits_all`` they are never read back (the
+    sampler reads llama.cpp's own logits, and a restored state is evaluated again from
+    its last token), so one row is kept: ``load_state`` broadcasts it where it writes
+    them back."""
+    try:
+        import llama_cpp
+    except ImportError:  # the server's own start says more
+        return
+
+    class LeanRAMCache(llama_cpp.LlamaRAMCache):  # type: ignore[misc,name-defined]
+        def __setitem__(self, key, value):  # type: ignore[no-untyped-def]
+            value.scores = value.scores[-1:].copy()
+            super().__setitem__(key, value)
+
+    llama_cpp.LlamaRAMCache = LeanRAMCache  # the server makes its cache from this name
+    print("server_child: the prompt cache keeps no logits", file=sys.stderr, flush=True)
+
+
 def _watch(parent: int) -> None:
     while True:
         if os.getppid() != parent:
@@ -65,7 +99,10 @@ def main(argv: list[str]) -> None:
         sys.exit(f"server_child: parent {parent} is already gone")
     threading.Thread(target=_watch, args=(parent,), daemon=True, name="parent-watch").start()
     _print_system_info()
-    sys.argv = ["llama_cpp.server", *argv[3:]]
+    args = argv[3:]
+    if _option(args, "cache") == "true" and _option(args, "logits_all") == "false":
+        _lean_prompt_cache()
+    sys.argv = ["llama_cpp.server", *args]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 
 

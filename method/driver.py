@@ -74,6 +74,7 @@ def local_server(head: Head) -> LocalServer:
         head.run_dir / "model-server.log",
         n_ctx=a.n_ctx or LOCAL_N_CTX,
         n_threads=a.n_threads,
+        cache_bytes=a.prompt_cache_mib * 2**20,
     )
 
 

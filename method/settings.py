@@ -136,7 +136,18 @@ class AgentSettings:
         default=0,
         metadata=check(min=0, max=1024, expected="threads ≥ 0 (0: every core)"),
     )
-    """local: CPU threads the server computes with (0: every core this process may use)."""
+    """local: CPU threads the server computes with, reading the prompt and writing the
+    reply (0: every core this process may use)."""
+    prompt_cache_mib: int = field(
+        default=1024,
+        # 64 GiB: past any machine this runs on; the states of one 8k context are ~0.1 GB.
+        metadata=check(min=0, max=65536, expected="MiB from 0 (off) to 65536"),
+    )
+    """local: the server's prompt cache in RAM, in MiB (0: off). Each call leaves the state
+    of its prompt there (12–115 MB for the 0.5B/1.5B models at 1–4k tokens); a later call
+    whose prompt starts the same way — every call of one role and purpose shares its
+    system message — gets it back and computes only the rest, even when other roles'
+    calls came in between. The oldest states go first when it is full."""
     critic_capacity: int = field(default=16, metadata=check(min=1))
     """Reviews the critic works on at once (each version the fast agent measures asks one)."""
     fast_capacity: int = field(default=16, metadata=check(min=1))

@@ -185,6 +185,82 @@ def test_the_servers_build_answers_one_request_and_reports_its_cpu_features(
         assert not lacking, f"built for {lacking}, which this CPU lacks: {ready['system_info']}"
 
 
+CACHE_BYTES = 256 * 2**20
+"""The prompt cache of the test's server: a few SmolLM2 states of ~1k tokens."""
+
+
+def messages(system: str, user: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def ask(endpoint: Endpoint, chat_messages: list[dict[str, str]]) -> dict:
+    body = json.dumps(
+        {"model": endpoint.alias, "messages": chat_messages, "max_tokens": 4, "temperature": 0}
+    ).encode()
+    request = urllib.request.Request(
+        f"{endpoint.base_url}/chat/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as response:
+        return json.loads(response.read())
+
+
+def computed_prompts(log_text: str, prompts: list[int]) -> list[int]:
+    """Prompt tokens each request computed, from the server's log: its prompt less the
+    prefix it reused ("N prefix-match hit, remaining M prompt tokens to eval")."""
+    reused = [int(n) for n in re.findall(r"(\d+) prefix-match hit, remaining", log_text)]
+    # The first request reuses nothing and logs no such line.
+    assert len(reused) == len(prompts) - 1, log_text[-3000:]
+    return [prompts[0]] + [p - r for p, r in zip(prompts[1:], reused, strict=True)]
+
+
+def test_a_roles_second_call_after_another_roles_computes_only_its_request(
+    tmp_path: Path,
+) -> None:
+    """Two roles' calls interleave (code, review, code): the server's one context holds
+    the review's prompt when the second code call comes, so without the prompt cache
+    that call computes its whole system message again. With it (``cache_bytes``, as
+    ``[agents] prompt_cache_mib`` starts it), the code prompt's state comes back from the
+    cache and only the new request is computed."""
+    path = require(SMALL)
+    log_path = tmp_path / "s.log"
+    server = LocalServer(path, SMALL, log_path, n_ctx=N_CTX, n_threads=1, max_restarts=0,
+                         cache_bytes=CACHE_BYTES)  # fmt: skip
+    argv = server.argv()
+    assert argv[argv.index("--cache") + 1] == "true"
+    assert argv[argv.index("--cache_size") + 1] == str(CACHE_BYTES)
+    assert argv[argv.index("--logits_all") + 1] == "false"
+    reference = "\n".join(f"- skills.helper_{i}(x, y): does thing number {i} to x and y."
+                          for i in range(60))  # fmt: skip
+    code = f"You write code. The skill API:\n{reference}\nReply with JSON."
+    review = "You review code. " + " ".join(f"Rule {i}: be fair." for i in range(120))
+    calls = [
+        messages(code, "Write the code for collect_wood."),
+        messages(review, "Review this version: 3 of 10 worlds."),
+        messages(code, "Write the code for place_table."),
+    ]
+
+    async def main() -> list[dict]:
+        async with trio.open_nursery() as nursery:
+            endpoint = await nursery.start(server.run)
+            answers = []
+            for chat_messages in calls:
+                with trio.fail_after(300):
+                    answers.append(await trio.to_thread.run_sync(ask, endpoint, chat_messages))
+            nursery.cancel_scope.cancel()
+        return answers
+
+    answers = trio.run(main)
+    prompts = [a["usage"]["prompt_tokens"] for a in answers]
+    assert prompts[0] > 500 and prompts[1] > 500, prompts  # a long static prefix each
+    text = log_path.read_text(errors="replace")
+    computed = computed_prompts(text, prompts)
+    # The second code call computes its request (and the template's markers), not the
+    # system message the review's call overwrote.
+    assert computed[2] < 40, (prompts, computed)
+    assert computed[2] < prompts[2] / 10, (prompts, computed)
+    assert "Llama._create_completion: cache hit" in text
+
+
 def test_the_system_info_of_the_servers_latest_start_is_read_from_its_log(
     tmp_path: Path,
 ) -> None:

@@ -392,3 +392,20 @@ def test_a_coded_action_named_like_a_primitive_leaves_one_action_of_that_name() 
     env = SubtaskEnv(config, seed=0)
     assert env.action_space.n == len(names)
     env.close()
+
+
+@pytest.mark.parametrize(("role", "purpose"), sorted(PURPOSES))
+def test_every_prompt_starts_with_a_static_part_the_server_can_reuse(
+    role: str, purpose: str
+) -> None:
+    """A call's system message holds nothing of its request, and its user message starts
+    with the same words before it: the local server's prompt cache gives a role's calls
+    that prefix back computed (`[agents] prompt_cache_mib`), so whatever varies must
+    come after it."""
+    prompts = PromptSet()
+    requests = real_requests()[role, purpose]
+    rendered = [prompts.render(role, purpose, r) for r in [*requests, {"other": [1, 2, 3]}]]
+    systems = {m[0]["content"] for m in rendered}
+    assert len(systems) == 1, f"{role}/{purpose}: the system message varies with the request"
+    before = {m[1]["content"].split("{", 1)[0] for m in rendered}
+    assert len(before) == 1 and len(before.pop()) > 10, (role, purpose)
