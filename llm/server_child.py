@@ -67,10 +67,12 @@ def _lean_prompt_cache() -> None:
     them back."""
     try:
         import llama_cpp
-    except ImportError:  # the server's own start says more
+
+        ram_cache = llama_cpp.LlamaRAMCache
+    except (ImportError, AttributeError):  # the server's own start says more
         return
 
-    class LeanRAMCache(llama_cpp.LlamaRAMCache):  # type: ignore[misc,name-defined]
+    class LeanRAMCache(ram_cache):  # type: ignore[misc,name-defined]
         def __setitem__(self, key, value):  # type: ignore[no-untyped-def]
             value.scores = value.scores[-1:].copy()
             super().__setitem__(key, value)
