@@ -42,7 +42,6 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -320,26 +319,14 @@ def by_call(calls: list[Call]) -> dict[str, dict[str, Any]]:
 
 
 def machine() -> dict[str, Any]:
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = os.cpu_count()
-    cpu = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    """The runtime benchmark's record of the machine, with the llama-cpp-python build."""
     import importlib.metadata
 
-    return {
-        "cores": os.cpu_count(),
-        "usable_cores": usable,
-        "cpu": cpu,
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "python": platform.python_version(),
-        "llama_cpp_python": importlib.metadata.version("llama_cpp_python"),
-    }
+    from bench_runtime import machine as runtime_machine  # this script's own folder
+
+    gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    version = importlib.metadata.version("llama_cpp_python")
+    return {**runtime_machine(), "memory_gib": gib, "llama_cpp_python": version}
 
 
 def commit() -> str:

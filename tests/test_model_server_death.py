@@ -62,18 +62,19 @@ class StandInServer(LocalServer):
         return [sys.executable, str(script), str(self.port), self.alias]
 
 
-def test_a_server_that_dies_by_sigill_at_every_first_request_ends_the_run_with_its_cause(
-    tmp_path: Path,
-) -> None:
+def _ask_a_supervised_stand_in(tmp_path: Path, script: str) -> tuple[BaseExceptionGroup, Path]:
+    """Start ``script`` as the supervised server, ask it for a plan through the real
+    backend (which waits for restarts, as method.agents.make_backend sets it up), and
+    return what the two tasks raised and the server's log."""
     log_path = tmp_path / "model-server.log"
-    (tmp_path / "stand_in_server.py").write_text(STAND_IN_SERVER)
+    (tmp_path / "stand_in_server.py").write_text(script)
     server = StandInServer(
         tmp_path / "model.gguf", "stand-in", log_path, max_restarts=3, startup_timeout_s=60
     )
     backend = OpenAIBackend(
         server.endpoint.base_url, "stand-in", "", max_retries=4, backoff_s=0.05, n_ctx=4096
     )
-    backend.server_ready = server.endpoint.ready  # as method.agents.make_backend sets it
+    backend.server_ready = server.endpoint.ready
     messages = [{"role": "user", "content": "plan the diamond"}]
 
     async def main() -> None:
@@ -81,11 +82,18 @@ def test_a_server_that_dies_by_sigill_at_every_first_request_ends_the_run_with_i
             await nursery.start(server.run)
             await backend._complete(messages, "slow", "plan")
 
-    started = time.monotonic()
     with pytest.raises(BaseExceptionGroup) as caught:
         trio.run(main)
+    return caught.value, log_path
+
+
+def test_a_server_that_dies_by_sigill_at_every_first_request_ends_the_run_with_its_cause(
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    group, log_path = _ask_a_supervised_stand_in(tmp_path, STAND_IN_SERVER)
     took = time.monotonic() - started
-    errors = list(caught.value.exceptions)
+    errors = list(group.exceptions)
     # What the user is told, whichever task ended first: the server's own death.
     assert errors and all(isinstance(e, LocalServerError | ModelUnavailable) for e in errors)
     for error in errors:
@@ -120,24 +128,8 @@ served.write_text("yes")
 
 
 def test_a_restart_that_dies_before_it_answers_counts_as_the_same_death(tmp_path: Path) -> None:
-    log_path = tmp_path / "model-server.log"
-    (tmp_path / "stand_in_server.py").write_text(DIES_ON_RESTART)
-    server = StandInServer(
-        tmp_path / "model.gguf", "stand-in", log_path, max_restarts=3, startup_timeout_s=60
-    )
-    backend = OpenAIBackend(
-        server.endpoint.base_url, "stand-in", "", max_retries=4, backoff_s=0.05, n_ctx=4096
-    )
-    backend.server_ready = server.endpoint.ready
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(server.run)
-            await backend._complete([{"role": "user", "content": "plan"}], "slow", "plan")
-
-    with pytest.raises(BaseExceptionGroup) as caught:
-        trio.run(main)
-    for error in caught.value.exceptions:
+    group, log_path = _ask_a_supervised_stand_in(tmp_path, DIES_ON_RESTART)
+    for error in group.exceptions:
         assert isinstance(error, LocalServerError | ModelUnavailable), error
         text = str(error)
         assert f"died the same way (signal SIGILL) after each of its last {SAME_DEATHS}" in text
