@@ -694,11 +694,27 @@ def wire_cap(max_frame_bytes: int) -> int:
 
 
 def _summary(exc: BaseException, limit: int = 300) -> str:
-    """An exception as a peer may see it: its type and the first line of its message."""
+    """An exception as a peer may see it: its type and the first line of its message.
+    A group (a nursery's) is told by the error inside it, as "ExceptionGroup: Exceptions
+    from Trio nursery" would hide what went wrong (a full disk, say) from the asker."""
+    exc = _leaf(exc)
     first = (str(exc).strip().splitlines() or [""])[0]
     text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     text = text if len(text) <= limit else text[: limit - 3] + "..."
     return text + "; traceback in the answering actor's events"
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first error inside nested groups that is not a cancellation; the group itself
+    when it holds nothing else."""
+    stack = [exc]
+    while stack:
+        e = stack.pop(0)
+        if isinstance(e, BaseExceptionGroup):
+            stack[:0] = e.exceptions
+        elif not isinstance(e, trio.Cancelled):
+            return e
+    return exc
 
 
 # The base class's own handlers (``__init_subclass__`` only runs for subclasses).

@@ -566,7 +566,7 @@ def _record_failure(exc: Exception, run_dir: Path, reserve: Path, status: dict[s
     """Log why the run failed (``run_failed``) and set ``status`` to say it; a full disk
     first gives back the reserve so that these last records fit."""
     cause = _root_cause(exc)
-    full = _disk_full(exc)
+    full = _disk_full(exc) or _no_room(run_dir)
     if full is not None:
         # The reserve makes room for the last records (run_failed, run_stopped).
         reserve.unlink(missing_ok=True)
@@ -622,6 +622,25 @@ def _disk_full(exc: BaseException) -> str | None:
     if error is not None and error.errno in DISK_FULL_ERRNOS:
         return f"the events file: [Errno {error.errno}] {error.strerror}"
     return None
+
+
+NO_ROOM_BYTES = 64 * 1024
+"""Free space under which a failed run's disk counts as full whatever the error said: a
+library that hit the full disk may raise its own error (a RuntimeError from a writer, say)
+with no errno in it."""
+
+
+def _no_room(run_dir: Path) -> str | None:
+    """Why the disk holding ``run_dir`` counts as full (less than ``NO_ROOM_BYTES`` free
+    for this process), or None."""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= NO_ROOM_BYTES:
+        return None
+    return f"{free:,} bytes free when the run failed"
 
 
 def _root_cause(exc: BaseException) -> BaseException:

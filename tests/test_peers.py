@@ -722,3 +722,49 @@ def test_a_handler_that_raises_answers_the_error_not_its_traceback(tmp_path: Pat
     assert "second line" not in reply.detail
     (failed,) = _named(run.events, "handler_failed")
     assert 'File "' in failed["exception"] and "second line" in failed["exception"]
+
+
+def test_an_error_inside_a_handlers_nursery_is_answered_by_what_went_wrong(
+    tmp_path: Path,
+) -> None:
+    # A handler whose nursery fails (a checkpoint written on a full disk, say) must answer
+    # with the error inside the group: "ExceptionGroup: Exceptions from Trio nursery" told
+    # the head nothing, and a full disk then ended the run as an unknown failure.
+    import errno
+
+    from runtime.actor import Actor, handles
+    from runtime.failures import RemoteFailure
+    from runtime.head import _disk_full
+
+    class FullDisk(Actor):
+        role = "environment"
+
+        @handles(RolloutRequest)
+        async def on_rollout(self, req: RolloutRequest, env: Envelope) -> RolloutResult:
+            async def write() -> None:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write)
+                await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.start_local(FullDisk(name="full"))
+        rogue = Rogue(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("critic", "prober"), Registered)
+            req = RolloutRequest(collect_wood_with_coded().subtask, code="pass", seeds=[0])
+            seen["reply"] = await rogue.ask("@environment", req)
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(make_settings(tmp_path), driver)
+    assert run.code == 0
+    reply = seen["reply"]
+    assert isinstance(reply, Failure) and reply.reason == "handler_error"
+    assert reply.detail.startswith("OSError: [Errno 28]"), reply.detail
+    assert _disk_full(RemoteFailure(reply)) is not None
