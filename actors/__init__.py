@@ -2,8 +2,8 @@
 
 ``ROLES`` maps the role of a worker process (``[actors.ROLE]`` in a config) to
 ``module:Class``, so that ``run.py actor ROLE`` imports only what that process needs.
-``AGENTS`` maps the method's agents, which run as trio tasks inside the head, the same
-way; the driver (:mod:`method.driver`) gets their classes from ``run.py``."""
+The method's agents (slow, fast, critic) run as trio tasks inside the head; the driver
+above them (:mod:`rlgpt.driver`) imports their classes."""
 
 from __future__ import annotations
 
@@ -14,17 +14,6 @@ ROLES: dict[str, str] = {
     "environment": "actors.environment:EnvironmentActor",
     "learner": "actors.learner:LearnerActor",
 }
-
-AGENTS: dict[str, str] = {
-    "slow": "actors.slow:SlowAgent",
-    "fast": "actors.fast:FastAgent",
-    "critic": "actors.critic:CriticActor",
-}
-
-
-def agent_classes() -> dict[str, type]:
-    """The in-process agents' classes by role (imports them: no torch among them)."""
-    return {role: _load(target) for role, target in AGENTS.items()}
 
 
 def actor_class(role: str) -> type:

@@ -19,6 +19,7 @@ from typing import Any
 
 from crafter import constants
 
+from actors.critic import glimpse_dict
 from knowledge import recipes
 from knowledge.options import (
     OPTION_NAMES,
@@ -28,7 +29,9 @@ from knowledge.options import (
     options_for,
     stage_code_option,
 )
+from knowledge.recipes import Step
 from llm.contracts import subtask_achievement
+from llm.prompts import skill_names
 from messages import Envelope, preferring
 from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
@@ -53,7 +56,7 @@ from method.settings import MethodSettings
 from method.split import Affinity, rollout_split
 from method.tboard import log_dir
 from rl.artifacts import ArtifactRefused, store_artifact
-from rl.reward_check import check_reward_apart
+from rl.reward_check import RewardCheck, check_reward_apart
 from rl.setup_code import compose_setup, in_training
 from runtime import cpu
 from runtime.actor import Actor, RemoteFailure, handles
@@ -529,7 +532,6 @@ class FastAgent(Actor):
         version too: then the reply says ``unchanged`` (the code has run out of answers,
         and the slow agent moves the sub-action on). ``code_repeated`` says which
         happened (``then``: ``asked_again`` or ``exhausted``)."""
-        from llm.prompts import skill_names
 
         tried = self.tried.get(sub.name, {})
         sha = hashlib.sha256(reply["code"].encode()).hexdigest()
@@ -581,17 +583,7 @@ class FastAgent(Actor):
             )  # fmt: skip
             return
         step = recipes.achievement_step(meant)
-        offered = options_for(step)
-        if sub.options:  # the plan named its own choice of coded actions
-            known = set(OPTION_NAMES)
-            offered = [o for o in offered if o[0] in sub.options] + [
-                (n, n, option(n))
-                for n in sub.options
-                if n in known and n not in {o[0] for o in offered}
-            ]
-        own = self.best_code.get(sub.name)
-        if own is not None:  # the stage's best coded version, resumable, beside the menu
-            offered = [stage_code_option(own[1]), *offered]
+        offered = self._menu(sub, step)
         world_actions = _world_actions()
         previous: dict[str, Any] | None = None
         critique: Critique | None = None
@@ -612,25 +604,13 @@ class FastAgent(Actor):
             config = rl_config(
                 sub, reply, offered, world_actions, work.setup or work.before, work.needs
             )
-            # The shaped reward tried on scripted transitions before a step is trained on
-            # it: one that pays for standing still or never for this step's progress is
-            # dropped (the success reward stays), and the next version is told why.
-            # In a child process: reward code that crashes its process fails the check,
-            # never the head (where this agent runs).
-            checked = await self.run_blocking(check_reward_apart, config.reward_code, step)
-            if not checked.ok:
-                log.warning(
-                    "reward_check_failed", subaction=sub.name, version=version,
-                    detail=checked.detail,
-                )  # fmt: skip
-                config = dataclasses.replace(config, reward_code="")
-            options = [a.name for a in config.coded_actions]
+            config, checked = await self._checked_reward(sub, version, config, step)
             loop.versions += 1
             log.info(
                 "rl_config_written",
                 subaction=sub.name,
                 version=version,
-                options=options,
+                options=[a.name for a in config.coded_actions],
                 primitives=len(config.primitives),
                 shaped_reward=bool(config.reward_code),
                 reward_check=checked.detail[:200],
@@ -664,6 +644,39 @@ class FastAgent(Actor):
             previous = {"config": reply, "held_out_success": train.eval_success_rate}
             if not checked.ok:
                 previous["reward_check"] = f"your reward_code was not used: {checked.detail}"
+
+    def _menu(self, sub: SubAction, step: Step) -> list[tuple[str, str, str]]:
+        """The coded actions a learned version of ``sub`` is offered: the step's menu (or
+        the plan's own choice from it), with the stage's best coded version first."""
+        offered = options_for(step)
+        if sub.options:  # the plan named its own choice of coded actions
+            known = set(OPTION_NAMES)
+            offered = [o for o in offered if o[0] in sub.options] + [
+                (n, n, option(n))
+                for n in sub.options
+                if n in known and n not in {o[0] for o in offered}
+            ]
+        own = self.best_code.get(sub.name)
+        if own is not None:  # the stage's best coded version, resumable, beside the menu
+            offered = [stage_code_option(own[1]), *offered]
+        return offered
+
+    async def _checked_reward(
+        self, sub: SubAction, version: int, config: RLConfig, step: Step
+    ) -> tuple[RLConfig, RewardCheck]:
+        """``config`` with its shaped reward tried on scripted transitions before a step
+        is trained on it: one that pays for standing still or never for this step's
+        progress is dropped (the success reward stays), and the next version is told why.
+        In a child process: reward code that crashes its process fails the check, never
+        the head (where this agent runs)."""
+        checked = await self.run_blocking(check_reward_apart, config.reward_code, step)
+        if not checked.ok:
+            log.warning(
+                "reward_check_failed", subaction=sub.name, version=version,
+                detail=checked.detail,
+            )  # fmt: skip
+            config = dataclasses.replace(config, reward_code="")
+        return config, checked
 
     async def _train(
         self, work: WorkOn, config: RLConfig, version: int, cap: int = 0
@@ -953,7 +966,6 @@ class FastAgent(Actor):
 def _failed_trace(result: RolloutResult) -> list[dict[str, Any]]:
     """The last :data:`TRACE_KEEP` high-level actions of ``result``'s first failed
     episode that has a trace, with what the player saw before and after each."""
-    from actors.critic import glimpse_dict
 
     for episode in result.episodes:
         if not episode.success and episode.trace:

@@ -136,18 +136,9 @@ class SlowAgent(Actor):
             )
             if stop_reason == "wall_time":
                 break
-            if task_rate >= task.success_target and all(
-                chosen_version(outcomes[s.name]).accepted
-                for s in plan.subactions
-                if s.name in outcomes
-            ):
-                stop_reason = "target_met"
-                break
-            if used >= task.env_steps:
-                stop_reason = "env_steps"
-                log.warning("budget_spent", kind="env_steps", used=used, budget=task.env_steps)
-                break
-            if iteration == task.iterations:
+            done = _met_or_spent(task, plan, outcomes, task_rate, used)
+            if done or iteration == task.iterations:
+                stop_reason = done or stop_reason
                 break
             try:
                 revised = await self._revise(task, plan, outcomes, task_rate, iteration, used)
@@ -412,6 +403,30 @@ class SlowAgent(Actor):
         stop_reason: str,
         spent: _Spent,
     ) -> TaskReport:
+        stages = self._final_stages(plan, outcomes)
+        needs = list(self._need_list)
+        eval_steps, rate, achievements = 0, 0.0, {}
+        if stages:
+            eval_steps, rate, achievements = await self._final_evaluation(
+                task, stages, needs, spent
+            )
+        return TaskReport(
+            plans=plans,
+            outcomes=[o for outs in outcomes.values() for o in outs],
+            final_success=rate,
+            final_episodes=len(task.eval_seeds),
+            history=history,
+            stop_reason=stop_reason,
+            code_steps=spent.code,
+            train_steps=spent.train,
+            eval_steps=eval_steps,
+            stages=stages,
+            needs=needs,
+            achievements=achievements,
+        )
+
+    def _final_stages(self, plan: Plan, outcomes: dict[str, list[SubActionOutcome]]) -> list[Stage]:
+        """The stage the run stands on for each sub-action of ``plan``, in its order."""
         stages = []
         for s in plan.subactions:
             if s.need or not outcomes.get(s.name):
@@ -423,8 +438,6 @@ class SlowAgent(Actor):
                 log.warning("stage_missing", subaction=s.name, reason="no usable version")
                 continue
             stages.append(chosen.stage)
-        needs = list(self._need_list)
-        final = [o for outs in outcomes.values() for o in outs]
         for sub in plan.subactions:
             if (
                 not sub.need
@@ -440,6 +453,14 @@ class SlowAgent(Actor):
                     coded_rate=self._rate(outcomes[sub.name], "code"),
                     learned_rate=self._rate(outcomes[sub.name], "rl"),
                 )
+        return stages
+
+    async def _final_evaluation(
+        self, task: RunTask, stages: list[Stage], needs: list[Need], spent: _Spent
+    ) -> tuple[int, float, dict[str, float]]:
+        """The composed policy on the evaluation worlds (then, with ``play_to_budget``,
+        on fresh worlds until the budget is spent): its env steps, success rate and the
+        share of episodes that unlocked each achievement."""
         known = [*_achievements(), ALL_ACHIEVEMENTS]
         goal = Subtask(
             # Every achievement: no single test; the episode runs until every stage's
@@ -450,55 +471,37 @@ class SlowAgent(Actor):
             achievement=task.target_item if task.target_item in _achievements() else "",
             max_steps=self.settings.task.episode_steps,
         )
-        eval_steps, rate, achievements = 0, 0.0, {}
-        if stages:
-            req = RolloutRequest(
-                subtask=goal, seeds=list(task.eval_seeds), wall_s=FINAL_WALL_S, stages=stages,
-                needs=needs, skip_failed=task.target_item == ALL_ACHIEVEMENTS,
-            )  # fmt: skip
-            log.info("final_evaluation_started", episodes=len(req.seeds), stages=len(stages))
-            result = self.agents.journal.job(req)
-            if result is None:
-                result = await rollout_split(
-                    self, req, whole_parts(self.environments, len(req.seeds))
-                )
-                # Booked before it is recorded: a kill between the two redoes the job,
-                # whose lines replace these (the ledger's ids) instead of going missing.
-                ledger.append(self.run_dir, ledger.rollout_lines("final", result, job_key(req)))
-                self.agents.journal.record_job(req, result, name="final")
-            self.final = (req, result)
-            rate, eval_steps = result.success_rate, result.steps
-            counts: dict[str, int] = {}
-            for e in result.episodes:
-                for name in set(e.achievements):
-                    counts[name] = counts.get(name, 0) + 1
-            achievements = {k: v / len(result.episodes) for k, v in sorted(counts.items())}
-            log.info(
-                "final_evaluation_finished",
-                success_rate=rate,
-                episodes=len(result.episodes),
-                steps=eval_steps,
-            )
-            if self.settings.task.play_to_budget:
-                used = spent.total + eval_steps
-                mean = eval_steps / max(1, len(result.episodes))
-                # The report's video episodes are kept out (re-played after).
-                video = sum(e.steps for e in video_episodes(result.episodes))
-                await self._play(req, task.env_steps - used - video, mean)
-        return TaskReport(
-            plans=plans,
-            outcomes=final,
-            final_success=rate,
-            final_episodes=len(task.eval_seeds),
-            history=history,
-            stop_reason=stop_reason,
-            code_steps=spent.code,
-            train_steps=spent.train,
-            eval_steps=eval_steps,
-            stages=stages,
-            needs=needs,
-            achievements=achievements,
+        req = RolloutRequest(
+            subtask=goal, seeds=list(task.eval_seeds), wall_s=FINAL_WALL_S, stages=stages,
+            needs=needs, skip_failed=task.target_item == ALL_ACHIEVEMENTS,
+        )  # fmt: skip
+        log.info("final_evaluation_started", episodes=len(req.seeds), stages=len(stages))
+        result = self.agents.journal.job(req)
+        if result is None:
+            result = await rollout_split(self, req, whole_parts(self.environments, len(req.seeds)))
+            # Booked before it is recorded: a kill between the two redoes the job,
+            # whose lines replace these (the ledger's ids) instead of going missing.
+            ledger.append(self.run_dir, ledger.rollout_lines("final", result, job_key(req)))
+            self.agents.journal.record_job(req, result, name="final")
+        self.final = (req, result)
+        counts: dict[str, int] = {}
+        for e in result.episodes:
+            for name in set(e.achievements):
+                counts[name] = counts.get(name, 0) + 1
+        achievements = {k: v / len(result.episodes) for k, v in sorted(counts.items())}
+        log.info(
+            "final_evaluation_finished",
+            success_rate=result.success_rate,
+            episodes=len(result.episodes),
+            steps=result.steps,
         )
+        if self.settings.task.play_to_budget:
+            used = spent.total + result.steps
+            mean = result.steps / max(1, len(result.episodes))
+            # The report's video episodes are kept out (re-played after).
+            video = sum(e.steps for e in video_episodes(result.episodes))
+            await self._play(req, task.env_steps - used - video, mean)
+        return result.steps, result.success_rate, achievements
 
     async def _play(self, final: RolloutRequest, left: int, mean_steps: float) -> None:
         """Play the final policy on fresh worlds until ``left`` env steps are spent, as a
@@ -882,3 +885,22 @@ def needs_table() -> list[dict[str, Any]]:
 
 def _achievements() -> list[str]:
     return list(constants.achievements)
+
+
+def _met_or_spent(
+    task: RunTask,
+    plan: Plan,
+    outcomes: dict[str, list[SubActionOutcome]],
+    task_rate: float,
+    used: int,
+) -> str | None:
+    """Why the run stops after an iteration: ``target_met`` (the task's rate reached and
+    every sub-action's version accepted), ``env_steps`` (the budget spent), else None."""
+    if task_rate >= task.success_target and all(
+        chosen_version(outcomes[s.name]).accepted for s in plan.subactions if s.name in outcomes
+    ):
+        return "target_met"
+    if used >= task.env_steps:
+        log.warning("budget_spent", kind="env_steps", used=used, budget=task.env_steps)
+        return "env_steps"
+    return None

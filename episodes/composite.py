@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 import sandbox
+from messages import encode
 from messages.causes import (
     EPISODE_DONE,
     INTERRUPTED,
@@ -431,7 +432,6 @@ def setup_parts(
     stages, the needs, the episode's test and cap, and the tests of the stages ``after``
     it (:func:`composed_start_key`; :func:`method.split.start_setup_key` too, which
     groups a request's worlds by the starts they share)."""
-    from messages import encode
 
     parts = [encode(s) for s in setup] + [encode(n) for n in needs] + [encode(subtask)]
     return parts + [b"after"] + [encode(t) for t in after]
@@ -638,8 +638,7 @@ class _Planner:
             raise ValueError(
                 f"needs name unknown stats {unknown}; the world has {list(obs.status)}"
             )
-        done, failures, failed_steps = self.done, self.failures, self.failed_steps
-        dropped = self.dropped
+        done, dropped = self.done, self.dropped
         cause, detail, line = "", "", 0
         while True:
             for i, prepared in enumerate(self.stages):
@@ -681,22 +680,9 @@ class _Planner:
                 continue
             if run.cause == INTERRUPTED or self._episode_end() is not None:
                 continue  # a need comes first / the loop's top ends the episode
-            failures[i] += 1
-            failed_steps[i] += run.steps
-            allowance = STAGE_ALLOWANCE * self.stages[i].stage.subtask.max_steps
-            more = failures[i] <= STAGE_RETRIES or (
-                run.cause in SEARCH_CAUSES
-                and run.steps > 0
-                and failed_steps[i] < allowance
-                and failures[i] < MAX_STAGE_FAILURES
-            )
-            if (run.cause in PERMANENT_CAUSES or not more) and self.skip_failed:
-                dropped.add(i)
-                continue
-            if run.cause in PERMANENT_CAUSES or not more:
-                cause, detail, line = run.cause, run.detail, run.line
-                if run.cause not in PERMANENT_CAUSES:
-                    detail = f"stage {run.name!r} failed {failures[i]} times; last: {detail}"
+            ended = self._stage_failed(i, run)
+            if ended is not None:
+                cause, detail, line = ended
                 break
         if self.start_at and self.start is None:
             if self.starts is not None and self.key is not None and cause != TIMEOUT:
@@ -704,6 +690,33 @@ class _Planner:
                 # wall clock ended it: a busy machine, not the world, is to blame).
                 self.starts.put(self.key, FailedSetup(tap.steps, f"{cause}: {detail}", None))
             return self._not_reached(f"{cause}: {detail}", made=True, started=started)
+        return self._episode(cause, detail, line, started)
+
+    def _stage_failed(self, i: int, run: StageRun) -> tuple[str, str, int] | None:
+        """Count stage ``i``'s failed run; the episode's end (cause, detail, line) once the
+        stage has no try left, None while it has one (or is dropped: ``skip_failed``)."""
+        self.failures[i] += 1
+        self.failed_steps[i] += run.steps
+        allowance = STAGE_ALLOWANCE * self.stages[i].stage.subtask.max_steps
+        more = self.failures[i] <= STAGE_RETRIES or (
+            run.cause in SEARCH_CAUSES
+            and run.steps > 0
+            and self.failed_steps[i] < allowance
+            and self.failures[i] < MAX_STAGE_FAILURES
+        )
+        if run.cause not in PERMANENT_CAUSES and more:
+            return None
+        if self.skip_failed:
+            self.dropped.add(i)
+            return None
+        if run.cause in PERMANENT_CAUSES:
+            return run.cause, run.detail, run.line
+        detail = f"stage {run.name!r} failed {self.failures[i]} times; last: {run.detail}"
+        return run.cause, detail, run.line
+
+    def _episode(self, cause: str, detail: str, line: int, started: float) -> ComposedEpisode:
+        """The episode as it ended, counted from its start state where it has one."""
+        tap = self.tap
         success = cause == SUCCESS
         if success:
             detail, line = "", 0

@@ -67,6 +67,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import field
 from pathlib import Path
@@ -97,6 +98,7 @@ from rl.held_out import held_out, seed_each_episode
 from rl.start_states import resolve as resolve_start_states
 from runtime import events
 from runtime.events import log
+from sandbox import confine_memory
 from worlds.crafter_world import CrafterWorld
 
 # Frames kept for a video: 64x64 RGB, 1,000 frames is 12 MB raw, ~1 MB compressed.
@@ -632,8 +634,6 @@ def serve(inp: int, out: int, rollouts: Rollouts) -> None:
         except MemoryError:
             os._exit(OOM_EXIT)  # host code out of memory: no safe way on
         except Exception as exc:  # noqa: BLE001 - a bad request: its asker gets the failure
-            import traceback
-
             text = "".join(traceback.format_exception(exc, limit=-4))[-2000:]
             write_frame(out, Failure("handler_error", text))
             continue
@@ -647,7 +647,6 @@ def main(argv: list[str] | None = None) -> int:
     limits = apply_limits()
     # This process runs policy code and nothing else: each call into it gets an
     # address-space cap of its memory budget (the 2 GiB above is the host's backstop).
-    from sandbox import confine_memory
 
     confine_memory()
     # The pipe to the actor is fd 1 as started; anything printed by a library goes to

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 from knowledge.recipes import Step
 from messages.causes import EPISODE_DONE, POLICY_FINISHED, STEP_BUDGET
@@ -91,82 +92,108 @@ def revise(step: Step, params: Params, cause: str, detail: str = "") -> tuple[Pa
     a helper gave up, a requirement was missing), episode_done (the player died),
     exception / policy_error, timeout, invalid_action (code errors).
     """
-    p = params
-    replace = dataclasses.replace
-    if cause == POLICY_FINISHED:
-        if not p.secure:
-            return replace(p, secure=True), (
-                "policy_finished: a requirement was missing — now obtains the tools, "
-                "materials and stations the step needs first"
-            )
-        if p.attempts < MAX_ATTEMPTS:
-            attempts = min(MAX_ATTEMPTS, max(3, 2 * p.attempts))
-            explore = max(p.explore, 30)
-            return replace(p, attempts=attempts, explore=explore), (
-                f"policy_finished: a helper gave up — now explores {explore} steps and "
-                f"tries again, up to {attempts} times"
-            )
-        if not p.dig:
-            return replace(p, dig=True), (
-                "policy_finished: still no target in reach — now tunnels through stone"
-            )
-        return None
-    if cause == STEP_BUDGET:
-        if not p.dig:
-            return replace(p, dig=True), (
-                "step_budget: walking around mountains took too long — now tunnels "
-                "through stone with a pickaxe (never into lava)"
-            )
-        if p.patience < min(MAX_PATIENCE, step.max_steps):
-            patience = min(step.max_steps, MAX_PATIENCE, 2 * p.patience)
-            return replace(p, patience=patience, explore=max(p.explore, 30)), (
-                f"step_budget: attempts were cut short — patience {p.patience} → {patience}"
-            )
-        if p.chunk > 10:
-            return replace(p, chunk=p.chunk // 2), (
-                "step_budget: long skill calls kept going the wrong way — re-decides twice as often"
-            )
-        return None
-    if cause == EPISODE_DONE:
-        if not p.fight:
-            return replace(p, fight=True), (
-                "episode_done: the player died — now fights zombies and skeletons that "
-                "come next to it"
-            )
-        if not p.arm:
-            return replace(p, arm=True), (
-                "episode_done: the player died fighting — now makes a sword at a table "
-                "when spare wood/stone allow"
-            )
-        if not p.survive:
-            return replace(p, survive=True), (
-                "episode_done: the player died — now drinks, eats, sleeps in a shelter "
-                "and recovers when vitals run low"
-            )
-        if p.check > 2:
-            return replace(p, check=p.check // 2), (
-                "episode_done: danger came between checks — checks vitals twice as often"
-            )
-        return None
     if cause in ("exception", "policy_error"):
-        if not p.guarded:
-            return replace(p, guarded=True), (
-                f"{cause}: the code raised ({detail[:60]}) — now catches its own errors, "
-                "explores a little and carries on"
-            )
-        return None
-    if cause == "timeout":
-        if p.chunk < 200:
-            return replace(p, chunk=p.chunk * 2), (
-                "timeout: too much planning per step — calls each skill for twice as many "
-                "steps between checks"
-            )
-        return None
-    if cause == "invalid_action":
-        if not p.validate:
-            return replace(p, validate=True), (
-                "invalid_action: an unknown action name was yielded — now checks every "
-                "action against the world's names and sends noop instead"
-            )
-        return None
+        return _raised(params, cause, detail)
+    by_cause = _BY_CAUSE.get(cause)
+    return by_cause(step, params) if by_cause is not None else None
+
+
+_Revision = tuple[Params, str] | None
+
+
+def _gave_up(step: Step, p: Params) -> _Revision:
+    if not p.secure:
+        return replace(p, secure=True), (
+            "policy_finished: a requirement was missing — now obtains the tools, "
+            "materials and stations the step needs first"
+        )
+    if p.attempts < MAX_ATTEMPTS:
+        attempts = min(MAX_ATTEMPTS, max(3, 2 * p.attempts))
+        explore = max(p.explore, 30)
+        return replace(p, attempts=attempts, explore=explore), (
+            f"policy_finished: a helper gave up — now explores {explore} steps and "
+            f"tries again, up to {attempts} times"
+        )
+    if not p.dig:
+        return replace(p, dig=True), (
+            "policy_finished: still no target in reach — now tunnels through stone"
+        )
     return None
+
+
+def _ran_out(step: Step, p: Params) -> _Revision:
+    if not p.dig:
+        return replace(p, dig=True), (
+            "step_budget: walking around mountains took too long — now tunnels "
+            "through stone with a pickaxe (never into lava)"
+        )
+    if p.patience < min(MAX_PATIENCE, step.max_steps):
+        patience = min(step.max_steps, MAX_PATIENCE, 2 * p.patience)
+        return replace(p, patience=patience, explore=max(p.explore, 30)), (
+            f"step_budget: attempts were cut short — patience {p.patience} → {patience}"
+        )
+    if p.chunk > 10:
+        return replace(p, chunk=p.chunk // 2), (
+            "step_budget: long skill calls kept going the wrong way — re-decides twice as often"
+        )
+    return None
+
+
+def _died(step: Step, p: Params) -> _Revision:
+    if not p.fight:
+        return replace(p, fight=True), (
+            "episode_done: the player died — now fights zombies and skeletons that come next to it"
+        )
+    if not p.arm:
+        return replace(p, arm=True), (
+            "episode_done: the player died fighting — now makes a sword at a table "
+            "when spare wood/stone allow"
+        )
+    if not p.survive:
+        return replace(p, survive=True), (
+            "episode_done: the player died — now drinks, eats, sleeps in a shelter "
+            "and recovers when vitals run low"
+        )
+    if p.check > 2:
+        return replace(p, check=p.check // 2), (
+            "episode_done: danger came between checks — checks vitals twice as often"
+        )
+    return None
+
+
+def _raised(p: Params, cause: str, detail: str) -> _Revision:
+    if not p.guarded:
+        return replace(p, guarded=True), (
+            f"{cause}: the code raised ({detail[:60]}) — now catches its own errors, "
+            "explores a little and carries on"
+        )
+    return None
+
+
+def _too_slow(step: Step, p: Params) -> _Revision:
+    if p.chunk < 200:
+        return replace(p, chunk=p.chunk * 2), (
+            "timeout: too much planning per step — calls each skill for twice as many "
+            "steps between checks"
+        )
+    return None
+
+
+def _invalid(step: Step, p: Params) -> _Revision:
+    if not p.validate:
+        return replace(p, validate=True), (
+            "invalid_action: an unknown action name was yielded — now checks every "
+            "action against the world's names and sends noop instead"
+        )
+    return None
+
+
+_BY_CAUSE = {
+    POLICY_FINISHED: _gave_up,
+    STEP_BUDGET: _ran_out,
+    EPISODE_DONE: _died,
+    "timeout": _too_slow,
+    "invalid_action": _invalid,
+}
+"""The revision for each cause of a failed coded version (exceptions aside: theirs
+needs the detail)."""

@@ -42,6 +42,7 @@ from messages.causes import (
     STEP_BUDGET,
     cause_kind,
 )
+from rl.reward_check import VITAL_OF
 
 CODE_FIXABLE = frozenset(
     {
@@ -443,7 +444,6 @@ def _progress_reward(step: Any) -> str:
     (up to the count the step needs), or per point of the vital it restores (drink,
     food, energy); "" where no progress short of success shows in what the reward sees
     (defeating a creature). Each passes :func:`rl.reward_check.check_reward`."""
-    from rl.reward_check import VITAL_OF
 
     vital = VITAL_OF.get(step.achievement)
     if vital:

@@ -68,6 +68,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import json_repair
 import openai
 import trio
 
@@ -614,14 +615,7 @@ class OpenAIBackend:
                 if self._adapt(exc, params, role, purpose):
                     continue  # asked again at once, without what the server refused
                 if exc.status_code not in RETRY_STATUSES and exc.status_code < 500:
-                    log.warning(
-                        "llm_call_failed", role=role, purpose=purpose, status=exc.status_code
-                    )
-                    if _OVERFLOW.search(_error_text(exc)):
-                        raise ContextOverflow(
-                            self._overflow_message(exc, messages, role, purpose, max_tokens)
-                        ) from exc
-                    raise ModelUnavailable(self._status_message(exc)) from exc
+                    raise self._refused(exc, messages, role, purpose, max_tokens) from exc
                 problem = f"HTTP {exc.status_code}"
                 said = _error_text(exc)[:160]
                 wait = _retry_after(exc.response.headers, wait, self.backoff_max_s)
@@ -659,12 +653,26 @@ class OpenAIBackend:
                 "a CPU needs longer; raise [agents] timeout_s or lower tokens_per_s (the "
                 "token rate the timeout allows for), or lower max_tokens"
             )
+        last = problem + (": " + said if said and problem.startswith("HTTP") else "")
         raise ModelUnavailable(
-            f"{self.base_url} failed {attempt} times for {role}/{purpose} "
-            f"(last: {problem}{': ' + said if said and problem.startswith('HTTP') else ''}): "
-            "check that the server is up and not overloaded, or raise "
-            "max_retries/timeout_s"
+            f"{self.base_url} failed {attempt} times for {role}/{purpose} (last: {last}): "
+            "check that the server is up and not overloaded, or raise max_retries/timeout_s"
         )
+
+    def _refused(
+        self,
+        exc: openai.APIStatusError,
+        messages: Messages,
+        role: str,
+        purpose: str,
+        max_tokens: int | None,
+    ) -> Exception:
+        """What a request the server refused for good (a 4xx other than a retryable one)
+        raises: the context overflow, or the server's own refusal."""
+        log.warning("llm_call_failed", role=role, purpose=purpose, status=exc.status_code)
+        if _OVERFLOW.search(_error_text(exc)):
+            return ContextOverflow(self._overflow_message(exc, messages, role, purpose, max_tokens))
+        return ModelUnavailable(self._status_message(exc))
 
     def _completion(self, response: Any, messages: Messages, attempt: int) -> _Completion:
         raw, field, finish = _content(response)
@@ -777,7 +785,6 @@ def _mend(text: str) -> dict[str, Any] | None:
     single quotes, raw newlines in strings), by ``json-repair``; None when nothing
     object-like is there, or when the object is not closed: a torn reply is never
     completed here (its end would be invented), it goes back to the model."""
-    import json_repair
 
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start or not _balanced(text[start : end + 1]):

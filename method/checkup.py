@@ -6,7 +6,7 @@ answers jobs routed by role), has the environment actors run the reference coded
 policies (collect wood, place a table) on fresh worlds, and has a learner train PPO
 briefly on "collect wood" with coded high-level actions. Everything it does is in
 ``events.jsonl`` and its figures are in ``report.json``. It checks a deployment, not the
-RL-GPT method (that is :mod:`method.driver`).
+RL-GPT method (that is :mod:`rlgpt.driver`).
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from method import jsonl
+from worlds.stats import episode_stats
 
 LEDGER = "episodes.jsonl"
 STATS = "rollouts/stats.jsonl"
@@ -344,7 +345,6 @@ def write_stats(run_dir: Path, achievements: Sequence[str]) -> Path:
     """Write every booked episode to ``run_dir``'s ``rollouts/stats.jsonl`` in Crafter's
     ``Recorder`` format, in booking order (replacing what workers wrote as they went:
     the ledger has each episode once, redone jobs and resumes included)."""
-    from worlds.stats import episode_stats
 
     path = Path(run_dir) / STATS
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from messages.plan import TaskReport
 from method.rates import best_rates, failed_rl, first_rates
 
@@ -63,7 +65,6 @@ def _plan_order(report: TaskReport) -> list[str]:
 
 def success_grid(report: TaskReport, path: Path) -> Path:
     plt = _pyplot()
-    import numpy as np
 
     rows = _plan_order(report)
     rows = [r for r in rows if any(r in h for h in report.history)] + ["task"]

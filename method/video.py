@@ -23,6 +23,8 @@ from method.journal import job_key
 from method.settings import FINAL_WALL_S
 from runtime.actor import RemoteFailure
 from runtime.events import log
+from worlds import video as world_video
+from worlds.video import frames_from_npz
 
 SCALE = 4
 """Crafter's 64×64 frames drawn 4× (256×256, nearest-neighbour): big enough for the
@@ -201,8 +203,6 @@ def save_gif(frames: np.ndarray, path: str | Path, fps: float = FPS) -> Path:
     the game's flat pixel art loses nothing visible."""
     from PIL import Image
 
-    from worlds.video import save_gif
-
     images = [Image.fromarray(np.ascontiguousarray(f), "RGB") for f in frames]
     picks = np.unique(np.linspace(0, len(images) - 1, PALETTE_SAMPLES).round().astype(int))
     sample = np.concatenate([frames[i] for i in picks], axis=0)
@@ -210,7 +210,7 @@ def save_gif(frames: np.ndarray, path: str | Path, fps: float = FPS) -> Path:
         colors=256, method=Image.Quantize.FASTOCTREE
     )
     indexed = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in images]
-    return save_gif(indexed, path, fps)
+    return world_video.save_gif(indexed, path, fps)
 
 
 async def render_report_video(head, final: tuple | None, path: Path) -> list[dict]:
@@ -219,7 +219,6 @@ async def render_report_video(head, final: tuple | None, path: Path) -> list[dic
     their steps in the ledger (kind ``video``) and write them labelled to ``path``.
     Returns what each shows (seed, steps, success, cause, achievements); [] when there
     is nothing to show or rendering failed (logged)."""
-    from worlds.video import frames_from_npz
 
     if final is None:
         return []

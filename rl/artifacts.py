@@ -29,6 +29,7 @@ from gymnasium.spaces.utils import flatdim
 
 from messages.train import TrainResult
 from rl.rl_env import make_env
+from runtime.artifacts import STORE_DIR, Store
 
 
 class PolicyUnusable(Exception):
@@ -105,7 +106,6 @@ def store_artifact(run_dir: Path, result: TrainResult) -> Path:
     tmp.write_bytes(result.policy_bytes)
     os.replace(tmp, path)
     # Also by content, for environment actors on other machines to fetch (a hard link).
-    from runtime.artifacts import STORE_DIR, Store
 
     Store(run_dir / STORE_DIR).add_file(path, digest)
     return path

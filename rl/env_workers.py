@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -246,7 +247,6 @@ def _forkserver_path_fits() -> bool:
     """Whether the forkserver's socket fits: it lives in a folder made under the temporary
     folder (``<tmp>/pymp-XXXXXXXX/listener-XXXXXXXX``), and a learner whose TMPDIR is deep
     (a machine's own scratch disk) would fail to start any worker; spawn needs no socket."""
-    import tempfile
 
     return len(tempfile.gettempdir()) + len("/pymp-xxxxxxxx/listener-xxxxxxxx") <= UNIX_PATH_MAX
 

@@ -31,6 +31,7 @@ import copy
 import json
 import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -40,7 +41,7 @@ from typing import Any, Protocol
 
 from crafter import constants
 
-from sandbox import SandboxError, compile_code, load
+from sandbox import SandboxError, compile_code, confine_memory, load
 from worlds.crafter_world import VITALS
 
 
@@ -219,9 +220,6 @@ def check_reward_apart(code: str, step: Step, *, wall_s: float = 0.1) -> RewardC
 
 def _child_main() -> None:
     """The child of :func:`check_reward_apart`: the request on stdin, the check on stdout."""
-    import resource
-
-    from sandbox import confine_memory
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file
     confine_memory()  # this process runs the reward code and nothing else

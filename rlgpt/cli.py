@@ -27,7 +27,6 @@ stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import os
 import signal
@@ -40,7 +39,7 @@ from typing import Any
 
 import trio
 
-from actors import ROLES, actor_class, agent_classes
+from actors import ROLES, actor_class
 from llm import models
 from llm.errors import BackendConfigError, ModelUnavailable
 from llm.local_server import INSTALL_HINT, missing_modules
@@ -48,8 +47,8 @@ from messages.codec import DEFAULT_MAX_FRAME
 from method import settings as method_settings
 from method.agents import make_backend
 from method.compare import main as compare
-from method.driver import run_method
 from rlgpt import view as views
+from rlgpt.driver import run_method
 from rlgpt.keys import keys_from_text, run_keys
 from rlgpt.ray_attach import launch
 from runtime import config, events, security
@@ -168,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings.run.driver == "checkup":
         from method.checkup import checkup as driver
     else:
-        driver = functools.partial(run_method, agent_classes=agent_classes())
+        driver = run_method
 
     if args.resume:
         run_id = run_dir.name
@@ -423,8 +422,6 @@ def _checked_actor_args(args: argparse.Namespace, command: str) -> tuple[type, A
         cls = actor_class(args.role)
         check_device(args.device)
         if args.run_id:
-            from runtime.head import check_run_id
-
             check_run_id(args.run_id)
         if args.keys_stdin:
             curve = keys_from_text(sys.stdin.read())

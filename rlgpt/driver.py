@@ -1,6 +1,7 @@
 """The run's driver: RL-GPT end to end.
 
-It starts the three agents inside the head process (they are I/O-bound: model calls
+It sits above the roles it drives (it imports the agents' classes; nothing hands them
+over). It starts the three agents inside the head process (they are I/O-bound: model calls
 and waiting on workers), waits for the environment and learner actors, gives the slow
 agent the task from the config, records a video of one evaluation episode of the final
 policy and writes ``report.md`` (with plots) beside ``report.json``.
@@ -10,27 +11,29 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
+from actors.critic import CriticActor
+from actors.fast import FastAgent
+from actors.slow import SlowAgent
 from llm import models
 from llm.local_server import LocalServer
 from messages.plan import RunTask, TaskReport
 from method import ledger, seeds
 from method.agents import Agents, make_backend
+from method.bundle import MANIFEST, write_bundle
 from method.paired import wilson_interval
 from method.report import write_report
 from method.settings import LOCAL_N_CTX, MethodSettings
 from method.tboard import write_run_events
+from method.video import render_report_video
+from rl.artifacts import PolicyUnusable
 from runtime.cpu import available_cores, tree_cpu_seconds
 from runtime.events import log
 from runtime.head import Head
-
-if TYPE_CHECKING:  # imported when a run uses it
-    from llm.local_server import LocalServer
 
 SLOW_CAPACITY = 1
 """The slow agent runs the one task a run asks of it: a second would be a second run."""
@@ -49,16 +52,15 @@ def task_of(settings: MethodSettings) -> RunTask:
     )
 
 
-async def run_method(head: Head, agent_classes: Mapping[str, type]) -> dict:
-    """The method end to end; ``agent_classes`` are the slow, fast and critic actors by
-    role (``actors.agent_classes()``, handed over by ``run.py``). With ``[agents]
-    backend = "local"`` the model server runs beside it, started first, stopped last."""
+async def run_method(head: Head) -> dict:
+    """The method end to end. With ``[agents] backend = "local"`` the model server runs
+    beside it, started first, stopped last."""
     if head.settings.agents.backend != "local":
-        return await _run_method(head, agent_classes, None)
+        return await _run_method(head, None)
     async with trio.open_nursery() as nursery:
         endpoint = await nursery.start(local_server(head).run)
         try:
-            return await _run_method(head, agent_classes, endpoint)
+            return await _run_method(head, endpoint)
         finally:
             nursery.cancel_scope.cancel()  # the server stops with the run
 
@@ -78,11 +80,12 @@ def local_server(head: Head) -> LocalServer:
     )
 
 
-async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: Any) -> dict:
+async def _run_method(head: Head, endpoint: Any) -> dict:
     s = head.settings
     started = time.monotonic()
     cpu_started = tree_cpu_seconds()
     steps_before = _ledger_steps(head.run_dir)  # a resumed run's earlier sessions
+    # 1. The agents, in this process, sharing one model backend and its journal.
     agents = Agents(make_backend(s.agents, endpoint), head.run_dir, s.agents.token_budget)
     if agents.journal.loaded_calls or agents.journal.loaded_jobs:
         log.info(
@@ -90,65 +93,17 @@ async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: A
             recorded_calls=agents.journal.loaded_calls,
             recorded_jobs=agents.journal.loaded_jobs,
         )
-    environments = s.actors["environment"].count if "environment" in s.actors else 0
-    learners = s.actors["learner"].count if "learner" in s.actors else 0
-    common = {"max_frame_bytes": s.runtime.max_frame_bytes, "run_dir": head.run_dir}
-    critic, fast, slow_agent = (agent_classes[r] for r in ("critic", "fast", "slow"))
-    await head.start_local(
-        critic(agents=agents, name="critic", capacity=s.agents.critic_capacity, **common)
-    )
-    await head.start_local(
-        fast(
-            agents=agents,
-            settings=s,
-            environments=environments,
-            name="fast",
-            capacity=s.agents.fast_capacity,
-            **common,
-        )
-    )
-    slow = slow_agent(
-        agents=agents,
-        settings=s,
-        environments=environments,
-        can_learn=bool(learners or s.runtime.listen),
-        name="slow",
-        capacity=SLOW_CAPACITY,
-        **common,
-    )
-    await head.start_local(slow)
-    if environments:
-        await head.wait_for("environment", environments)
-    if learners:
-        await head.wait_for("learner", learners)
+    slow = await _start_agents(head, agents)
+    # 2. The task, asked of the slow agent: it plans, has the fast agent code and train,
+    # the critic review, and answers when the target is met or the budget is spent.
     task = task_of(s)
     log.info("task_started", task=task.task, target=task.target_item, backend=agents.backend.name)
     report: TaskReport = await head.client.ask("@slow", task, expect=TaskReport)
     if report.stop_reason == "planning_failed":
         raise RuntimeError("the slow agent could not plan: see agent_call_failed in events.jsonl")
+    # 3. What the run writes: the video, the policy bundle, summary.json, report.md.
     shown = await _video(head, slow.final)
-    totals = agents.journal.totals
-    summary = {
-        "task": task.task,
-        "backend": agents.backend.name,
-        "final_success": report.final_success,
-        "final_episodes": report.final_episodes,
-        "stop_reason": report.stop_reason,
-        "iterations": len(report.history),
-        "plan_versions": len(report.plans),
-        "env_steps_training": report.train_steps,
-        "env_steps_code": report.code_steps,
-        "env_steps_final": report.eval_steps,
-        "model_calls": totals.calls,
-        "model_calls_replayed": totals.replayed,
-        "tokens_in": totals.tokens_in,
-        "tokens_out": totals.tokens_out,
-        "learned_stages": sum(1 for st in report.stages if st.policy_path),
-        "coded_stages": sum(1 for st in report.stages if not st.policy_path),
-        "video": "episode.gif" if shown else "",
-        "video_episodes": shown,
-        "policy": _bundle(head, slow.final, task),
-    }
+    summary = _summary(task, report, agents, shown, _bundle(head, slow.final, task))
     summary.update(scores(head.run_dir, task.target_item, report, budget=task.env_steps))
     wins = round(report.final_success * report.final_episodes)
     low, high = wilson_interval(wins, report.final_episodes)
@@ -172,6 +127,71 @@ async def _run_method(head: Head, agent_classes: Mapping[str, type], endpoint: A
     if head.run_dir is not None:
         write_run_events(head.run_dir, report, summary)
     return summary
+
+
+async def _start_agents(head: Head, agents: Agents) -> SlowAgent:
+    """The critic, fast and slow agents started in the head; returns the slow agent once
+    the configured environment and learner actors have registered."""
+    s = head.settings
+    environments = s.actors["environment"].count if "environment" in s.actors else 0
+    learners = s.actors["learner"].count if "learner" in s.actors else 0
+    common = {"max_frame_bytes": s.runtime.max_frame_bytes, "run_dir": head.run_dir}
+    await head.start_local(
+        CriticActor(agents=agents, name="critic", capacity=s.agents.critic_capacity, **common)
+    )
+    await head.start_local(
+        FastAgent(
+            agents=agents,
+            settings=s,
+            environments=environments,
+            name="fast",
+            capacity=s.agents.fast_capacity,
+            **common,
+        )
+    )
+    slow = SlowAgent(
+        agents=agents,
+        settings=s,
+        environments=environments,
+        can_learn=bool(learners or s.runtime.listen),
+        name="slow",
+        capacity=SLOW_CAPACITY,
+        **common,
+    )
+    await head.start_local(slow)
+    if environments:
+        await head.wait_for("environment", environments)
+    if learners:
+        await head.wait_for("learner", learners)
+    return slow
+
+
+def _summary(
+    task: RunTask, report: TaskReport, agents: Agents, shown: list[dict], policy: str
+) -> dict:
+    """The run's figures from the slow agent's report and the model journal."""
+    totals = agents.journal.totals
+    return {
+        "task": task.task,
+        "backend": agents.backend.name,
+        "final_success": report.final_success,
+        "final_episodes": report.final_episodes,
+        "stop_reason": report.stop_reason,
+        "iterations": len(report.history),
+        "plan_versions": len(report.plans),
+        "env_steps_training": report.train_steps,
+        "env_steps_code": report.code_steps,
+        "env_steps_final": report.eval_steps,
+        "model_calls": totals.calls,
+        "model_calls_replayed": totals.replayed,
+        "tokens_in": totals.tokens_in,
+        "tokens_out": totals.tokens_out,
+        "learned_stages": sum(1 for st in report.stages if st.policy_path),
+        "coded_stages": sum(1 for st in report.stages if not st.policy_path),
+        "video": "episode.gif" if shown else "",
+        "video_episodes": shown,
+        "policy": policy,
+    }
 
 
 def scores(
@@ -236,7 +256,6 @@ async def _video(head: Head, final: tuple | None) -> list[dict]:
     written labelled to ``episode.gif`` (:mod:`method.video`); what each shows."""
     if head.run_dir is None:
         return []
-    from method.video import render_report_video
 
     return await render_report_video(head, final, head.run_dir / "episode.gif")
 
@@ -246,8 +265,6 @@ def _bundle(head: Head, final: tuple | None, task: RunTask) -> str:
     run folder ('' with no final policy)."""
     if head.run_dir is None or final is None:
         return ""
-    from method.bundle import MANIFEST, write_bundle
-    from rl.artifacts import PolicyUnusable
 
     try:
         folder = write_bundle(head.run_dir, *final, run_id=head.run_dir.name, task=task.task)

@@ -757,6 +757,12 @@ def _apply(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def _curated_modules(rt: Runtime) -> dict[str, types.SimpleNamespace]:
+    """The modules policy code may import, each a namespace of the functions allowed from
+    it, wrapped where they could loop or allocate without the runtime's count.
+
+    Long because it is the list itself: one reviewable table of what untrusted code can
+    reach, which splitting would scatter."""
+
     def ticking_factory(factory: Callable[..., Any]) -> Callable[..., Any]:
         def make(*args: Any, **kwargs: Any) -> Any:
             return rt.ticking(factory(*args, **kwargs))

@@ -232,6 +232,9 @@ def search(tiles, creatures, walkable, deadly, diggable, at, sx, sy, order, max_
     ``order`` is the direction order, shape (4, 2) of (dx, dy). Returns the plan as rows
     (direction index, x, y, dig) of grid cells the player must be at before each move, or
     an empty array when nothing is found within ``max_nodes`` reached cells.
+
+    Long because it is one loop compiled whole by numba, the hottest code of a rollout:
+    split, each part would take a dozen of its arrays and be called per reached cell.
     """
     height, width = tiles.shape
     size = height * width

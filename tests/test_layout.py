@@ -24,9 +24,9 @@ FLOORS = {
     "rl": 4,  # the RL interface, PPO, policy files
     "episodes": 5,  # composed episodes, the runner process
     "llm": 5,  # the model layer (the offline backend reads knowledge)
-    "method": 6,  # the method's machinery: driver, settings, journal, ledger, seeds
+    "method": 6,  # the method's machinery: settings, journal, ledger, seeds, the report
     "actors": 7,  # the roles
-    "rlgpt": 8,  # the command line, the terminal's view, the shipped configs
+    "rlgpt": 8,  # the driver, the command line, the terminal's view, the shipped configs
 }
 """Floor of each package: imports go down (or stay inside a package), never up or
 sideways."""
@@ -67,10 +67,9 @@ HEAD_IMPORTS = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import run
-from actors import agent_classes
-from method import checkup, driver, settings
+from method import checkup, settings
+from rlgpt import driver
 import llm.offline, llm.openai_backend
-agent_classes()
 settings.load("diamond.toml")
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in
       ("torch", "stable_baselines3", "gymnasium"))))
@@ -127,3 +126,43 @@ def test_the_docstring_check_sees_a_stray_one(tmp_path: Path) -> None:
         'class C:\n    """C."""\n\n    x = 1\n    """x\'s."""\n    """Stray in C."""\n'
     )
     assert stray_docstrings(module, tmp_path) == ["probe.py:5", "probe.py:14"]
+
+
+LONG = 80
+"""Lines of a function's code (its docstring not counted) above which its docstring must
+say why it is long ("Long because ...")."""
+
+
+def long_functions(path: Path, root: Path = ROOT) -> list[str]:
+    """Functions in ``path`` over ``LONG`` lines of code whose docstring gives no reason."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = node.end_lineno - node.lineno + 1
+        doc = ast.get_docstring(node) or ""
+        first = node.body[0]
+        if doc and isinstance(first, ast.Expr):
+            lines -= first.end_lineno - first.lineno + 1
+        if lines > LONG and "Long because" not in doc:
+            found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_product_function_is_long_without_a_reason() -> None:
+    long = [hit for package in FLOORS for p in sorted((ROOT / package).rglob("*.py"))
+            for hit in long_functions(p)]  # fmt: skip
+    assert not long, f"functions over {LONG} lines, no reason given:\n" + "\n".join(long)
+
+
+def test_the_length_check_counts_code_not_the_docstring(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(LONG - 1))
+    doc = '    """Doc.\n\n    More.\n    """\n'
+    module = tmp_path / "m.py"
+    module.write_text(
+        f"def fits():\n{doc}{body}\n"
+        f"def over():\n{body}    return 1\n\n"
+        f'def kept():\n    """Long because a reason."""\n{body}    return 1\n'
+    )
+    # fits: its def and 79 lines of code, 80 in all; over: 81
+    assert long_functions(module, tmp_path) == ["m.py:86 over (81 lines)"]

@@ -67,8 +67,8 @@ def test_the_learner_retries_with_the_tables_stride() -> None:
 
 def test_every_benchmark_variant_reports_on_the_runs_final_worlds() -> None:
     from benchmarks.crafter_bench import protocol
-    from method.driver import task_of
     from method.settings import load
+    from rlgpt.driver import task_of
 
     assert protocol.final_worlds(3, 100) == seeds.final_seeds(3, 100)
     settings = load(str(ROOT / "rlgpt" / "configs" / "crafter.toml"))

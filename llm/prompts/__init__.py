@@ -37,6 +37,7 @@ from typing import Any
 
 from llm.contracts import PURPOSES, SCHEMAS
 from llm.errors import BackendConfigError, ContractError
+from skills.skills import Skills
 
 PROMPTS_DIR = Path(__file__).resolve().parent
 """The repository's prompt files (``llm/prompts``)."""
@@ -76,7 +77,6 @@ def _doc(text: str | None) -> str:
 def _skill_methods() -> list[tuple[str, str, bool, str]]:
     """(name, call signature, is a generator, docstring) of every public method of
     :class:`skills.skills.Skills`, in the order the class defines them."""
-    from skills.skills import Skills
 
     out = []
     for name, member in vars(Skills).items():
