@@ -413,16 +413,7 @@ class OpenAIBackend:
         )
 
     def _parse(self, reply: str, role: str, purpose: str) -> tuple[Any, bool]:
-        """(the reply's JSON, whether it was mended here): where only its syntax is broken
-        the value is mended locally; else :class:`ContractError` saying why."""
-        try:
-            return extract_json(reply), False
-        except ContractError:
-            mended = _mend(reply)
-            if mended is None:
-                raise
-            log.info("llm_reply_mended", role=role, purpose=purpose)
-            return mended, True
+        return parse_reply(reply, role, purpose)
 
     def _after_cut(
         self, messages: Messages, role: str, purpose: str, max_tokens: int | None
@@ -778,6 +769,19 @@ class OpenAIBackend:
             f"cannot reach {self.base_url} ({_cause(exc)}): check base_url and that the "
             "server is running and reachable from this machine"
         )
+
+
+def parse_reply(reply: str, role: str, purpose: str) -> tuple[Any, bool]:
+    """(a model reply's JSON, whether it was mended here): where only its syntax is broken
+    the value is mended locally; else :class:`ContractError` saying why."""
+    try:
+        return extract_json(reply), False
+    except ContractError:
+        mended = _mend(reply)
+        if mended is None:
+            raise
+        log.info("llm_reply_mended", role=role, purpose=purpose)
+        return mended, True
 
 
 def _mend(text: str) -> dict[str, Any] | None:

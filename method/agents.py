@@ -58,6 +58,13 @@ def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> B
         # a server down for good fails the call with its own cause.
         backend.server_ready = endpoint.ready
         return backend
+    if settings.backend == "replay":
+        from method.replay import ReplayBackend
+
+        replay = ReplayBackend(settings.replay)
+        log.info("replay_loaded", path=str(replay.path), calls=replay.calls,
+                 recorded_by=replay.recorded_by)  # fmt: skip
+        return replay
     if settings.backend == "openai":
         from llm.openai_backend import OpenAIBackend
 

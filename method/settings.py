@@ -22,7 +22,7 @@ from runtime import config
 from runtime.config import ConfigError, Settings, check, check_fields
 from runtime.security import is_loopback
 
-BACKENDS = ("offline", "openai", "local")
+BACKENDS = ("offline", "openai", "local", "replay")
 """The values of ``[agents] backend``."""
 OFFLINE_FIRST = ("full", "simplest")
 """The values of ``[agents] offline_first``."""
@@ -40,13 +40,19 @@ RATE = check(min=0.0, max=1.0, expected="a rate between 0 and 1")
 class AgentSettings:
     backend: str = field(
         default="offline",
-        metadata=check(choices=BACKENDS, fix="use offline (no network), openai or local"),
+        metadata=check(choices=BACKENDS, fix="use offline (no network), openai, local or replay"),
     )
     """Who plays the slow agent, fast agent and critic: ``offline`` (deterministic code
     over the game's recipe data and a skill library; no network), ``openai`` (any
     OpenAI-compatible endpoint) or ``local`` (a GGUF model on this machine: the head
     starts llama-cpp-python's server for the run and talks to it as ``openai``: the
-    ``openai`` keys ``timeout_s``, ``max_retries`` and ``token_budget`` apply)."""
+    ``openai`` keys ``timeout_s``, ``max_retries`` and ``token_budget`` apply) or
+    ``replay`` (a recorded run's model answers played back: ``replay``)."""
+    replay: str = ""
+    """replay: the folder of a recorded run (or its ``calls.jsonl``) whose model answers
+    this run plays back, each call matched to the recorded call of the same request, else
+    of the same sub-action and version (:mod:`method.replay`); relative to the working
+    directory. A call the recording has no answer for fails as a model call does."""
     base_url: str = ""
     """openai: the endpoint, e.g. ``https://api.openai.com/v1`` or ``http://localhost:8000/v1``."""
     model: str = ""
@@ -352,6 +358,11 @@ def check_settings(s: MethodSettings) -> None:
             f"{s.training.ppo.n_steps} × {s.task.train_envs}", "PPO needs at least two "
             "steps per rollout: raise n_steps (the default is 256)",
         )  # fmt: skip
+    if s.agents.backend == "replay" and not s.agents.replay:
+        raise ConfigError(
+            s.source, "agents.replay", "a recorded run's folder or its calls.jsonl", "none",
+            'e.g. replay = "runs/diamond-local-20261206-101500-ab12" beside backend = "replay"',
+        )  # fmt: skip
     if s.agents.backend == "local" and not s.agents.model:
         raise ConfigError(
             s.source, "agents.model", "a verified model's name or a .gguf path", "none",
@@ -372,6 +383,16 @@ def check_runnable(s: MethodSettings) -> None:
             "none",
             'add [actors.environment] with count = "auto" (and [actors.learner] for RL)',
         )
+    if s.agents.backend == "replay":
+        from method.replay import RecordingError, ReplayBackend
+
+        try:
+            ReplayBackend(s.agents.replay)
+        except RecordingError as exc:
+            raise ConfigError(
+                s.source, "agents.replay", "a recorded run's folder or its calls.jsonl",
+                repr(s.agents.replay), str(exc),
+            ) from None  # fmt: skip
 
 
 def _check_target(s: MethodSettings) -> None:
