@@ -174,6 +174,16 @@ class EnvironmentActor(Actor):
             compiled=done.compiled if done is not None else 0,
             compile_hits=done.compile_hits if done is not None else 0,
             **({"torch_threads": done.torch_threads} if done and done.torch_threads else {}),
+            # The runner's memory before the batch and at its peak in it: what the batch's
+            # code made it hold (MiB).
+            **(
+                {
+                    "runner_rss_mib": done.rss_bytes >> 20,
+                    "runner_peak_mib": done.peak_rss_bytes >> 20,
+                }
+                if done and done.peak_rss_bytes
+                else {}
+            ),
         )
         return result
 

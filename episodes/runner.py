@@ -200,6 +200,32 @@ class RunnerDone:
     """Stage modules that came from the compile cache."""
     torch_threads: int = 0
     """torch's intra-op threads, once a learned policy brought torch in (0: not loaded)."""
+    rss_bytes: int = 0
+    """The runner's resident memory when the batch began (0: unknown)."""
+    peak_rss_bytes: int = 0
+    """The most resident memory the runner held during the batch (0: unknown): what the
+    batch's code made it allocate, the sandbox's memory cap included or not."""
+
+
+def _status_bytes(field: str) -> int:
+    """A memory figure of this process from the kernel (``VmRSS:``, ``VmHWM:``), 0 where
+    it gives none."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith(field)), 0)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _reset_peak_rss() -> int:
+    """Start a new peak of resident memory (the kernel's ``clear_refs`` 5 sets VmHWM to
+    what is resident now); the resident memory now."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        pass  # no /proc: the peak is then the process's own, from its start
+    return _status_bytes("VmRSS:")
 
 
 def write_frame(fd: int, msg: Any) -> None:
@@ -427,6 +453,7 @@ class Rollouts:
 
     def run(self, req: RolloutRequest, emit: Emit) -> RunnerDone:
         """Run every episode of ``req``, ``emit`` each as it ends (blocking)."""
+        rss = _reset_peak_rss()
         before = sandbox.compile_stats()
         if req.policy_path or any(stage.policy_path for stage in req.stages):
             import_policy_libraries()
@@ -443,6 +470,8 @@ class Rollouts:
             compiled=after.compiled - before.compiled,
             compile_hits=after.hits - before.hits,
             torch_threads=0 if torch is None else torch.get_num_threads(),
+            rss_bytes=rss,
+            peak_rss_bytes=_status_bytes("VmHWM:"),
         )
 
     def _fault(self, req: RolloutRequest, index: int, seed: int) -> None:
