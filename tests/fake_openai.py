@@ -32,11 +32,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 Responder = Callable[[list[dict[str, Any]]], str]
@@ -181,6 +185,32 @@ class FakeOpenAI:
 
     def _sleep(self, seconds: float) -> None:
         self._closing.wait(seconds)
+
+
+def run_with_fake_model(
+    tmp_path: Path,
+    config: str,
+    responder: Callable[[list[dict[str, Any]]], str],
+    *args: str,
+    timeout: float = 400,
+) -> tuple[subprocess.CompletedProcess, Path | None]:
+    """``run.py --config`` on ``config`` with the ``openai`` backend pointed at a fake
+    server that ``responder`` answers: the finished process and the run's folder (under
+    ``tmp_path / "runs"``, None where none was made). ``args`` go to ``run.py``."""
+    root = Path(__file__).resolve().parent.parent
+    with FakeOpenAI(responder=responder) as fake:
+        path = tmp_path / "scripted.toml"
+        path.write_text(
+            config + f'\n[agents]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
+            'model = "fake-model"\napi_key_env = "RLGPT_FAKE_KEY"\ntimeout_s = 20.0\n'
+        )
+        proc = subprocess.run(
+            [sys.executable, str(root / "run.py"), "--config", str(path), *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False,
+            env={**os.environ, "RLGPT_FAKE_KEY": "not-a-real-key"},
+        )  # fmt: skip
+    runs = sorted((tmp_path / "runs").iterdir()) if (tmp_path / "runs").is_dir() else []
+    return proc, runs[-1] if runs else None
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -13,9 +13,6 @@ report."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -71,21 +68,10 @@ def _hogging_model(messages: list[dict]) -> str:
 def test_a_policys_one_big_allocation_stays_within_the_budget_in_a_real_run(
     tmp_path: Path,
 ) -> None:
-    from fake_openai import FakeOpenAI
+    from fake_openai import run_with_fake_model
 
-    with FakeOpenAI(responder=_hogging_model) as fake:
-        config = tmp_path / "hog.toml"
-        config.write_text(
-            CONFIG + f'\n[agents]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
-            'model = "fake-model"\napi_key_env = "RLGPT_FAKE_KEY"\ntimeout_s = 20.0\n'
-        )
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "run.py"), "--config", str(config), "--quiet"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False,
-            env={**os.environ, "RLGPT_FAKE_KEY": "not-a-real-key"},
-        )  # fmt: skip
+    proc, run_dir = run_with_fake_model(tmp_path, CONFIG, _hogging_model, "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = (tmp_path / "runs").iterdir()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     hogged = [
         e

@@ -18,6 +18,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -688,6 +689,27 @@ def test_a_peers_answer_to_another_request_is_its_failure_not_the_asker(tmp_path
     assert [(e["by"], e["job"]) for e in unmatched] == [("rogue-learner", "never-asked")]
 
 
+def _rollout_asked_of(actor: Any, tmp_path: Path) -> tuple[Any, Any]:
+    """A real head with ``actor`` started in it, asked one rollout by a peer: the run
+    (exit 0 asserted) and the reply the peer got."""
+    seen: dict = {}
+
+    async def driver(head: Head) -> dict:
+        await head.start_local(actor)
+        rogue = Rogue(head.endpoint)
+        try:
+            assert isinstance(await rogue.register("critic", "prober"), Registered)
+            req = RolloutRequest(collect_wood_with_coded().subtask, code="pass", seeds=[0])
+            seen["reply"] = await rogue.ask("@environment", req)
+        finally:
+            rogue.close()
+        return {}
+
+    run = run_head_with(make_settings(tmp_path), driver)
+    assert run.code == 0
+    return run, seen["reply"]
+
+
 def test_a_handler_that_raises_answers_the_error_not_its_traceback(tmp_path: Path) -> None:
     # A peer that provokes an error learns what went wrong, not the answering actor's
     # files and code lines; the traceback is in that actor's own events.
@@ -700,22 +722,7 @@ def test_a_handler_that_raises_answers_the_error_not_its_traceback(tmp_path: Pat
         async def on_rollout(self, req: RolloutRequest, env: Envelope) -> RolloutResult:
             raise ValueError("no world named 'x'\nsecond line")
 
-    seen: dict = {}
-
-    async def driver(head: Head) -> dict:
-        await head.start_local(Crashing(name="crashing"))
-        rogue = Rogue(head.endpoint)
-        try:
-            assert isinstance(await rogue.register("critic", "prober"), Registered)
-            req = RolloutRequest(collect_wood_with_coded().subtask, code="pass", seeds=[0])
-            seen["reply"] = await rogue.ask("@environment", req)
-        finally:
-            rogue.close()
-        return {}
-
-    run = run_head_with(make_settings(tmp_path), driver)
-    assert run.code == 0
-    reply = seen["reply"]
+    run, reply = _rollout_asked_of(Crashing(name="crashing"), tmp_path)
     assert isinstance(reply, Failure) and reply.reason == "handler_error"
     assert reply.detail.startswith("ValueError: no world named 'x'"), reply.detail
     assert "Traceback" not in reply.detail and 'File "' not in reply.detail
@@ -749,22 +756,7 @@ def test_an_error_inside_a_handlers_nursery_is_answered_by_what_went_wrong(
                 await trio.sleep_forever()
             raise AssertionError("unreachable")
 
-    seen: dict = {}
-
-    async def driver(head: Head) -> dict:
-        await head.start_local(FullDisk(name="full"))
-        rogue = Rogue(head.endpoint)
-        try:
-            assert isinstance(await rogue.register("critic", "prober"), Registered)
-            req = RolloutRequest(collect_wood_with_coded().subtask, code="pass", seeds=[0])
-            seen["reply"] = await rogue.ask("@environment", req)
-        finally:
-            rogue.close()
-        return {}
-
-    run = run_head_with(make_settings(tmp_path), driver)
-    assert run.code == 0
-    reply = seen["reply"]
+    _, reply = _rollout_asked_of(FullDisk(name="full"), tmp_path)
     assert isinstance(reply, Failure) and reply.reason == "handler_error"
     assert reply.detail.startswith("OSError: [Errno 28]"), reply.detail
     assert _disk_full(RemoteFailure(reply)) is not None

@@ -173,28 +173,15 @@ def _hostile_model(messages: list[dict]) -> str:
 def test_the_issues_c_call_attacks_as_first_versions_fail_alone_and_the_run_finishes(
     tmp_path: Path,
 ) -> None:
-    from fake_openai import FakeOpenAI
+    from fake_openai import run_with_fake_model
 
-    with FakeOpenAI(responder=_hostile_model) as fake:
-        config = tmp_path / "hostile.toml"
-        config.write_text(
-            POISONED.replace('task = "collect wood"', 'task = "make a wood pickaxe"')
-            .replace('target = "wood"', 'target = "wood_pickaxe"')
-            .replace("episode_steps = 300", "episode_steps = 1500")
-            + f'\n[agents]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
-            'model = "fake-model"\napi_key_env = "RLGPT_FAKE_KEY"\ntimeout_s = 20.0\n'
-        )
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=400,
-            env={**os.environ, "RLGPT_FAKE_KEY": "not-a-real-key"},
-            check=False,
-        )
+    config = (
+        POISONED.replace('task = "collect wood"', 'task = "make a wood pickaxe"')
+        .replace('target = "wood"', 'target = "wood_pickaxe"')
+        .replace("episode_steps = 300", "episode_steps = 1500")
+    )
+    proc, run_dir = run_with_fake_model(tmp_path, config, _hostile_model)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = (tmp_path / "runs").iterdir()
     events = _events(run_dir)
     critiques = [e for e in events if e.get("event") == "critique"]
     for step, (_, cause) in HOSTILE_FIRST.items():

@@ -112,23 +112,12 @@ def _poisoning_model(messages: list[dict]) -> str:
 def test_a_run_whose_learned_version_poisons_its_training_finishes_with_its_report(
     tmp_path: Path,
 ) -> None:
-    from fake_openai import FakeOpenAI
+    from fake_openai import run_with_fake_model
     from test_method import OVER_CODE
 
     assert 'env_workers = "off"' in OVER_CODE  # the mode the poison used to kill learners in
-    with FakeOpenAI(responder=_poisoning_model) as fake:
-        config = tmp_path / "poisoned.toml"
-        config.write_text(
-            OVER_CODE + f'\n[agents]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
-            'model = "fake-model"\napi_key_env = "RLGPT_FAKE_KEY"\ntimeout_s = 20.0\n'
-        )
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "run.py"), "--config", str(config), "--quiet"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=400, check=False,
-            env={**os.environ, "RLGPT_FAKE_KEY": "not-a-real-key"},
-        )  # fmt: skip
+    proc, run_dir = run_with_fake_model(tmp_path, OVER_CODE, _poisoning_model, "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = (tmp_path / "runs").iterdir()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     named = lambda name: [e for e in events if e.get("event") == name]  # noqa: E731
     # The learned version failed with its cause: the signal of the process it ran in...
