@@ -48,7 +48,6 @@ from method import settings as method_settings
 from method.agents import make_backend
 from method.compare import main as compare
 from rlgpt import view as views
-from rlgpt.driver import run_method
 from rlgpt.keys import keys_from_text, run_keys
 from rlgpt.ray_attach import launch
 from runtime import config, events, security
@@ -163,11 +162,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # --run-id: an id that cannot name a folder, a clash
         print(f"run error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    # After the config check (the head never imports torch: tests/test_layout.py).
+    # Here, not at the top: only the head runs a driver; the actor processes this module
+    # also starts would pay ~0.6 s at each start for the agents and what they import.
     if settings.run.driver == "checkup":
         from method.checkup import checkup as driver
     else:
-        driver = run_method
+        from rlgpt.driver import run_method as driver
 
     if args.resume:
         run_id = run_dir.name

@@ -37,7 +37,6 @@ from typing import Any
 
 from llm.contracts import PURPOSES, SCHEMAS
 from llm.errors import BackendConfigError, ContractError
-from skills.skills import Skills
 
 PROMPTS_DIR = Path(__file__).resolve().parent
 """The repository's prompt files (``llm/prompts``)."""
@@ -77,6 +76,9 @@ def _doc(text: str | None) -> str:
 def _skill_methods() -> list[tuple[str, str, bool, str]]:
     """(name, call signature, is a generator, docstring) of every public method of
     :class:`skills.skills.Skills`, in the order the class defines them."""
+    # Here, not at the top: the skill API brings Crafter and numba's compiled search
+    # (~0.6 s), which every process that imports the model layer would pay at start.
+    from skills.skills import Skills
 
     out = []
     for name, member in vars(Skills).items():
