@@ -166,3 +166,18 @@ def test_the_length_check_counts_code_not_the_docstring(tmp_path: Path) -> None:
     )
     # fits: its def and 79 lines of code, 80 in all; over: 81
     assert long_functions(module, tmp_path) == ["m.py:86 over (81 lines)"]
+
+
+def test_the_command_line_loads_no_agent_and_no_world_before_it_knows_its_command() -> None:
+    # Every actor process starts through rlgpt.cli: the agents, the skill API and the
+    # game (numba's compiled search included) cost each of them ~0.6 s if imported here.
+    probe = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import rlgpt.cli; print(json.dumps("
+        "[m for m in ('actors.slow', 'actors.fast', 'actors.critic', 'rlgpt.driver', "
+        "'skills.skills', 'crafter', 'numba', 'torch') if m in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(ROOT)],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
