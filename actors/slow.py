@@ -94,10 +94,7 @@ class SlowAgent(Actor):
         stop_reason = "iterations"
         spent = _Spent()
         try:
-            reply = await self.agents.call(
-                "slow", "plan", plan_request(task, self.settings, steps, needs_known)
-            )
-            plan = self._plan_from(task, reply, needs_known, version=1)
+            plan = await self._first_plan(task, steps, needs_known, curriculum)
         except (AgentCallFailed, TokenBudgetSpent) as exc:
             log.error("planning_failed", detail=str(exc))
             return TaskReport([], [], 0.0, 0, [], "planning_failed")
@@ -544,6 +541,48 @@ class SlowAgent(Actor):
 
     # ------------------------------------------------------------------ helpers
 
+    async def _first_plan(
+        self, task: RunTask, steps: list[dict[str, Any]], needs_known: list[dict], curriculum: bool
+    ) -> Plan:
+        """The backend's plan for ``task``. A plan that stops short of the target (a small
+        model copies its example's three steps) is asked for once more, told which steps
+        of the recipe chain it left out; still short, those steps are added to it from the
+        chain (``plan_completed``), the sub-actions' code still the backend's to write."""
+        request = plan_request(task, self.settings, steps, needs_known)
+        reply = await self.agents.call("slow", "plan", request)
+        plan = self._plan_from(task, reply, needs_known, version=1)
+        missing = [] if curriculum else unplanned(plan, steps)
+        if not missing:
+            return plan
+        names = [step["name"] for step in missing]
+        log.warning("plan_short", subactions=[s.name for s in plan.subactions], missing=names)
+        again = {
+            **request,
+            "short": f"Your last plan ended before the target ({task.target_item}): it "
+            f"left out {', '.join(names)}. Plan every step up to the target.",
+        }
+        reply = await self.agents.call("slow", "plan", again)
+        plan = self._plan_from(task, reply, needs_known, version=1)
+        missing = unplanned(plan, steps)
+        if not missing:
+            return plan
+        last = plan.subactions[-1].name if plan.subactions else ""
+        added = []
+        for step in missing:
+            added.append(
+                {
+                    **{k: step[k] for k in ("name", "description", "goal", "max_steps")},
+                    "achievement": step.get("achievement", ""),
+                    "depends": [last] if last else [],
+                    "mode": "rl" if step["name"] in self.settings.task.learn else "code",
+                    "reason": "added from the recipe chain: the plan stopped before the target",
+                }
+            )
+            last = step["name"]
+        log.warning("plan_completed", added=[a["name"] for a in added], source="recipe chain")
+        reply = {**reply, "subactions": [*reply["subactions"], *added]}
+        return self._plan_from(task, reply, needs_known, version=1)
+
     def _plan_from(self, task: RunTask, reply: dict, needs_known: list[dict], version: int) -> Plan:
         subs: list[SubAction] = []
         stats = set(reply.get("needs", []))
@@ -827,6 +866,22 @@ def plan_request(
         "learn": list(settings.task.learn),
         "curriculum": task.target_item == ALL_ACHIEVEMENTS,
     }
+
+
+def unplanned(plan: Plan, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recipe chain's ``steps`` after the last one a sub-action of ``plan`` reaches
+    (by its achievement or its goal's item), when none reaches the last step (the
+    target); [] when the plan reaches the target, however it groups the steps before."""
+    reached = {
+        subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
+        for sub in plan.subactions
+    }
+    reached |= {item for sub in plan.subactions for item in sub.subtask.goal}
+    covers = [step.get("achievement") in reached or step.get("item") in reached for step in steps]
+    if not steps or covers[-1]:
+        return []
+    last = max((i for i, c in enumerate(covers) if c), default=-1)
+    return steps[last + 1 :]
 
 
 def plan_name(plan: Plan, name: str) -> str | None:

@@ -409,3 +409,80 @@ def test_every_prompt_starts_with_a_static_part_the_server_can_reuse(
     assert len(systems) == 1, f"{role}/{purpose}: the system message varies with the request"
     before = {m[1]["content"].split("{", 1)[0] for m in rendered}
     assert len(before) == 1 and len(before.pop()) > 10, (role, purpose)
+
+
+class _ShortPlanner:
+    """A planner that answers the plan request with ``first``, and a request told what
+    its plan left out with ``second`` (what Qwen2.5-Coder-0.5B did: one sub-action,
+    collect_wood, for a diamond, copying its example's "the recipe chain" reason)."""
+
+    name = "scripted"
+
+    def __init__(self, first: list[str], second: list[str]) -> None:
+        self.plans = (first, second)
+        self.requests: list[dict[str, Any]] = []
+
+    async def call(self, role: str, purpose: str, request: dict[str, Any]) -> Any:
+        from llm import CallResult
+
+        self.requests.append(request)
+        names = self.plans[1 if "short" in request else 0]
+        steps = {s["name"]: s for s in request["steps"]}
+        subs = [
+            {
+                "name": n,
+                "description": steps[n]["description"],
+                "mode": "code",
+                "goal": steps[n]["goal"],
+                "achievement": n,
+                "max_steps": 300,
+            }  # fmt: skip
+            for n in names
+        ]
+        return CallResult(data=validate(role, purpose, {"subactions": subs, "needs": []}))
+
+
+@pytest.mark.parametrize(
+    ("second", "asked", "added"),
+    [
+        (["collect_wood", "place_table", "make_wood_pickaxe"], 2, []),
+        (["collect_wood", "place_table"], 2, ["make_wood_pickaxe"]),
+    ],
+)
+def test_a_plan_that_stops_short_of_the_target_is_asked_again_then_completed(
+    tmp_path: Any, second: list[str], asked: int, added: list[str]
+) -> None:
+    from structlog.testing import capture_logs
+
+    from actors.slow import SlowAgent
+    from method.agents import Agents
+
+    model = _ShortPlanner(["collect_wood"], second)
+    slow = SlowAgent(agents=Agents(model, tmp_path), settings=MethodSettings(), environments=1)
+    steps = recipes.describe(recipes.chain(TASK.target_item))
+    with capture_logs() as logs:
+        plan = trio.run(slow._first_plan, TASK, steps, [], False)
+    assert [s.name for s in plan.subactions] == ["collect_wood", "place_table", "make_wood_pickaxe"]
+    assert len(model.requests) == asked
+    assert "left out place_table, make_wood_pickaxe" in model.requests[1]["short"]
+    (short,) = [e for e in logs if e["event"] == "plan_short"]
+    assert short["missing"] == ["place_table", "make_wood_pickaxe"]
+    completed = [e for e in logs if e["event"] == "plan_completed"]
+    assert [e["added"] for e in completed] == ([added] if added else [])
+    if added:  # the added step follows the plan's last one and is coded by the backend
+        (pickaxe,) = [s for s in plan.subactions if s.name == "make_wood_pickaxe"]
+        assert pickaxe.depends == ["place_table"] and pickaxe.mode == "code"
+        assert pickaxe.subtask.goal == {"wood_pickaxe": 1}
+
+
+def test_a_plan_that_reaches_the_target_is_taken_as_it_is(tmp_path: Any) -> None:
+    # Steps before the target may be grouped as the planner likes: only the target counts.
+    from actors.slow import SlowAgent
+    from method.agents import Agents
+
+    model = _ShortPlanner(["collect_wood", "make_wood_pickaxe"], [])
+    slow = SlowAgent(agents=Agents(model, tmp_path), settings=MethodSettings(), environments=1)
+    steps = recipes.describe(recipes.chain(TASK.target_item))
+    plan = trio.run(slow._first_plan, TASK, steps, [], False)
+    assert [s.name for s in plan.subactions] == ["collect_wood", "make_wood_pickaxe"]
+    assert len(model.requests) == 1
