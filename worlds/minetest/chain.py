@@ -125,7 +125,8 @@ def get_trees(skills: VoxelSkills) -> Iterator[str]:
     has not proved out of reach, else head on out along a square spiral of waypoints
     around the start, looking again every few steps."""
     want = _needs(skills, {"default:wood": _planks(skills) + SPARE_PLANKS}).get(TREE_NODE, 1)
-    skills.tunnel(True)  # through leaves and soil by hand, up slopes walking cannot climb
+    # Through leaves and soil by hand, up slopes walking cannot climb; never down a pit.
+    skills.tunnel(True, down=False)
     start = skills.steps()
     out_of_reach: set[tuple[int, int, int]] = set()
     x0, _, z0 = skills.position()
@@ -178,7 +179,7 @@ def get_cobble(skills: VoxelSkills) -> Iterator[str]:
     """Cobble for the stone pickaxe and the furnace: dig the stone in view (through the
     soil), going a few stairs down when none is in view."""
     want = _cobble(skills)
-    skills.tunnel(True)
+    skills.tunnel(True)  # the wooden pickaxe digs stone: no pit holds the body now
     start = skills.steps()
     while skills.inventory().get("default:cobble", 0) < want:
         left = PATIENCE["stone"] - (skills.steps() - start)

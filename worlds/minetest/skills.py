@@ -154,10 +154,14 @@ class VoxelSkills:
 
     # ------------------------------------------------------------------ planning
 
-    def tunnel(self, on: bool = True) -> bool:
+    def tunnel(self, on: bool = True, down: bool = True) -> bool:
         """Let plans dig through what the hand or a carried tool digs (leaves, soil, stone
-        with a pickaxe), and dig down; off by default. Returns the new setting."""
+        with a pickaxe), and (unless ``down`` is False) dig down under the feet; off by
+        default. ``down`` False also keeps plans from dropping more than one node: without
+        a pickaxe, a pit or a cave with stone walls may hold the body for good. Returns
+        the new setting."""
         self._tunnel = bool(on)
+        self._tunnel_down = bool(down)
         return self._tunnel
 
     def path_to(self, x: int, y: int, z: int) -> tuple[str, ...] | None:
@@ -477,6 +481,7 @@ class VoxelSkills:
     # ------------------------------------------------------------------ internals
 
     _last_target: str | None = None
+    _tunnel_down = True
     _plan_tools: list[str] = []  # noqa: RUF012 (replaced, never mutated)
 
     def _tools(self) -> list[str]:
@@ -665,7 +670,8 @@ class VoxelSkills:
         def name(at: Voxel) -> str | None:
             return "air" if at in dug else self._memory.get(at)
 
-        for _ in range(SAFE_FALL + 1):
+        # Without digging down, drop no further than a jump climbs back.
+        for _ in range((SAFE_FALL if self._tunnel_down else 1) + 1):
             here = name(v)
             if here is None or here in rules.damaging:
                 return None
@@ -719,7 +725,7 @@ class VoxelSkills:
                     land = self._land(up, frozenset((above, up)))
                     if land is not None:
                         yield (*digs, "jump"), land, heading
-        if self._tunnel:
+        if self._tunnel and self._tunnel_down:
             below = _add(pos, (0, -1, 0))
             if self._clear(((below, "dig_down"),)):
                 land = self._land(below, frozenset((below,)))
