@@ -43,12 +43,15 @@ pickaxe (about 180 stone) many times over unless stone pickaxes take the stone."
 LEG_LEVELS = 8
 """Levels descended between checks for a spare pickaxe (a stair digs about 3 stone)."""
 LEG_STEPS = 150
-"""Steps of strip-mining between checks for a spare pickaxe."""
+"""Steps of strip-mining between checks for a spare pickaxe (a stone one lasts ~60
+stone, a strip digs two a node)."""
 DETOURS = ((12, 0), (0, 12), (-12, 0), (0, -12), (16, 16), (-16, 16), (-16, -16), (16, -16))
 """Where a descent that found no safe way down tunnels off to, in turn, before it tries
 again (far enough to leave a cave's or a lake's window behind)."""
 LOOK_EVERY = 16
 """Steps of travelling between looks for a tree in what came into view."""
+CLIMB_ABOVE_START = 4
+"""The tree search builds its way up only below this many nodes over the start."""
 WAYPOINT_STALLS = 3
 """Looks in a row without getting nearer a waypoint before the search gives it up."""
 SPIRAL = 24
@@ -127,6 +130,9 @@ def get_trees(skills: VoxelSkills) -> Iterator[str]:
     want = _needs(skills, {"default:wood": _planks(skills) + SPARE_PLANKS}).get(TREE_NODE, 1)
     # Through leaves and soil by hand, up slopes walking cannot climb; never down a pit.
     skills.tunnel(True, down=False)
+    # And climb out of hollows whose stone walls the hand cannot dig (not up mountains:
+    # trees grow in the lowlands).
+    skills.build(True, below=skills.position()[1] + CLIMB_ABOVE_START)
     start = skills.steps()
     out_of_reach: set[tuple[int, int, int]] = set()
     x0, _, z0 = skills.position()
@@ -203,10 +209,29 @@ def make_furnace(skills: VoxelSkills) -> Iterator[str]:
     return (yield from skills.craft("default:furnace"))
 
 
+def mine_with_spares(skills: VoxelSkills, item: str, n: int, patience: int, level=None):
+    """Strip-mine for ``n`` more ``item`` in legs, with a spare stone pickaxe made between
+    legs whenever the last one wore out."""
+    want = skills.inventory().get(item, 0) + n
+    start = skills.steps()
+    while skills.inventory().get(item, 0) < want:
+        left = patience - (skills.steps() - start)
+        if left <= 0:
+            return False
+        yield from spare_pickaxe(skills)
+        before = skills.steps()
+        more = want - skills.inventory().get(item, 0)
+        if (yield from skills.mine(item, more, level, patience=min(left, LEG_STEPS))):
+            return True
+        if skills.steps() - before < min(left, LEG_STEPS):
+            return False  # the search gave up: nothing safe to dig on
+    return True
+
+
 def get_coal(skills: VoxelSkills) -> Iterator[str]:
     """A coal lump to smelt the steel with (it burns longest of the fuels carried, for
     several smelts): strip-mine at the coal's level."""
-    return (yield from skills.mine("default:coal_lump", 1, patience=PATIENCE["coal"]))
+    return (yield from mine_with_spares(skills, "default:coal_lump", 1, PATIENCE["coal"]))
 
 
 def get_iron(skills: VoxelSkills) -> Iterator[str]:
@@ -214,7 +239,7 @@ def get_iron(skills: VoxelSkills) -> Iterator[str]:
     want = _ingots(skills) - skills.inventory().get("default:iron_lump", 0)
     if want <= 0:
         return True
-    return (yield from skills.mine("default:iron_lump", want, patience=PATIENCE["iron"]))
+    return (yield from mine_with_spares(skills, "default:iron_lump", want, PATIENCE["iron"]))
 
 
 def make_steel(skills: VoxelSkills) -> Iterator[str]:
@@ -265,17 +290,7 @@ def get_diamond(skills: VoxelSkills) -> Iterator[str]:
             x, _, z = skills.position()
             skills.tunnel(True)
             yield from skills.head_for(x + detour[0], z + detour[1], patience=left)
-    start = skills.steps()
-    while True:
-        left = PATIENCE["diamond"] - (skills.steps() - start)
-        if left <= 0:
-            return False
-        yield from spare_pickaxe(skills)
-        before = skills.steps()
-        if (yield from skills.mine("default:diamond", 1, level, patience=min(left, LEG_STEPS))):
-            return True
-        if skills.steps() - before < LEG_STEPS:
-            return False  # the search gave up: nothing safe to dig on
+    return (yield from mine_with_spares(skills, "default:diamond", 1, PATIENCE["diamond"], level))
 
 
 STEPS: dict[str, Policy] = {

@@ -60,10 +60,24 @@ ORE_MARGIN = 4
 ORE_PATIENCE = 60
 """Steps spent reaching one ore seen in the window (a few nodes of tunnel) before the
 search goes on without it."""
+RELOCATE = 24
+"""How far a search moves off, each time in a new heading, where no way down is safe."""
+DEEPER = 4
+"""Levels a strip mine goes down when its level holds no host rock or boxes it in."""
 STUCK_LIMIT = 12
-"""Moves in a row that bring a descent or a search no further before it gives up."""
+"""Moves in a row that bring a descent or a search no further before it tries a detour."""
+DETOURS = 4
+"""Detours a descent tries before it gives up: one tunnel along the level each way."""
+DETOUR_LENGTH = 12
+"""Nodes of a descent's detour: far enough to leave a ravine's or a pool's edge behind."""
 FURNACE_REACH = 2
 """The mod smelts in a furnace within this many nodes of the feet (a box)."""
+BUILD_COST = 6
+"""What a plan counts for a block placed, beyond its two actions: walking round is
+worth a few steps more than a block."""
+BUILD_BLOCKS = ("default:dirt", "default:cobble")
+"""What :meth:`VoxelSkills.build` climbs on: what digging soil and stone gives, soil first
+(cobble goes into pickaxes and the furnace)."""
 SURFACE_TRIES = 12
 """Swims up (a node each) before giving up on surfacing: breath lasts 10 steps."""
 FALLING_REDIGS = 8
@@ -163,6 +177,14 @@ class VoxelSkills:
         self._tunnel = bool(on)
         self._tunnel_down = bool(down)
         return self._tunnel
+
+    def build(self, on: bool = True, below: int | None = None) -> bool:
+        """Let plans climb by placing a carried block (soil first, then cobble) in front
+        and jumping onto it, while the feet are under altitude ``below`` (None: anywhere);
+        off by default. Returns the new setting."""
+        self._build = bool(on)
+        self._build_below = below
+        return self._build
 
     def path_to(self, x: int, y: int, z: int) -> tuple[str, ...] | None:
         """The actions that bring the feet to (x, y, z) over remembered ground, fewest
@@ -371,18 +393,33 @@ class VoxelSkills:
         Each stair is dug one node ahead and one down, and taken only when what the
         window shows makes it safe: the nodes to dig hold no liquid, the body would land
         (after at most a safe fall) on solid ground, not in lava and not with its head in
-        water. Where the way ahead is not safe it turns to another heading, then tunnels
-        a node along the level to try again from there; it gives up (False) when nothing
-        around is safe or ``patience`` steps are spent."""
+        water. Where the way ahead is not safe it turns to another heading, or goes to a
+        spot near by from which a stair is safe; when that gets it no lower for a while it
+        tunnels off along the level (a few times, each in a new heading) to try again
+        further on; it gives up (False) when nothing around is safe or ``patience``
+        steps are spent."""
         start = self._steps
         stuck = 0  # moves since the feet were last lower than ever before
         lowest = self.position()[1]
+        detours = DETOURS
         while self.position()[1] > y:
             if self.position()[1] < lowest:
                 lowest, stuck = self.position()[1], 0
-            if self._steps - start >= patience or stuck > STUCK_LIMIT:
-                return False
             left = patience - (self._steps - start)
+            if left <= 0:
+                return False
+            if stuck > STUCK_LIMIT:
+                if not detours:
+                    return False
+                detours -= 1
+                stuck = 0
+                yield "turn_right"  # each detour in a new heading
+                for _ in range(DETOUR_LENGTH):
+                    heading = self._safe_heading("level")
+                    if heading is None:
+                        break
+                    yield from self._stair(heading, "level", left)
+                continue
             heading = self._safe_heading("down")
             if heading is not None:
                 yield from self._stair(heading, "down", left)
@@ -391,9 +428,14 @@ class VoxelSkills:
 
             # No safe stair from here (water, a cave, lava around): go where one is, over
             # or through what the map shows, within a short way.
-            def stair_from(pos: Voxel, _heading: tuple[int, int]) -> bool:
-                return self._memory.get(pos) not in self._rules.liquid and any(
-                    self._stair_safe(h, "down", pos) for h in HEADINGS
+            here = self.position()[1]
+
+            def stair_from(pos: Voxel, _heading: tuple[int, int], here: int = here) -> bool:
+                # Not higher than here: a stair from up there would only lead back.
+                return (
+                    pos[1] <= here
+                    and self._memory.get(pos) not in self._rules.liquid
+                    and any(self._stair_safe(h, "down", pos) for h in HEADINGS)
                 )
 
             tunnel, self._tunnel = self._tunnel, True
@@ -432,6 +474,10 @@ class VoxelSkills:
         start = self._steps
         tunnel, self._tunnel = self._tunnel, True
         tried: set[Voxel] = set()
+        visited: set[Voxel] = set()  # where the strips have been: never walked twice
+        moves = [(RELOCATE * dx, RELOCATE * dz) for dx, dz in HEADINGS]
+        hosts = frozenset(h for ore in ores for h in self._game.hosts.get(ore, ()))
+        lowest = min((low for ore in ores for low, _ in self.ore_depths(ore)), default=level)
         # Strips one window's width apart: their windows just touch.
         width = self._obs.voxels.shape[2]
         legs = itertools.cycle(
@@ -448,7 +494,7 @@ class VoxelSkills:
         try:
             while self._obs.inventory.get(item, 0) < want:
                 left = patience - (self._steps - start)
-                if left <= 0 or blocked > STUCK_LIMIT:
+                if left <= 0 or level < lowest:
                     return False
                 target = self._ore_in_view(ores, tried)
                 if target is not None:
@@ -457,23 +503,39 @@ class VoxelSkills:
                     continue
                 if self.position()[1] > level:
                     if not (yield from self.descend(level, patience=left)):
-                        return False
+                        # Water, caves or lava all round below here: try elsewhere.
+                        if not moves:
+                            return False
+                        dx, dz = moves.pop(0)
+                        x, _, z = self.position()
+                        yield from self.head_for(x + dx, z + dz, patience=left)
                     continue
                 if walked >= leg:
                     yield turn
                     leg, turn = next(legs)
                     walked = 0
                     continue
+                if not self._host_in_view(hosts):
+                    # No rock the ore grows in around here (desert stone, sand): deeper.
+                    level -= DEEPER
+                    continue
+                visited.add(self.position())
                 hx, hz = self.facing()
-                if self._stair_safe((hx, hz), "level"):
+                fresh = self._ahead(0) not in visited
+                if fresh and self._stair_safe((hx, hz), "level"):
                     moved = yield from self._stair(HEADINGS.index((hx, hz)), "level", left)
                     walked += 1
                     blocked = 0 if moved else blocked + 1
-                else:
-                    # Lava, water, a drop or a node no tool digs ahead: a new leg.
+                elif blocked < 3:
+                    # Lava, water, a drop, a node no tool digs or the old tunnel ahead:
+                    # a new leg.
                     yield "turn_right"
                     walked = 0
                     blocked += 1
+                else:
+                    # Boxed in by hazards and old tunnels: strips on a new level below.
+                    level -= DEEPER
+                    blocked = 0
             return True
         finally:
             self._tunnel = tunnel
@@ -482,6 +544,9 @@ class VoxelSkills:
 
     _last_target: str | None = None
     _tunnel_down = True
+    _build = False
+    _build_below: int | None = None
+    _plan_block: str | None = None
     _plan_tools: list[str] = []  # noqa: RUF012 (replaced, never mutated)
 
     def _tools(self) -> list[str]:
@@ -544,6 +609,14 @@ class VoxelSkills:
             if name is not None and name.split(":", 1)[-1].startswith("furnace"):
                 return (x + dx, y + dy, z + dz)
         return None
+
+    def _host_in_view(self, hosts: frozenset[str]) -> bool:
+        """Whether the window shows a node an ore is scattered in (True if unknown)."""
+        if not hosts:
+            return True
+        obs = self._obs
+        ids = [i for i, name in enumerate(obs.names) if name in hosts]
+        return bool(ids) and bool(np.isin(obs.voxels, ids).any())
 
     def _ore_in_view(self, ores: frozenset[str], tried: set[Voxel]) -> Voxel | None:
         """The nearest node of ``ores`` in the current window not tried before."""
@@ -725,6 +798,26 @@ class VoxelSkills:
                     land = self._land(up, frozenset((above, up)))
                     if land is not None:
                         yield (*digs, "jump"), land, heading
+        block = self._plan_block
+        ceiling = self._build_below
+        if (
+            block is not None
+            and (ceiling is None or pos[1] < ceiling)
+            and self._solid(_add(pos, (0, -1, 0)))
+        ):
+            # Place a block in front and jump onto it: up a wall or out of a pit that
+            # the hand cannot dig through (stone), one node a time.
+            up = _add(ahead, (0, 1, 0))
+            name = self._memory.get(ahead)
+            clear = (up, _add(up, (0, 1, 0)), _add(pos, (0, 2, 0)))
+            if (
+                name is not None
+                and name not in self._rules.liquid
+                and not self._solid(ahead)
+                and not any(self._solid(v) for v in clear)
+                and self._memory.get(_add(up, (0, 1, 0))) not in self._rules.drowning
+            ):
+                yield ("place_" + _short(block), "jump"), up, heading
         if self._tunnel and self._tunnel_down:
             below = _add(pos, (0, -1, 0))
             if self._clear(((below, "dig_down"),)):
@@ -740,6 +833,10 @@ class VoxelSkills:
         if goal is not None and goal(start[0], HEADINGS[start[1]]):
             return []
         self._plan_tools = self._tools()  # what digs is fixed while planning
+        carried = self._obs.inventory
+        self._plan_block = next(
+            (b for b in BUILD_BLOCKS if self._build and carried.get(b, 0) > 0), None
+        )
         best = {start: 0}
         parents: dict[tuple[Voxel, int], tuple[tuple[Voxel, int], Step]] = {}
         queue = [(0, 0, start)]
@@ -770,6 +867,8 @@ class VoxelSkills:
                 actions, pos, heading = step
                 nxt = (pos, heading)
                 total = cost + len(actions)
+                if actions[0].startswith("place_"):
+                    total += BUILD_COST  # blocks run out: climb only where it pays
                 if total < best.get(nxt, total + 1):
                     best[nxt] = total
                     parents[nxt] = (state, step)
@@ -804,6 +903,7 @@ class VoxelSkills:
         """Yield ``plan``'s actions while the world does what the map predicted; False
         as soon as it does not (the caller replans with what is now seen)."""
         start = self._steps
+        prev_place: Voxel | None = None
         for actions, pos, heading in plan:
             if self._drowning():
                 # The map was wrong about the water here: up for air, then replan.
@@ -812,6 +912,13 @@ class VoxelSkills:
             for action in actions:
                 if self._steps - start >= patience:
                     return False
+                if prev_place is not None:
+                    # Never jump towards a block that did not get placed (none left).
+                    if not self._solid(prev_place):
+                        return False
+                    prev_place = None
+                if action.startswith("place_"):
+                    prev_place = self._ahead(0)
                 if action in DIG_ACTIONS:
                     ahead, up, _ = DIG_ACTIONS[action]
                     hx, hz = self.facing()

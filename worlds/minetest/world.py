@@ -221,6 +221,8 @@ class GameRules:
     ores: Mapping[str, tuple[tuple[int, int, int], ...]]
     """Ore node → (y_min, y_max, cluster scarcity) of each place mapgen scatters it,
     highest first (mapgen v6: iron from y 0 down, diamonds from -128 down)."""
+    hosts: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Ore node → the nodes mapgen scatters it in (``default:stone``; never desert stone)."""
     drops: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Ore node → the item digging it gives (``default:stone_with_iron`` →
     ``default:iron_lump``), from the node's own definition."""
@@ -640,13 +642,16 @@ class MinetestWorld:
             )
         ores: dict[str, list[tuple[int, int, int]]] = {}
         drops: dict[str, str] = {}
-        for node, y_min, y_max, scarcity, drop in header.get("ores") or ():
+        hosts: dict[str, set[str]] = {}
+        for node, y_min, y_max, scarcity, drop, wherein in header.get("ores") or ():
             ores.setdefault(node, []).append((y_min, y_max, scarcity))
             drops[node] = drop
+            hosts.setdefault(node, set()).update(wherein or ())
         self.game_rules = GameRules(
             recipes={k: tuple(v) for k, v in recipes.items()},
             ores={k: tuple(sorted(v, key=lambda r: -r[1])) for k, v in ores.items()},
             drops=drops,
+            hosts={k: tuple(sorted(v)) for k, v in hosts.items()},
         )
 
     def _verbs_items(self) -> list[str]:

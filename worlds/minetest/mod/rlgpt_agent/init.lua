@@ -206,17 +206,21 @@ end
 -- Digging, placing, crafting, smelting ---------------------------------------------------
 
 -- A tool's rank: the highest level of node it digs in any group (wood and stone pickaxes
--- 1, steel 2, diamond 3).
+-- 1, steel 2, diamond 3), then how many ratings of its groups it digs at all (the wooden
+-- pickaxe only cracky 3, the stone one also cracky 2: iron ore).
 local function rank(caps)
-	local top = 0
+	local top, ratings = 0, 0
 	for _, cap in pairs(caps.groupcaps or {}) do
 		top = math.max(top, cap.maxlevel or 0)
+		for _ in pairs(cap.times or {}) do
+			ratings = ratings + 1
+		end
 	end
-	return top
+	return top * 1000 + ratings
 end
 
 -- The carried tool a player would wield to dig `groups`: the hand where it digs, else the
--- lowest-ranked tool that digs it (sparing the better one, which wears as fast), the
+-- lowest-ranked tool that digs it (sparing the better one for what only it digs), the
 -- fastest among those; nil for the hand.
 local function best_tool(groups)
 	local hand = ItemStack(""):get_tool_capabilities()
@@ -826,13 +830,15 @@ local function hello(req)
 			recipes[#recipes + 1] = {item, recipe.method, recipe.width, items, recipe.output}
 		end
 	end
-	-- Each ore with the item it drops when dug (its node's own drop, else itself).
+	-- Each ore with the item it drops when dug (its node's own drop, else itself) and the
+	-- nodes it is scattered in.
 	local ores = {}
 	for _, ore in pairs(minetest.registered_ores) do
 		if type(ore.ore) == "string" then
 			local d = ndef(ore.ore)
 			local drop = d and type(d.drop) == "string" and d.drop ~= "" and d.drop or ore.ore
-			ores[#ores + 1] = {ore.ore, ore.y_min or -31000, ore.y_max or 31000, ore.clust_scarcity or 0, drop}
+			local wherein = type(ore.wherein) == "table" and ore.wherein or {ore.wherein}
+			ores[#ores + 1] = {ore.ore, ore.y_min or -31000, ore.y_max or 31000, ore.clust_scarcity or 0, drop, wherein}
 		end
 	end
 	send({ok = true, nodes = names, tools = tools, recipes = recipes, ores = ores})
