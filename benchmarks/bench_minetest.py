@@ -42,6 +42,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -232,6 +233,23 @@ def chain_main(args) -> int:
     return 0
 
 
+def commit() -> str:
+    """The checkout's commit (with "+changes" when the tree differs from it)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
 def write_chain(
     path: Path, rows: list, first: int, last: int, steps: list[str], radius: int
 ) -> None:
@@ -240,6 +258,7 @@ def write_chain(
             {
                 "machine": machine(),
                 "policy": "worlds/minetest/chain.py (the project's template code, no model)",
+                "commit": commit(),
                 "dev_seeds": list(DEV_SEEDS),
                 "report_seeds": [first, last],
                 "chain_budget": CHAIN_BUDGET,
