@@ -772,7 +772,20 @@ def t_minetest_chain_runs(spec: Mapping[str, Any]) -> list[str]:
     for c in runs:
         if c["success"]:
             continue
-        why = "died" if c["dead"] else "out of steps" if c["out_of_steps"] else "gave up"
+        spent = 0
+        if c["record"]:
+            before = c["record"][-2][2] if len(c["record"]) > 1 else 0
+            spent = c["record"][-1][2] - before
+        budget = data["step_budgets"].get(c["stopped_at"], 0)
+        why = (
+            "died"
+            if c["dead"]
+            else "out of the chain's steps"
+            if c["out_of_steps"]
+            else f"its {budget:,} steps spent"
+            if budget and spent >= budget
+            else "gave up sooner"
+        )
         key = f"stopped at `{str(c['stopped_at']).split(':', 1)[-1]}`: {why}"
         causes[key] = causes.get(key, 0) + 1
     for key, count in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])):
