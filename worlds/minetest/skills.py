@@ -15,8 +15,15 @@ and a map remembered from earlier windows, in coordinates from where the episode
 movement rules, as the mod applies them: a step forward into two free nodes and then
 a fall (of at most a few nodes, never into lava, never with the head under water), a
 jump up one node onto the node in front (also out of water), quarter turns, and with
-``tunnel(True)`` digging through what the hand or a carried tool digs. Unseen nodes count
-as solid. ``recipes`` and ``ore_depths`` answer from the game's own definitions.
+``tunnel(True)`` digging through what the hand or a carried tool digs (and with
+``build(True)`` climbing on blocks it places). Unseen nodes count as solid. ``recipes``,
+``ore_depths``, ``ore_for`` and ``mining_level`` answer from the game's own definitions.
+
+Underground: ``descend`` digs a staircase down to an altitude, taking a stair only where
+the window shows it safe (no liquid to dig into, a landing on solid ground within a safe
+fall, never in lava or with the head under water); ``mine`` strip-mines at an ore's level
+and digs the ore that comes into view; ``smelt`` crafts and places a furnace when none is
+in reach. ``worlds/minetest/chain.py`` strings them into the diamond chain.
 
 Untrusted code reaches only public attributes (the sandbox refuses ``_`` names), so the
 map and the planner's state live in ``_`` attributes and answers are fresh tuples/dicts.
