@@ -34,6 +34,9 @@ FILLS = {
     "group:stone": "default:cobble",
 }
 TREE_NODE = "default:tree"
+PLANKS = {"default:tree": "default:wood", "default:pine_tree": "default:pine_wood"}
+"""The trunks the tree search digs, and the planks (group:wood) each is crafted into by
+the game's recipes: mapgen v6's trees, with pines where the land is snowy."""
 STONE_NODE = "default:stone"  # digs into cobble
 TOOLS_BY_STEEL = ("default:pick_wood", "default:pick_stone", "default:pick_steel")
 SPARE_PLANKS = 8
@@ -79,7 +82,9 @@ def _recipe(skills: VoxelSkills, item: str, method: str = "normal") -> dict:
     """The game's recipe for ``item`` made from the chain's own items (planks from
     trunks, not from slabs or bush stems)."""
     for recipe in skills.recipes(item):
-        if recipe["method"] == method and all(FILLS.get(n, n) in CHAIN for n in recipe["needs"]):
+        if recipe["method"] == method and all(
+            FILLS.get(n, n) in CHAIN or n in PLANKS for n in recipe["needs"]
+        ):
             return recipe
     raise LookupError(f"the game has no {method} recipe for {item} from the chain's items")
 
@@ -142,11 +147,15 @@ def get_trees(skills: VoxelSkills) -> Iterator[str]:
         for dx, dz in ((1, 0), (1, 1), (0, 1), (-1, 1), (-1, 0), (-1, -1), (0, -1), (1, -1))
     ]
     closest, stalls = 1 << 30, 0  # how near the current waypoint it got, looks since
-    while skills.inventory().get(TREE_NODE, 0) < want:
+    while _trunks(skills) < want:
         left = PATIENCE["trees"] - (skills.steps() - start)
         if left <= 0:
             return False
-        targets = [v for v in skills.seen(TREE_NODE) if v not in out_of_reach]
+        seen = sorted(
+            (v for trunk in PLANKS for v in skills.seen(trunk) if v not in out_of_reach),
+            key=lambda v: _distance(skills, v),
+        )
+        targets = seen[:1]
         if targets:
             if not (yield from skills.dig_node(*targets[0], patience=min(left, 100))):
                 out_of_reach.add(targets[0])
@@ -167,9 +176,31 @@ def get_trees(skills: VoxelSkills) -> Iterator[str]:
     return True
 
 
+def _trunks(skills: VoxelSkills) -> int:
+    carried = skills.inventory()
+    return sum(carried.get(trunk, 0) for trunk in PLANKS)
+
+
+def _distance(skills: VoxelSkills, v: tuple[int, int, int]) -> int:
+    x, y, z = skills.position()
+    return abs(v[0] - x) + abs(v[1] - y) + abs(v[2] - z)
+
+
 def make_planks(skills: VoxelSkills) -> Iterator[str]:
-    n = _crafts(skills, "default:wood", _planks(skills) + SPARE_PLANKS)
-    return (yield from skills.craft("default:wood", n))
+    """Planks for the chain from the trunks carried, each kind by its own recipe."""
+    want = _planks(skills) + SPARE_PLANKS
+    for trunk, planks in PLANKS.items():
+        have = skills.inventory().get(trunk, 0)
+        per = _recipe(skills, planks)["makes"]
+        n = min(have, math.ceil(max(0, want - _planks_carried(skills)) / per))
+        if n and not (yield from skills.craft(planks, n)):
+            return False
+    return _planks_carried(skills) >= _planks(skills)
+
+
+def _planks_carried(skills: VoxelSkills) -> int:
+    carried = skills.inventory()
+    return sum(carried.get(planks, 0) for planks in PLANKS.values())
 
 
 def make_sticks(skills: VoxelSkills) -> Iterator[str]:

@@ -90,6 +90,7 @@ PLACE_ITEMS = ("default:cobble", "default:dirt", "default:wood", "default:furnac
 """Nodes ``place_<name>`` puts in front at foot height: building and the furnace."""
 CRAFT_ITEMS = (
     "default:wood",
+    "default:pine_wood",  # planks from the pine trees of snowy land (mapgen v6's other tree)
     "default:stick",
     "default:pick_wood",
     "default:pick_stone",
