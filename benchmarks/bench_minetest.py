@@ -17,6 +17,20 @@ For each seed (100, 101, …) one ``MinetestWorld`` with the default voxel windo
   observations built in Python, episodes reset when they end (within the timing);
 - server memory: the server's resident set (VmRSS) after the actions, and its peak (VmHWM).
 
+With ``--chain``, the diamond chain by coded skills (``worlds/minetest/chain.py``, the
+project's own template code, no model) instead, on each seed of the range:
+
+    python benchmarks/bench_minetest.py --chain --first-seed 1000000 --seeds 50 --json X.json
+
+- the whole chain from an empty inventory at the spawn point, within ``CHAIN_BUDGET``
+  steps, and where it stopped (the step that gave up, or died, or ran out of steps);
+- each step alone, from ``START_STATES`` (what the chain carries on reaching it) at the
+  spawn point, within the step's own budget;
+- per episode: success, steps, wall time, actions per second (planning included), the
+  warm reset time; per seed: the cold reset and the server's memory after the episodes.
+
+Development looked at seeds 0–99 only (``DEV_SEEDS``); report on a range never looked at.
+
 Not a test: it prints numbers and exits 0 (2 without Minetest installed).
 """
 
@@ -28,6 +42,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from worlds.minetest import MinetestWorld, minetest_missing  # noqa: E402
+from worlds.minetest.chain import PATIENCE as CHAIN_PATIENCE  # noqa: E402
+from worlds.minetest.chain import START_STATES, chain  # noqa: E402
+from worlds.minetest.chain import STEPS as CHAIN_STEPS_BY_ITEM  # noqa: E402
+from worlds.minetest.skills import run_voxel_policy  # noqa: E402
+
+CHAIN_STEPS = tuple(CHAIN_STEPS_BY_ITEM)
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -94,6 +115,164 @@ def bench_seed(seed: int, actions: int) -> dict:
     }
 
 
+DEV_SEEDS = (0, 99)
+"""The seeds the chain was developed on (first, last): a report range must avoid them."""
+STEP_BUDGETS = {
+    "default:tree": CHAIN_PATIENCE["trees"],
+    "default:cobble": CHAIN_PATIENCE["stone"],
+    "default:coal_lump": CHAIN_PATIENCE["coal"],
+    "default:iron_lump": CHAIN_PATIENCE["iron"],
+    "default:diamond": CHAIN_PATIENCE["down"] + CHAIN_PATIENCE["diamond"],
+}
+"""Steps each step may take alone: its skills' own patience (what the chain gives it);
+a craft or a smelt takes a few steps, so gets CRAFT_BUDGET."""
+CRAFT_BUDGET = 50
+CHAIN_BUDGET = sum(STEP_BUDGETS.values()) + CRAFT_BUDGET * (len(CHAIN_STEPS) - len(STEP_BUDGETS))
+"""The whole chain's steps: the sum of its steps' budgets (about 10,000: the scripted
+probe with an ore oracle needed 260–463; exploring for trees and strip-mining for ores
+without one takes thousands, and 10,000 steps run in under a minute)."""
+
+
+def run_episode(world, policy, budget: int, seed: int, inventory=None, record=None) -> dict:
+    started = time.perf_counter()
+    result = run_voxel_policy(world, policy, budget, seed=seed, inventory=inventory)
+    wall = time.perf_counter() - started - result["reset_s"]
+    reset_s = result["reset_s"]
+    dead = result["status"]["health"] <= 0
+    return {
+        "success": result["success"],
+        "steps": result["steps"],
+        "wall_s": wall,
+        "actions_per_s": result["steps"] / wall if wall > 0 else 0.0,
+        "reset_s": reset_s,
+        "dead": dead,
+        "out_of_steps": result["steps"] >= budget,
+        "health": result["status"]["health"],
+        "altitude": result["position"][1],
+        "record": [[item, ok, steps] for item, ok, steps in (record or [])],
+    }
+
+
+CHAIN_RADIUS = 8
+"""The chain's voxel window reaches 8 nodes around (17 × 17 × 8 nodes): a player sees
+trees from much further, and with the default 4 the search for trees alone failed on
+half the development seeds (the window is the only way the agent finds anything)."""
+
+
+def bench_chain_seed(seed: int, steps: list[str], radius: int = CHAIN_RADIUS) -> dict:
+    with MinetestWorld(radius=radius) as world:
+        started = time.perf_counter()
+        world.reset(seed)
+        cold = time.perf_counter() - started
+        record: list = []
+        whole = run_episode(world, chain(record=record), CHAIN_BUDGET, seed, record=record)
+        whole["stopped_at"] = next((item for item, ok, _ in record if not ok), None)
+        if whole["stopped_at"] is None and not whole["success"]:
+            # Ran out of steps inside a step: the one after the last that finished.
+            done = [item for item, ok, _ in record]
+            whole["stopped_at"] = CHAIN_STEPS[len(done)] if len(done) < len(CHAIN_STEPS) else None
+        whole["progress"] = world.progress()
+        alone = {}
+        for item in steps:
+            alone[item] = run_episode(
+                world,
+                CHAIN_STEPS_BY_ITEM[item],
+                STEP_BUDGETS.get(item, CRAFT_BUDGET),
+                seed,
+                inventory=START_STATES[item],
+            )
+        rss, peak = memory_mb(world.server_pid)
+    return {
+        "seed": seed,
+        "cold_reset_s": cold,
+        "chain": whole,
+        "steps": alone,
+        "server_rss_mb": rss,
+        "server_peak_rss_mb": peak,
+    }
+
+
+def chain_main(args) -> int:
+    first, last = args.first_seed, args.first_seed + args.seeds - 1
+    if not (last < DEV_SEEDS[0] or first > DEV_SEEDS[1]) and not args.dev:
+        print(
+            f"bench_minetest: seeds {first}–{last} overlap the development seeds "
+            f"{DEV_SEEDS[0]}–{DEV_SEEDS[1]} (pass --dev to look at them anyway)",
+            file=sys.stderr,
+        )
+        return 2
+    steps = list(CHAIN_STEPS) if args.steps is None else args.steps.split(",")
+    print(f"machine: {machine()}")
+    print(f"chain budget {CHAIN_BUDGET} steps; step budgets {STEP_BUDGETS}, crafts {CRAFT_BUDGET}")
+    rows = []
+    for seed in range(first, last + 1):
+        row = bench_chain_seed(seed, steps, args.radius)
+        rows.append(row)
+        c = row["chain"]
+        alone = " ".join(
+            f"{item.split(':')[1]}={'Y' if r['success'] else 'n'}"
+            for item, r in row["steps"].items()
+        )
+        print(
+            f"{seed}: chain {'OK' if c['success'] else 'stopped at ' + str(c['stopped_at'])}"
+            f" ({c['steps']} steps, {c['wall_s']:.1f} s, {c['actions_per_s']:.0f}/s"
+            f"{', dead' if c['dead'] else ''}); alone: {alone}; RSS {row['server_rss_mb']:.0f} MB",
+            flush=True,
+        )
+        if args.json:
+            write_chain(args.json, rows, first, last, steps, args.radius)
+    n = len(rows)
+    for item in CHAIN_STEPS:
+        got = sum(1 for r in rows if any(i == item and ok for i, ok, _ in r["chain"]["record"]))
+        print(f"chain reached {item}: {got}/{n}")
+    for item in steps:
+        k = sum(r["steps"][item]["success"] for r in rows)
+        print(f"alone {item}: {k}/{n}")
+    if args.json:
+        write_chain(args.json, rows, first, last, steps, args.radius)
+    return 0
+
+
+def commit() -> str:
+    """The checkout's commit (with "+changes" when the tree differs from it)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+def write_chain(
+    path: Path, rows: list, first: int, last: int, steps: list[str], radius: int
+) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "policy": "worlds/minetest/chain.py (the project's template code, no model)",
+                "commit": commit(),
+                "dev_seeds": list(DEV_SEEDS),
+                "report_seeds": [first, last],
+                "chain_budget": CHAIN_BUDGET,
+                "window_radius": radius,
+                "step_budgets": {item: STEP_BUDGETS.get(item, CRAFT_BUDGET) for item in steps},
+                "chain_steps": list(CHAIN_STEPS),
+                "start_states": {item: START_STATES[item] for item in steps},
+                "results": rows,
+            },
+            indent=1,
+        )
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5, help="how many world seeds")
@@ -101,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--actions", type=int, default=2000, help="random actions per seed")
     parser.add_argument("--quick", action="store_true", help="2 seeds × 300 actions")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--chain", action="store_true", help="the diamond chain by coded skills")
+    parser.add_argument("--steps", help="with --chain: only these steps alone (comma-separated)")
+    parser.add_argument("--dev", action="store_true", help="allow the development seeds")
+    parser.add_argument(
+        "--radius", type=int, default=CHAIN_RADIUS, help="with --chain: the window's reach"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.actions = 2, 300
@@ -110,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"bench_minetest: {problem}", file=sys.stderr)
         return 2
+    if args.chain:
+        return chain_main(args)
     print(f"machine: {machine()}")
     rows = []
     print("seed  cold reset s  warm reset s  actions/s  server RSS MB (peak)")

@@ -694,6 +694,105 @@ def t_device_cut(spec: Mapping[str, Any]) -> list[str]:
     return table(head, rows, "llrrrrr")
 
 
+def _share(k: int, n: int) -> str:
+    low, high = wilson(k, n)
+    return f"{k}/{n} = {pct(100 * k / n if n else 0, 0)} {span(100 * low, 100 * high, 0)}"
+
+
+def _median(values: Sequence[float], digits: int = 0) -> str:
+    return f"{statistics.median(values):,.{digits}f}" if values else "–"
+
+
+def t_minetest_chain(spec: Mapping[str, Any]) -> list[str]:
+    """bench_minetest.py --chain: each step of the diamond chain, in the whole chain
+    (reached) and alone from its start state; then the whole chain."""
+    data = load(spec["file"])
+    rows_in = data["results"]
+    n = len(rows_in)
+    rows = []
+    for item in data["chain_steps"]:
+        reached = sum(any(i == item and ok for i, ok, _ in r["chain"]["record"]) for r in rows_in)
+        alone = [r["steps"][item] for r in rows_in if item in r["steps"]]
+        won = [e for e in alone if e["success"]]
+        rows.append(
+            [
+                f"`{item.split(':', 1)[1]}`",
+                _share(reached, n),
+                _share(len(won), len(alone)) if alone else "–",
+                _median([e["steps"] for e in won]),
+                _median([e["wall_s"] for e in won], 1),
+                num(data["step_budgets"].get(item, 0)) if alone else "–",
+            ]
+        )
+    head = [
+        "step (item obtained)",
+        "whole chain: reached",
+        "alone, from its start state",
+        "steps alone (median of successes)",
+        "wall s alone",
+        "budget alone",
+    ]
+    return table(head, rows, "lrrrrr")
+
+
+def t_minetest_chain_runs(spec: Mapping[str, Any]) -> list[str]:
+    """bench_minetest.py --chain: the whole chain's episodes and the world's costs."""
+    data = load(spec["file"])
+    runs = [r["chain"] for r in data["results"]]
+    won = [c for c in runs if c["success"]]
+    episodes = runs + [e for r in data["results"] for e in r["steps"].values()]
+    won_steps = [c["steps"] for c in won]
+    rows = [
+        ["whole chain: a diamond", _share(len(won), len(runs))],
+        [
+            "steps per episode, successes (median; min–max)",
+            (f"{_median(won_steps)}; {min(won_steps, default=0):,}–{max(won_steps, default=0):,}"),
+        ],
+        ["wall s per episode, successes (median)", _median([c["wall_s"] for c in won], 1)],
+        ["steps per episode, all (median)", _median([c["steps"] for c in runs])],
+        [
+            "actions per s, planning included (median over all episodes)",
+            _median([e["actions_per_s"] for e in episodes if e["steps"]]),
+        ],
+        [
+            "cold reset s (new server, median over seeds)",
+            _median([r["cold_reset_s"] for r in data["results"]], 3),
+        ],
+        [
+            "warm reset s (same server, median over all episodes)",
+            _median([e["reset_s"] for e in episodes], 3),
+        ],
+        [
+            "server RSS MB after a seed's episodes (median; max)",
+            f"{_median([r['server_rss_mb'] for r in data['results']])}; "
+            f"{max(r['server_rss_mb'] for r in data['results']):,.0f}",
+        ],
+    ]
+    causes: dict[str, int] = {}
+    for c in runs:
+        if c["success"]:
+            continue
+        spent = 0
+        if c["record"]:
+            before = c["record"][-2][2] if len(c["record"]) > 1 else 0
+            spent = c["record"][-1][2] - before
+        budget = data["step_budgets"].get(c["stopped_at"], 0)
+        why = (
+            "died"
+            if c["dead"]
+            else "out of the chain's steps"
+            if c["out_of_steps"]
+            else f"its {budget:,} steps spent"
+            if budget and spent >= budget
+            else "gave up sooner"
+        )
+        key = f"stopped at `{str(c['stopped_at']).split(':', 1)[-1]}`: {why}"
+        causes[key] = causes.get(key, 0) + 1
+    for key, count in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])):
+        rows.append([key, f"{count}/{len(runs)}"])
+    return table(["whole chain", "value"], rows, "lr")
+
+
 TABLES: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "crafter_across": t_crafter_across,
     "crafter_achievements": t_crafter_achievements,
@@ -709,6 +808,8 @@ TABLES: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "env_paths": t_env_paths,
     "scaling": t_scaling,
     "device_cut": t_device_cut,
+    "minetest_chain": t_minetest_chain,
+    "minetest_chain_runs": t_minetest_chain_runs,
 }
 """The kinds of table an area's summary can hold (``kind`` of ``[tables.NAME]``)."""
 

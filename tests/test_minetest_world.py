@@ -318,7 +318,7 @@ def test_the_3d_skills_give_up_where_nothing_is_seen(world) -> None:
         return (yield from skills.collect("default:diamond"))
 
     result = run_voxel_policy(world, policy, 50, seed=TREE_SEED)
-    assert result == {"steps": 0, "success": False, "inventory": result["inventory"]}
+    assert (result["steps"], result["success"]) == (0, False)
 
 
 def test_exploring_finds_a_tree_out_of_sight_and_collects_it(world) -> None:

@@ -90,6 +90,7 @@ PLACE_ITEMS = ("default:cobble", "default:dirt", "default:wood", "default:furnac
 """Nodes ``place_<name>`` puts in front at foot height: building and the furnace."""
 CRAFT_ITEMS = (
     "default:wood",
+    "default:pine_wood",  # planks from the pine trees of snowy land (mapgen v6's other tree)
     "default:stick",
     "default:pick_wood",
     "default:pick_stone",
@@ -221,6 +222,11 @@ class GameRules:
     ores: Mapping[str, tuple[tuple[int, int, int], ...]]
     """Ore node → (y_min, y_max, cluster scarcity) of each place mapgen scatters it,
     highest first (mapgen v6: iron from y 0 down, diamonds from -128 down)."""
+    hosts: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Ore node → the nodes mapgen scatters it in (``default:stone``; never desert stone)."""
+    drops: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Ore node → the item digging it gives (``default:stone_with_iron`` →
+    ``default:iron_lump``), from the node's own definition."""
 
 
 # Facing index (the mod's: 0 north, 1 east, 2 south, 3 west) → screen (dx, dy).
@@ -504,11 +510,15 @@ class MinetestWorld:
             return None
         return self._server.process.pid
 
-    def reset(self, seed: int | None = None) -> VoxelObservation:
+    def reset(
+        self, seed: int | None = None, *, inventory: Mapping[str, int] | None = None
+    ) -> VoxelObservation:
         """Start an episode in the world made from ``seed`` (None: the seed after the last).
 
         The same seed on a running server regenerates that world in place; another seed
-        starts a new server (the mapgen seed is fixed when a world is created)."""
+        starts a new server (the mapgen seed is fixed when a world is created).
+        ``inventory``: what the body carries at the start (item → count), to measure one
+        step of a chain alone from the state it needs; no action gives items."""
         if seed is None:
             seed = 0 if self._seed is None else self._seed + 1
         if not isinstance(seed, int) or seed < 0:
@@ -519,7 +529,9 @@ class MinetestWorld:
             self._open(seed)
         self._seed = seed
         assert self._server is not None
-        header, payload = self._server.request({"op": "reset", "seed": seed, **self._view})
+        carried = [[item, int(n)] for item, n in (inventory or {}).items() if n > 0]
+        message = {"op": "reset", "seed": seed, **self._view, "inventory": carried}
+        header, payload = self._server.request(message)
         self._start = tuple(header["pos"])
         self._steps = 0
         self._health = header["hp"]
@@ -630,11 +642,17 @@ class MinetestWorld:
                 Recipe(method, width, tuple(items or ()), made, int(count or 1))
             )
         ores: dict[str, list[tuple[int, int, int]]] = {}
-        for node, y_min, y_max, scarcity in header.get("ores") or ():
+        drops: dict[str, str] = {}
+        hosts: dict[str, set[str]] = {}
+        for node, y_min, y_max, scarcity, drop, wherein in header.get("ores") or ():
             ores.setdefault(node, []).append((y_min, y_max, scarcity))
+            drops[node] = drop
+            hosts.setdefault(node, set()).update(wherein or ())
         self.game_rules = GameRules(
             recipes={k: tuple(v) for k, v in recipes.items()},
             ores={k: tuple(sorted(v, key=lambda r: -r[1])) for k, v in ores.items()},
+            drops=drops,
+            hosts={k: tuple(sorted(v)) for k, v in hosts.items()},
         )
 
     def _verbs_items(self) -> list[str]:

@@ -141,7 +141,8 @@ local function settle()
 			return true
 		end
 		if walkable(below) then
-			if body.fall > SAFE_FALL then
+			-- The spawn level lies above the ground: landing there at a reset hurts nobody.
+			if body.fall > SAFE_FALL and body.steps > 0 then
 				body.hp = body.hp - (body.fall - SAFE_FALL)
 			end
 			body.fall = 0
@@ -204,16 +205,36 @@ end
 
 -- Digging, placing, crafting, smelting ---------------------------------------------------
 
--- The carried tool that digs `groups` fastest, as a player would wield it; nil for the hand.
+-- A tool's rank: the highest level of node it digs in any group (wood and stone pickaxes
+-- 1, steel 2, diamond 3), then how many ratings of its groups it digs at all (the wooden
+-- pickaxe only cracky 3, the stone one also cracky 2: iron ore).
+local function rank(caps)
+	local top, ratings = 0, 0
+	for _, cap in pairs(caps.groupcaps or {}) do
+		top = math.max(top, cap.maxlevel or 0)
+		for _ in pairs(cap.times or {}) do
+			ratings = ratings + 1
+		end
+	end
+	return top * 1000 + ratings
+end
+
+-- The carried tool a player would wield to dig `groups`: the hand where it digs, else the
+-- lowest-ranked tool that digs it (sparing the better one for what only it digs), the
+-- fastest among those; nil for the hand.
 local function best_tool(groups)
 	local hand = ItemStack(""):get_tool_capabilities()
-	local best = {index = nil, params = minetest.get_dig_params(groups, hand)}
+	local best = {index = nil, params = minetest.get_dig_params(groups, hand), rank = -1}
 	for index, stack in ipairs(inv:get_list("main")) do
 		local idef = stack:get_definition()
 		if not stack:is_empty() and idef and idef.tool_capabilities then
-			local params = minetest.get_dig_params(groups, stack:get_tool_capabilities(), stack:get_wear())
-			if params.diggable and (not best.params.diggable or params.time < best.params.time) then
-				best = {index = index, params = params}
+			local caps = stack:get_tool_capabilities()
+			local params = minetest.get_dig_params(groups, caps, stack:get_wear())
+			local r = rank(caps)
+			local better = not best.params.diggable
+				or (best.index ~= nil and (r < best.rank or (r == best.rank and params.time < best.params.time)))
+			if params.diggable and better then
+				best = {index = index, params = params, rank = r}
 			end
 		end
 	end
@@ -701,6 +722,13 @@ local function reset(req)
 	forget_generated()
 	inv:set_list("main", {})
 	inv:set_size("main", INV_SIZE)
+	-- A start state for measuring one step of a chain alone: what the owner asks the body
+	-- to carry at the start. Only a reset carries it, never an action: a policy cannot give.
+	for _, entry in ipairs(req.inventory or {}) do
+		if minetest.registered_items[entry[1]] then
+			inv:add_item("main", ItemStack(entry[1] .. " " .. math.floor(entry[2])))
+		end
+	end
 	local start = spawn_point()
 	body = {
 		pos = start,
@@ -802,10 +830,15 @@ local function hello(req)
 			recipes[#recipes + 1] = {item, recipe.method, recipe.width, items, recipe.output}
 		end
 	end
+	-- Each ore with the item it drops when dug (its node's own drop, else itself) and the
+	-- nodes it is scattered in.
 	local ores = {}
 	for _, ore in pairs(minetest.registered_ores) do
 		if type(ore.ore) == "string" then
-			ores[#ores + 1] = {ore.ore, ore.y_min or -31000, ore.y_max or 31000, ore.clust_scarcity or 0}
+			local d = ndef(ore.ore)
+			local drop = d and type(d.drop) == "string" and d.drop ~= "" and d.drop or ore.ore
+			local wherein = type(ore.wherein) == "table" and ore.wherein or {ore.wherein}
+			ores[#ores + 1] = {ore.ore, ore.y_min or -31000, ore.y_max or 31000, ore.clust_scarcity or 0, drop, wherein}
 		end
 	end
 	send({ok = true, nodes = names, tools = tools, recipes = recipes, ores = ores})
