@@ -469,7 +469,11 @@ class VoxelSkills:
         """Get ``n`` more ``item`` from its ore underground: go down to ``level`` (by
         default :meth:`mining_level`) by :meth:`descend`, then strip-mine along that level
         (legs of tunnel whose windows just overlap), and dig every ore of it that comes
-        into view. True once ``n`` more are carried."""
+        into view. True once ``n`` more are carried.
+
+        Long because it is one generator whose loop state (the level, the leg of the strip,
+        the nodes walked and the turns blocked) every branch reads and changes: split, each
+        part would take all of it and hand it back."""
         ores = frozenset(self.ore_for(item))
         if not ores:
             return False
