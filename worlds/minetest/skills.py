@@ -55,6 +55,7 @@ FRONTIER = 4
 """Steps of a plan towards unseen land walked before planning again with what came into
 view on the way."""
 SEARCH_LIMIT = 20000
+"""States the planner expands at most (a window's worth of ground many times over)."""
 HEAD_HORIZON = 20
 """Actions ahead :meth:`VoxelSkills.head_for` plans (a window's width of walking)."""
 REACH_HORIZON = 80
@@ -92,7 +93,6 @@ FALLING_REDIGS = 8
 STRIP = 24
 """Nodes of a strip mine's long legs; the short legs that join them are a window wide,
 turning alternately right and left."""
-"""States the planner expands at most (a window's worth of ground many times over)."""
 
 # Facing (x, z) in the order turn_right goes: north, east, south, west.
 HEADINGS: tuple[tuple[int, int], ...] = ((0, 1), (1, 0), (0, -1), (-1, 0))
