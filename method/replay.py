@@ -111,26 +111,20 @@ class ReplayBackend:
         started = time.monotonic()
         record = self._take(role, purpose, request, temperature)
         raw = record.get("raw_reply", "")
-        if isinstance(raw, str) and raw:
-            try:
-                parsed, mended = parse_reply(raw, role, purpose)
-                data = validate(role, purpose, parsed)
-            except ContractError as exc:
-                raise ModelReplyError(
-                    f"the recorded reply breaks today's contract for {role}/{purpose}: {exc}",
-                    reply=raw,
-                ) from None
-        else:  # recorded by a backend without a raw reply (the offline one)
-            try:
-                data, mended = validate(role, purpose, record["reply"]), False
-            except ContractError as exc:
-                raise ModelReplyError(
-                    f"the recorded reply breaks today's contract for {role}/{purpose}: {exc}"
-                ) from None
+        raw = raw if isinstance(raw, str) else ""
+        try:
+            # A raw reply goes through today's parser; the offline backend records none.
+            parsed, mended = parse_reply(raw, role, purpose) if raw else (record["reply"], False)
+            data = validate(role, purpose, parsed)
+        except ContractError as exc:
+            raise ModelReplyError(
+                f"the recorded reply breaks today's contract for {role}/{purpose}: {exc}",
+                reply=raw,
+            ) from None
         return CallResult(
             data=data,
             prompt=record.get("prompt", "") if isinstance(record.get("prompt"), str) else "",
-            reply=raw if isinstance(raw, str) else "",
+            reply=raw,
             latency_s=time.monotonic() - started,
             local_repairs=int(mended),
         )

@@ -320,13 +320,7 @@ class VoxelSkills:
 
     def craft(self, item: str, n: int = 1) -> Iterator[str]:
         """Craft ``item`` ``n`` times by the game's recipes; True if every craft worked."""
-        action = "craft_" + _short(item)
-        for _ in range(n):
-            before = self._obs.inventory.get(item, 0)
-            yield action
-            if self._obs.inventory.get(item, 0) <= before:
-                return False
-        return True
+        return (yield from self._repeat("craft_" + _short(item), item, n))
 
     def place(self, item: str, patience: int = 20) -> Iterator[str]:
         """Put one ``item`` (a node) in front at foot height, digging that spot free first
@@ -364,7 +358,10 @@ class VoxelSkills:
                     return False
             if not (yield from self.place(furnace)):
                 return False
-        action = "smelt_" + _short(item)
+        return (yield from self._repeat("smelt_" + _short(item), item, n))
+
+    def _repeat(self, action: str, item: str, n: int) -> Iterator[str]:
+        """``action`` ``n`` times, each to add ``item``; True if every one did."""
         for _ in range(n):
             before = self._obs.inventory.get(item, 0)
             yield action
