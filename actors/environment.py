@@ -109,8 +109,8 @@ class EnvironmentActor(Actor):
 
     @handles(RolloutRequest)
     async def on_rollout(self, req: RolloutRequest, env: Envelope) -> RolloutResult:
-        if req.world != "crafter":
-            raise ValueError(f"this environment actor runs crafter, not {req.world!r}")
+        if req.world not in ("crafter", "minetest"):
+            raise ValueError(f"this environment actor runs crafter or minetest, not {req.world!r}")
         policy = req.policy_path or req.policy_sha256
         if req.stages and (req.code or policy):
             raise ValueError(

@@ -743,7 +743,10 @@ class FastAgent(Actor):
     def _from_starts(self, work: WorkOn) -> bool:
         """Whether ``work``'s versions are evaluated from starts (``[task]
         eval_from_starts`` and stages before it)."""
-        return self.settings.task.eval_from_starts and bool(work.before)
+        # Starts are saved and restored in Crafter only: a Minetest episode plays the
+        # stages before the sub-action every time.
+        task = self.settings.task
+        return task.eval_from_starts and bool(work.before) and task.world == "crafter"
 
     async def _evaluate(self, work: WorkOn, stage: Stage) -> RolloutResult:
         """One version's evaluation episodes on ``work.seeds``, composed after
@@ -761,6 +764,7 @@ class FastAgent(Actor):
             stages=[*work.before, stage],
             needs=list(work.needs),
             start_at=len(work.before) if self._from_starts(work) else 0,
+            world=self.settings.task.world,
         )
         recorded = self.agents.journal.job(req)
         if recorded is not None:

@@ -17,7 +17,6 @@ import re
 from typing import Any, get_args
 
 import trio
-from crafter import constants
 
 from knowledge import recipes, survival
 from llm.contracts import resolve_achievement, subtask_achievement
@@ -26,7 +25,7 @@ from messages import Envelope
 from messages.plan import Critique, Plan, RunTask, SubAction, SubActionOutcome, TaskReport, WorkOn
 from messages.rollout import RolloutRequest, RolloutResult
 from messages.task import Need, NeedStat, Stage, Subtask
-from method import ledger, seeds
+from method import games, ledger, seeds
 from method.agents import AgentCallFailed, Agents
 from method.journal import job_key
 from method.paired import chosen_version, join_incumbent, usable
@@ -84,10 +83,10 @@ class SlowAgent(Actor):
     @handles(RunTask)
     async def on_task(self, task: RunTask, env: Envelope) -> TaskReport:
         curriculum = task.target_item == ALL_ACHIEVEMENTS
-        steps = recipes.describe(
-            recipes.curriculum() if curriculum else recipes.chain(task.target_item)
-        )
-        needs_known = needs_table()
+        world = self.settings.task.world
+        steps = recipes.describe(games.plan_steps(world, task.target_item))
+        # Survival needs are Crafter's (Minetest's game has no hunger, thirst or mobs).
+        needs_known = needs_table() if world == "crafter" else []
         plans: list[Plan] = []
         outcomes: dict[str, list[SubActionOutcome]] = {}
         history: list[dict[str, float]] = []
@@ -458,19 +457,21 @@ class SlowAgent(Actor):
         """The composed policy on the evaluation worlds (then, with ``play_to_budget``,
         on fresh worlds until the budget is spent): its env steps, success rate and the
         share of episodes that unlocked each achievement."""
-        known = [*_achievements(), ALL_ACHIEVEMENTS]
+        world = self.settings.task.world
+        achievements = games.achievements(world)
+        known = [*achievements, ALL_ACHIEVEMENTS]
         goal = Subtask(
             # Every achievement: no single test; the episode runs until every stage's
             # test held, the player dies or Crafter's episode ends.
             name=task.target_item,
             description=task.task,
             goal={task.target_item: 1} if task.target_item not in known else {},
-            achievement=task.target_item if task.target_item in _achievements() else "",
+            achievement=task.target_item if task.target_item in achievements else "",
             max_steps=self.settings.task.episode_steps,
         )
         req = RolloutRequest(
             subtask=goal, seeds=list(task.eval_seeds), wall_s=FINAL_WALL_S, stages=stages,
-            needs=needs, skip_failed=task.target_item == ALL_ACHIEVEMENTS,
+            needs=needs, skip_failed=task.target_item == ALL_ACHIEVEMENTS, world=world,
         )  # fmt: skip
         log.info("final_evaluation_started", episodes=len(req.seeds), stages=len(stages))
         result = self.agents.journal.job(req)
@@ -936,10 +937,6 @@ def needs_table() -> list[dict[str, Any]]:
         for st in survival.survival_stages()
         if st.stat in NEED_STATS
     ]
-
-
-def _achievements() -> list[str]:
-    return list(constants.achievements)
 
 
 def _met_or_spent(

@@ -93,6 +93,7 @@ from messages.causes import (
 )
 from messages.control import Failure
 from messages.rollout import EpisodeReport, RolloutRequest, StageRun
+from messages.task import Stage
 from rl.artifacts import PolicyUnusable, load_policy
 from rl.held_out import held_out, seed_each_episode
 from rl.start_states import resolve as resolve_start_states
@@ -440,6 +441,10 @@ class Rollouts:
 
     def __init__(self, run_dir: Path | None = None, fault: Fault | None = None) -> None:
         self.world = CrafterWorld()
+        self.minetest: Any = None
+        """The Minetest world (and its server), started by the first request for it."""
+        self.voxel_skills: Any = None
+        """Minetest's skills class, imported with its world."""
         self.run_dir = run_dir
         self.fault = fault
         self.starts = resolve_start_states(True)
@@ -455,6 +460,8 @@ class Rollouts:
         """Run every episode of ``req``, ``emit`` each as it ends (blocking)."""
         rss = _reset_peak_rss()
         before = sandbox.compile_stats()
+        if req.world != "crafter":
+            self._world(req)  # refuses what that world cannot run, before any episode
         if req.policy_path or any(stage.policy_path for stage in req.stages):
             import_policy_libraries()
         if req.policy_path:
@@ -478,7 +485,30 @@ class Rollouts:
         if self.fault is not None:
             self.fault.maybe_fire(req, index, seed)
 
+    def _world(self, req: RolloutRequest) -> tuple[Any, Callable[..., Any]]:
+        """The request's world and the skills factory of its episodes."""
+        if req.world == "crafter":
+            return self.world, lambda obs, actions, s: TracingSkills(obs, actions, seed=s)
+        if req.world != "minetest":
+            raise ValueError(f"no world {req.world!r}: crafter or minetest")
+        if req.policy_path or any(stage.policy_path for stage in req.stages):
+            raise ValueError("a learned policy runs in crafter only (its RL interface)")
+        if self.minetest is None:
+            from worlds.minetest.skills import VoxelSkills
+            from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld
+
+            self.minetest = MinetestWorld(radius=PLAYER_RADIUS)
+            self.voxel_skills = VoxelSkills
+        world = self.minetest
+        return world, lambda obs, actions, s: self.voxel_skills(
+            obs, world.node_rules, world.game_rules
+        )
+
     def _code(self, req: RolloutRequest, emit: Emit) -> RunnerDone:
+        if req.world != "crafter":
+            # One stage, composed: the same test and budgets, over the world's own skills.
+            stage = Stage(req.subtask, code=req.code)
+            return self._composed(dataclasses.replace(req, code="", stages=[stage]), emit)
         try:
             compiled = sandbox.compile_code(req.code, filename=f"<{req.subtask.name}>")
         except sandbox.SandboxError as err:
@@ -498,22 +528,23 @@ class Rollouts:
         return RunnerDone(steps, frames=frames_npz(frames) if frames else b"")
 
     def _composed(self, req: RolloutRequest, emit: Emit) -> RunnerDone:
+        world, skills_factory = self._world(req)
         # Loading SB3 zips happens here, before the first episode's budget starts.
-        stages = prepare_stages(req.stages, self.world)
-        need_stages = prepare_stages([n.stage for n in req.needs], self.world)
+        stages = prepare_stages(req.stages, world)
+        need_stages = prepare_stages([n.stage for n in req.needs], world)
         frames: list[np.ndarray] = []
         steps = 0
         for i, seed in enumerate(req.seeds):
             emit(RunnerBegin(seed))
             self._fault(req, i, seed)
             episode = run_composed(
-                self.world,
+                world,
                 stages,
                 req.needs,
                 req.subtask,
                 seed,
                 wall_s=req.wall_s,
-                skills_factory=lambda obs, actions, s: TracingSkills(obs, actions, seed=s),
+                skills_factory=skills_factory,
                 frames=frames if i == 0 and req.frames else None,
                 need_stages=need_stages,
                 skip_failed=req.skip_failed,

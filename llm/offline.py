@@ -87,6 +87,33 @@ def _step(sub: dict[str, Any]) -> Any:
     return library.subtask_step(sub["name"], sub["achievement"], sub.get("goal"))
 
 
+def _minetest_code(sub: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The Minetest template for a chain step (the sub-action ``obtain_<item>``); a
+    revision has nothing else to offer, so it is the same code, marked unchanged."""
+    from worlds.minetest.templates import step_code
+    from worlds.minetest.world import CHAIN, short
+
+    items = {f"obtain_{short(item)}": item for item in CHAIN}
+    item = items.get(sub["name"])
+    if item is None:
+        for key in sub.get("goal") or {}:
+            item = next((i for i in key.split("|") if i in CHAIN), None) or item
+    if item is None:
+        raise ValueError(f"no Minetest chain step is named {sub['name']!r}")
+    if previous:
+        return {
+            "code": previous["code"],
+            "note": "the Minetest template library has one version of each step",
+            "params": previous.get("params", {}),
+            "unchanged": True,
+        }
+    return {
+        "code": step_code(item),
+        "note": f"first version: the Minetest template for {short(item)}",
+        "params": {},
+    }
+
+
 class OfflineBackend:
     """Deterministic answers to every agent call (see the module docstring)."""
 
@@ -98,7 +125,12 @@ class OfflineBackend:
         accept: str = "not_below",
         revise: str = "top",
         lessons: bool = False,
+        world: str = "crafter",
     ) -> None:
+        self.world = world
+        """The game it codes for: ``crafter`` (:mod:`knowledge.library`'s templates and
+        their revisions) or ``minetest`` (:mod:`worlds.minetest.templates`: one template
+        a step, no revision of it)."""
         self.first = first
         """``full``: a step's first code is the library's complete template; ``simplest``:
         the bare one, every fix left to revisions."""
@@ -228,6 +260,8 @@ class OfflineBackend:
 
     def _fast_code(self, req: dict[str, Any]) -> dict[str, Any]:
         sub = req["subaction"]
+        if self.world == "minetest":
+            return _minetest_code(sub, req.get("previous"))
         step = _step(sub)
         previous = req.get("previous")
         if not previous:

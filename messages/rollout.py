@@ -33,7 +33,8 @@ class RolloutRequest:
     frames: bool = False
     """Also return the first episode's frames (for a video); rendering is slow."""
     world: str = "crafter"
-    """World backend: crafter or minedojo."""
+    """World backend: ``crafter`` or ``minetest`` (``[task] world``); a learned policy
+    runs in ``crafter`` only."""
     stages: list[Stage] = field(default_factory=list)
     """Or a composed policy: the task planner runs these stages in order (a stage whose
     test already held in this episode is skipped), each until its own test holds or its

@@ -35,7 +35,9 @@ class Subtask:
     description: str = ""
     """What it is for, in words (prompts and reports show it)."""
     goal: dict[str, int] = field(default_factory=dict)
-    """Inventory needed for success, e.g. ``{"wood": 1}``; all must hold."""
+    """Inventory needed for success, e.g. ``{"wood": 1}``; all must hold. A key may name
+    alternatives joined by ``|`` whose counts add up (Minetest's
+    ``{"default:tree|default:pine_tree": 4}``: four trunks of either kind)."""
     achievement: str = ""
     """An achievement whose unlocking also means success, e.g. ``place_table``."""
     max_steps: int = 500
@@ -62,7 +64,7 @@ class Subtask:
                 return True
             if achievement_decides:
                 return False
-        return bool(self.goal) and all(inventory.get(k, 0) >= n for k, n in self.goal.items())
+        return bool(self.goal) and all(carried(inventory, k) >= n for k, n in self.goal.items())
 
     def met_source(self, skills: str = "skills") -> str:
         """:meth:`met` (counted from the episode's start) as a Python expression over the
@@ -72,10 +74,20 @@ class Subtask:
             tests.append(f"{skills}.achievements().get({self.achievement!r}, 0) > 0")
         if self.goal:
             goal = " and ".join(
-                f"{skills}.inventory().get({k!r}, 0) >= {n}" for k, n in sorted(self.goal.items())
+                " + ".join(f"{skills}.inventory().get({item!r}, 0)" for item in k.split("|"))
+                + f" >= {n}"
+                for k, n in sorted(self.goal.items())
             )
             tests.append(f"({goal})")
         return " or ".join(tests) or "False"
+
+
+def carried(inventory: Mapping[str, int], key: str) -> int:
+    """How many of a goal key's items ``inventory`` holds: one item, or the sum over
+    alternatives joined by ``|``."""
+    if "|" not in key:
+        return inventory.get(key, 0)
+    return sum(inventory.get(item, 0) for item in key.split("|"))
 
 
 @message("task.coded_action")

@@ -39,10 +39,13 @@ LOCAL_KEY_ENV = "RLGPT_LOCAL_API_KEY"
 but the ``openai`` client wants a non-empty one (set to ``local`` unless already set)."""
 
 
-def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> Backend:
+def make_backend(
+    settings: AgentSettings, endpoint: Endpoint | None = None, world: str = "crafter"
+) -> Backend:
     """The backend the config names (imported only when chosen: ``openai`` pulls in its
     client, ``offline`` the skill library). ``local`` is ``openai`` pointed at the
-    ``endpoint`` of the server the driver started (:mod:`llm.local_server`)."""
+    ``endpoint`` of the server the driver started (:mod:`llm.local_server`). ``world``
+    (``[task] world``): the game whose template library the offline backend codes from."""
     if settings.backend == "local":
         if endpoint is None:
             raise BackendConfigError("the local backend needs its server's endpoint")
@@ -76,6 +79,7 @@ def make_backend(settings: AgentSettings, endpoint: Endpoint | None = None) -> B
         accept=settings.offline_accept,
         revise=settings.offline_revise,
         lessons=settings.offline_lessons,
+        world=world,
     )
 
 

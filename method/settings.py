@@ -15,9 +15,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knowledge import recipes
 from messages.train import PPOSettings
-from method import seeds
+from method import games, seeds
 from runtime import config
 from runtime.config import ConfigError, Settings, check, check_fields
 from runtime.security import is_loopback
@@ -173,10 +172,17 @@ a few minutes on one core."""
 class TaskSettings:
     task: str = "obtain a diamond"
     """The goal in words (prompts and the report show it)."""
+    world: str = field(default="crafter", metadata=check(choices=games.WORLDS))
+    """The game: ``crafter`` (2-D, the default) or ``minetest`` (3-D, a headless
+    ``minetestserver`` per environment actor: ``apt-get install -y minetest-server
+    minetest-data lua-socket``). In Minetest a step's code runs over the 3-D skill API
+    (:class:`worlds.minetest.skills.VoxelSkills`) and no step is learned with RL yet:
+    the learner's RL interface is Crafter's."""
     target: str = "diamond"
     """What success means: an item to hold (``diamond``) or an achievement name
     (``collect_diamond``, ``place_table``); ``achievements`` plans the curriculum of all
-    22 achievements (the final episodes then run to Crafter's full length)."""
+    22 achievements (the final episodes then run to Crafter's full length). In Minetest
+    an item of the diamond chain (``diamond``, ``pick_steel``, ``default:cobble``...)."""
     success_target: float = field(default=0.3, metadata=RATE)
     """The run stops early once the final policy reaches this success rate."""
     iterations: int = field(default=3, metadata=check(min=1))
@@ -396,10 +402,28 @@ def check_runnable(s: MethodSettings) -> None:
 
 
 def _check_target(s: MethodSettings) -> None:
-    from crafter import constants
-
     target = s.task.target
-    if target != ALL_ACHIEVEMENTS and target not in (*constants.items, *constants.achievements):
+    if s.task.world == "minetest":
+        from worlds.minetest.world import minetest_missing
+
+        chain = games.targets("minetest")
+        if games.minetest_item(target) not in chain:
+            raise ConfigError(
+                s.source, "task.target", "an item of Minetest's diamond chain", repr(target),
+                "one of " + ", ".join(item.removeprefix("default:") for item in chain),
+            )  # fmt: skip
+        problem = minetest_missing()
+        if problem:
+            raise ConfigError(
+                s.source, "task.world", "a world this machine can run", '"minetest"', problem
+            )
+        if s.task.learn:
+            raise ConfigError(
+                s.source, "task.learn", "no step to learn in Minetest", repr(s.task.learn),
+                "the learner's RL interface is Crafter's: remove learn for world = \"minetest\"",
+            )  # fmt: skip
+        return
+    if target != ALL_ACHIEVEMENTS and target not in games.targets("crafter"):
         raise ConfigError(
             s.source,
             "task.target",
@@ -420,8 +444,7 @@ def _check_learn(s: MethodSettings) -> None:
         return
 
     target = s.task.target
-    steps = recipes.curriculum() if target == ALL_ACHIEVEMENTS else recipes.chain(target)
-    names = [step.name for step in steps]
+    names = [step.name for step in games.plan_steps(s.task.world, target)]
     for i, name in enumerate(s.task.learn):
         if name not in names:
             close = difflib.get_close_matches(name, names, n=1)

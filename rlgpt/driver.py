@@ -22,7 +22,7 @@ from actors.slow import SlowAgent
 from llm import models
 from llm.local_server import LocalServer
 from messages.plan import RunTask, TaskReport
-from method import ledger, seeds
+from method import games, ledger, seeds
 from method.agents import Agents, make_backend
 from method.bundle import MANIFEST, write_bundle
 from method.paired import wilson_interval
@@ -43,7 +43,7 @@ def task_of(settings: MethodSettings) -> RunTask:
     t, seed = settings.task, settings.run.seed
     return RunTask(
         task=t.task,
-        target_item=t.target,
+        target_item=games.minetest_item(t.target) if t.world == "minetest" else t.target,
         success_target=t.success_target,
         iterations=t.iterations,
         env_steps=t.env_steps,
@@ -86,7 +86,8 @@ async def _run_method(head: Head, endpoint: Any) -> dict:
     cpu_started = tree_cpu_seconds()
     steps_before = _ledger_steps(head.run_dir)  # a resumed run's earlier sessions
     # 1. The agents, in this process, sharing one model backend and its journal.
-    agents = Agents(make_backend(s.agents, endpoint), head.run_dir, s.agents.token_budget)
+    backend = make_backend(s.agents, endpoint, world=s.task.world)
+    agents = Agents(backend, head.run_dir, s.agents.token_budget)
     if agents.journal.loaded_calls or agents.journal.loaded_jobs:
         log.info(
             "run_resumed",
@@ -104,7 +105,9 @@ async def _run_method(head: Head, endpoint: Any) -> dict:
     # 3. What the run writes: the video, the policy bundle, summary.json, report.md.
     shown = await _video(head, slow.final)
     summary = _summary(task, report, agents, shown, _bundle(head, slow.final, task))
-    summary.update(scores(head.run_dir, task.target_item, report, budget=task.env_steps))
+    summary.update(
+        scores(head.run_dir, task.target_item, report, budget=task.env_steps, world=s.task.world)
+    )
     wins = round(report.final_success * report.final_episodes)
     low, high = wilson_interval(wins, report.final_episodes)
     summary["final_success_interval"] = [round(low, 4), round(high, 4)]
@@ -153,7 +156,8 @@ async def _start_agents(head: Head, agents: Agents) -> SlowAgent:
         agents=agents,
         settings=s,
         environments=environments,
-        can_learn=bool(learners or s.runtime.listen),
+        # The learner's RL interface is Crafter's: in Minetest every step stays code.
+        can_learn=bool(learners or s.runtime.listen) and s.task.world == "crafter",
         name="slow",
         capacity=SLOW_CAPACITY,
         **common,
@@ -195,7 +199,11 @@ def _summary(
 
 
 def scores(
-    run_dir: Path | None, target: str, report: TaskReport, budget: int | None = None
+    run_dir: Path | None,
+    target: str,
+    report: TaskReport,
+    budget: int | None = None,
+    world: str = "crafter",
 ) -> dict[str, Any]:
     """Env steps and Crafter scores from the run's episode ledger: every world step the
     run took, by kind; the score over every episode the run stepped within ``budget``
@@ -203,10 +211,9 @@ def scores(
     episodes grouped by the kind of line that booked them, each group scored over its own
     (:func:`method.ledger.scoreboard_by_kind`), and over the final evaluation alone.
     Writes the ledger's episodes as ``rollouts/stats.jsonl``, from which Crafter's own
-    ``read_metrics`` gets the same score."""
-    from crafter import constants
-
-    names = list(constants.achievements)
+    ``read_metrics`` gets the same score. In Minetest the score is the same formula over
+    the chain's achievements (``obtain_tree`` ... ``obtain_diamond``)."""
+    names = list(games.achievements(world))
     lines = ledger.read(run_dir) if run_dir is not None else []
     every = ledger.tally(lines)
     final = ledger.tally(lines, kinds=["final"])

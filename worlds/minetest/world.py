@@ -102,6 +102,12 @@ CRAFT_ITEMS = (
 SMELT_ITEMS = ("default:steel_ingot",)
 """Items ``smelt_<name>`` makes in a furnace near the agent, by the game's cooking recipes."""
 
+PLAYER_RADIUS = 8
+"""The voxel window a player of the diamond chain gets: 8 nodes around (17 × 17 × 8
+nodes). A player sees trees from much further, and with the default 4 the search for
+trees alone failed on half the development seeds (the window is the only way the agent
+finds anything)."""
+
 DAY_STEPS = 1200
 """Steps in a day: the mod's clock (a Minetest day is 20 minutes; a step is a second)."""
 HEALTH_MAX = 20
