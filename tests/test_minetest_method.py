@@ -93,6 +93,7 @@ def _config(tmp_path: Path, task: str, extra: str = "") -> Path:
         ('world = "minecraft"', "task.world", "crafter"),
         ('world = "minetest"\ntarget = "emerald"', "task.target", "pick_steel"),
         ('world = "minetest"\nlearn = ["obtain_tree"]', "task.learn", "Crafter's"),
+        ('world = "minetest"\n[agents]\nbackend = "local"', "agents.backend", "3-D"),
     ],
 )
 def test_a_bad_minetest_setting_names_its_key_and_the_fix(
