@@ -18,7 +18,9 @@ For each seed (100, 101, …) one ``MinetestWorld`` with the default voxel windo
 - server memory: the server's resident set (VmRSS) after the actions, and its peak (VmHWM).
 
 With ``--chain``, the diamond chain by coded skills (``worlds/minetest/chain.py``, the
-project's own template code, no model) instead, on each seed of the range:
+project's own template code, no model) instead, on each seed of the range, as the policy
+source the method's fast agent hands the environment: the text of
+:mod:`worlds.minetest.templates`, run in the sandbox (``run_voxel_code``):
 
     python benchmarks/bench_minetest.py --chain --first-seed 1000000 --seeds 50 --json X.json
 
@@ -50,13 +52,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from worlds.minetest import MinetestWorld, minetest_missing  # noqa: E402
-from worlds.minetest.chain import PATIENCE as CHAIN_PATIENCE  # noqa: E402
-from worlds.minetest.chain import START_STATES, chain  # noqa: E402
-from worlds.minetest.chain import STEPS as CHAIN_STEPS_BY_ITEM  # noqa: E402
-from worlds.minetest.skills import run_voxel_policy  # noqa: E402
+from worlds.minetest import CHAIN, MinetestWorld, minetest_missing  # noqa: E402
+from worlds.minetest.skills import run_voxel_code  # noqa: E402
+from worlds.minetest.templates import PATIENCE as CHAIN_PATIENCE  # noqa: E402
+from worlds.minetest.templates import START_STATES, chain_code, record, step_code  # noqa: E402
 
-CHAIN_STEPS = tuple(CHAIN_STEPS_BY_ITEM)
+CHAIN_STEPS = tuple(CHAIN)
 
 
 def memory_mb(pid: int) -> tuple[float, float]:
@@ -133,14 +134,22 @@ probe with an ore oracle needed 260–463; exploring for trees and strip-mining 
 without one takes thousands, and 10,000 steps run in under a minute)."""
 
 
-def run_episode(world, policy, budget: int, seed: int, inventory=None, record=None) -> dict:
+CHAIN_WALL_S = 1800.0
+"""Wall-clock budget of one episode in the sandbox: no limit in practice (the whole chain
+takes seconds to a minute), only a guard against a policy that stops acting."""
+
+
+def run_episode(world, source: str, budget: int, seed: int, inventory=None) -> dict:
     started = time.perf_counter()
-    result = run_voxel_policy(world, policy, budget, seed=seed, inventory=inventory)
+    result = run_voxel_code(
+        world, source, budget, seed=seed, inventory=inventory, wall_s=CHAIN_WALL_S
+    )
     wall = time.perf_counter() - started - result["reset_s"]
     reset_s = result["reset_s"]
     dead = result["status"]["health"] <= 0
     return {
         "success": result["success"],
+        "cause": result["cause"],
         "steps": result["steps"],
         "wall_s": wall,
         "actions_per_s": result["steps"] / wall if wall > 0 else 0.0,
@@ -149,7 +158,7 @@ def run_episode(world, policy, budget: int, seed: int, inventory=None, record=No
         "out_of_steps": result["steps"] >= budget,
         "health": result["status"]["health"],
         "altitude": result["position"][1],
-        "record": [[item, ok, steps] for item, ok, steps in (record or [])],
+        "record": [[item, ok, steps] for item, ok, steps in record(result["output"])],
     }
 
 
@@ -164,19 +173,18 @@ def bench_chain_seed(seed: int, steps: list[str], radius: int = CHAIN_RADIUS) ->
         started = time.perf_counter()
         world.reset(seed)
         cold = time.perf_counter() - started
-        record: list = []
-        whole = run_episode(world, chain(record=record), CHAIN_BUDGET, seed, record=record)
-        whole["stopped_at"] = next((item for item, ok, _ in record if not ok), None)
+        whole = run_episode(world, chain_code(), CHAIN_BUDGET, seed)
+        whole["stopped_at"] = next((item for item, ok, _ in whole["record"] if not ok), None)
         if whole["stopped_at"] is None and not whole["success"]:
             # Ran out of steps inside a step: the one after the last that finished.
-            done = [item for item, ok, _ in record]
+            done = [item for item, ok, _ in whole["record"]]
             whole["stopped_at"] = CHAIN_STEPS[len(done)] if len(done) < len(CHAIN_STEPS) else None
         whole["progress"] = world.progress()
         alone = {}
         for item in steps:
             alone[item] = run_episode(
                 world,
-                CHAIN_STEPS_BY_ITEM[item],
+                step_code(item),
                 STEP_BUDGETS.get(item, CRAFT_BUDGET),
                 seed,
                 inventory=START_STATES[item],
@@ -257,7 +265,8 @@ def write_chain(
         json.dumps(
             {
                 "machine": machine(),
-                "policy": "worlds/minetest/chain.py (the project's template code, no model)",
+                "policy": "worlds/minetest/chain.py (the project's template code, no model), "
+                "run in the sandbox",
                 "commit": commit(),
                 "dev_seeds": list(DEV_SEEDS),
                 "report_seeds": [first, last],

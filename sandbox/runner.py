@@ -33,6 +33,8 @@ from sandbox.proxy import ReadOnlyProxy, freeze
 DEFAULT_LOAD_WALL_S = 1.0
 # How much of a yielded non-action is quoted back in a failure detail.
 ACTION_QUOTE_CHARS = 60
+# The longest str a policy's return value may be for the host to keep it.
+RETURNED_CHARS = 1000
 
 _OK, _STOP, _FAIL = "ok", "stop", "fail"
 
@@ -62,6 +64,10 @@ class PolicyOutcome:
     """Whether `step_fn` reported the end of the episode."""
     wall_s: float
     """Wall-clock seconds spent, loading and env steps included."""
+    returned: Any = None
+    """What the policy returned when it finished by itself, if that is plain data (None,
+    a bool, an int, a float or a str of at most `RETURNED_CHARS`); None otherwise. Hosts
+    that judge a policy by its own answer (a coded skill's True or False) read it."""
 
 
 class Namespace:
@@ -194,6 +200,8 @@ class PolicyStepper:
         self.wall_s = wall_s
         self.failure = failure
         self.finished = gen is None
+        self.returned: Any = None
+        """What the generator returned (`PolicyOutcome.returned`), once it has."""
 
     def next_action(self) -> str | None:
         if self.finished:
@@ -205,6 +213,8 @@ class PolicyStepper:
                 return value
         else:
             failure = value if status == _FAIL else None
+            if status == _STOP:
+                self.returned = _plain(value)
         self.failure = failure
         self.finished = True
         self.close()
@@ -232,6 +242,16 @@ class PolicyStepper:
             gen.close()  # meter disarmed: any loop in a finally/except stops at its tick
         except (Exception, Abort):  # noqa: BLE001 - cleanup of failed agent code
             pass
+
+
+def _plain(value: Any) -> Any:
+    """``value`` if it is plain data a host may keep, else None: agent objects (its
+    functions, generators, containers of any size) stay in the namespace."""
+    if value is None or type(value) in (bool, int, float):
+        return value
+    if type(value) is str and len(value) <= RETURNED_CHARS:
+        return value
+    return None
 
 
 def _suspended_line(gen: Any) -> int | None:
@@ -324,4 +344,6 @@ def run_policy(
                 break
     finally:
         stepper.close()
-    return PolicyOutcome(steps, failure, ns.output(), done, time.monotonic() - start)
+    return PolicyOutcome(
+        steps, failure, ns.output(), done, time.monotonic() - start, stepper.returned
+    )

@@ -1,5 +1,7 @@
 """The diamond chain's skills in Minetest: a descent that never enters lava or water,
-smelting in a furnace the skills make and place, and the chain's first steps.
+smelting in a furnace the skills make and place, and the chain as policy source the
+sandbox runs (it compiles, imports nothing, names nothing private, and its first steps
+play out in a real world through the sandbox).
 
 The descent's safety is tested on a small stand-in for the mod's body (the same rules of
 moving, falling and digging over a map set up here, with lava and water where a test
@@ -8,14 +10,17 @@ install command where Minetest is missing."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 
 import numpy as np
 import pytest
 from helpers import missing_here
 
-from worlds.minetest import MinetestWorld, minetest_missing
-from worlds.minetest.skills import VoxelSkills, run_voxel_policy
+import sandbox
+from worlds.minetest import CHAIN, MinetestWorld, minetest_missing
+from worlds.minetest.skills import VoxelSkills, run_voxel_code, run_voxel_policy
+from worlds.minetest.templates import START_STATES, chain_code, record, step_code
 from worlds.minetest.world import FACINGS, GameRules, NodeRules, VoxelObservation
 
 STONE, AIR = "default:stone", "air"
@@ -256,19 +261,57 @@ def test_strip_mining_finds_iron_with_a_stone_pickaxe(world) -> None:
     assert result["inventory"]["default:iron_lump"] >= 3
 
 
-def test_the_chain_runs_from_nothing_to_a_stone_pickaxe(world) -> None:
-    from worlds.minetest.chain import chain
-
-    record = []
-    result = run_voxel_policy(world, chain("default:pick_stone", record), 1000, seed=0)
-    assert result["success"], (result, record)
-    assert [item for item, ok, _ in record if ok] == [
-        "default:tree",
-        "default:wood",
-        "default:stick",
-        "default:pick_wood",
-        "default:cobble",
-        "default:pick_stone",
-    ]
+def test_the_chain_runs_in_the_sandbox_from_nothing_to_a_stone_pickaxe(world) -> None:
+    result = run_voxel_code(world, chain_code("default:pick_stone"), 1000, seed=0)
+    assert result["success"] and result["cause"] == "success", result
+    steps = record(result["output"])
+    assert [item for item, ok, _ in steps] == list(CHAIN[: CHAIN.index("default:pick_stone") + 1])
+    assert all(ok for _, ok, _ in steps), steps
+    assert steps[-1][2] == result["steps"]
     assert result["inventory"]["default:pick_stone"] == 1
     assert world.achievement_counts()["obtain_pick_stone"] == 1
+
+
+def test_a_step_runs_alone_in_the_sandbox_from_its_start_state(world) -> None:
+    item = "default:pick_wood"
+    result = run_voxel_code(world, step_code(item), 50, seed=0, inventory=START_STATES[item])
+    assert result["success"], result
+    assert record(result["output"]) == [(item, True, result["steps"])]
+    assert result["inventory"][item] == 1
+
+
+def test_the_sandbox_reports_why_voxel_code_stopped(world) -> None:
+    bad = "def run(skills):\n    yield 'fly'\n"
+    assert run_voxel_code(world, bad, 10, seed=0)["cause"] == "invalid_action"
+    looping = "def run(skills):\n    while True:\n        yield 'turn_left'\n"
+    result = run_voxel_code(world, looping, 10, seed=0)
+    assert (result["cause"], result["steps"], result["success"]) == ("step_budget", 10, False)
+    with pytest.raises(sandbox.SandboxError):
+        run_voxel_code(world, "import os\ndef run(skills):\n    yield 'jump'\n", 10, seed=0)
+
+
+# ------------------------------------------------------------------ the chain's source
+
+
+def test_the_sandbox_compiles_every_step_and_the_whole_chain() -> None:
+    for item in CHAIN:
+        code = sandbox.compile_code(step_code(item))
+        assert "run" in code.functions
+    whole = chain_code()
+    assert "run" in sandbox.compile_code(whole).functions
+    assert "LAST = 'default:diamond'" in whole and f"CHAIN = {list(CHAIN)!r}" in whole
+    assert "FIRST = 'default:iron_lump'" in step_code("default:iron_lump")
+    with pytest.raises(ValueError):
+        chain_code("default:mese")
+
+
+def test_the_chain_source_imports_nothing_and_names_nothing_private() -> None:
+    tree = ast.parse(chain_code())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    assert not [n for n in names if n.startswith("_")]
+    # The sandbox itself refuses the private names the chain must not use.
+    with pytest.raises(sandbox.SandboxError):
+        sandbox.compile_code(chain_code() + "\ndef peek(skills):\n    return skills._memory\n")

@@ -129,6 +129,18 @@ def test_policy_that_uses_exactly_its_step_budget_succeeds():
     assert outcome.failure is None and len(actions) == 5
 
 
+def test_what_a_policy_returns_comes_back_when_it_is_plain_data():
+    answer, _ = drive("def run(skills):\n    yield 'noop'\n    return True\n")
+    assert answer.failure is None and answer.returned is True
+    # Its own objects stay in the namespace; so does an answer cut short by the budget.
+    kept, _ = drive("def run(skills):\n    yield 'noop'\n    return [run]\n")
+    assert kept.failure is None and kept.returned is None
+    cut, _ = drive(
+        "def run(skills):\n    yield 'noop'\n    yield 'noop'\n    return 1\n", max_steps=1
+    )
+    assert cut.failure.cause == "step_budget" and cut.returned is None
+
+
 def test_episode_end_stops_the_policy_and_its_cleanup_cannot_hang():
     started = time.monotonic()
     outcome, actions = drive(

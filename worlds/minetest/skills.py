@@ -23,7 +23,8 @@ Underground: ``descend`` digs a staircase down to an altitude, taking a stair on
 the window shows it safe (no liquid to dig into, a landing on solid ground within a safe
 fall, never in lava or with the head under water); ``mine`` strip-mines at an ore's level
 and digs the ore that comes into view; ``smelt`` crafts and places a furnace when none is
-in reach. ``worlds/minetest/chain.py`` strings them into the diamond chain.
+in reach. ``worlds/minetest/chain.py`` strings them into the diamond chain, as policy
+source that :func:`run_voxel_code` runs in the sandbox.
 
 Untrusted code reaches only public attributes (the sandbox refuses ``_`` names), so the
 map and the planner's state live in ``_`` attributes and answers are fresh tuples/dicts.
@@ -39,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+import sandbox
+from messages.causes import EPISODE_DONE, POLICY_FINISHED, SUCCESS
 from worlds.minetest.world import GameRules, NodeRules, VoxelObservation
 
 Voxel = tuple[int, int, int]
@@ -987,4 +990,77 @@ def run_voxel_policy(
         "status": skills.status(),
         "position": skills.position(),
         "reset_s": reset_s,
+    }
+
+
+CODE_WALL_S = 600.0
+"""Wall-clock budget of :func:`run_voxel_code` by default: the whole chain (about 10,000
+steps at a few hundred a second, its planning included) in a fraction of it."""
+
+
+def run_voxel_code(
+    world,
+    source: str,
+    max_steps: int = 500,
+    *,
+    seed: int | None = None,
+    inventory: Mapping[str, int] | None = None,
+    wall_s: float = CODE_WALL_S,
+) -> dict:
+    """Reset ``world`` (carrying ``inventory`` at the start) and run policy ``source``
+    (defining ``run(skills)``) in the sandbox for at most ``max_steps`` actions, as an
+    environment actor's runner runs code: compiled by :func:`sandbox.compile_code`,
+    driven by :func:`sandbox.run_policy` over a read-only proxy of the skills, under
+    ``wall_s`` for loading, the code and the world's steps together. Raises
+    :class:`sandbox.SandboxError` for source the sandbox refuses (nothing runs then).
+
+    Returns what :func:`run_voxel_policy` does (success: the policy returned True) and
+    the runner's ``cause`` with its ``detail`` and ``line`` (success, the sandbox's
+    failure, the episode's end, or the policy's return without success), what the code
+    printed (``output``) and the wall time of the run (``wall_s``, the reset excluded)."""
+    compiled = sandbox.compile_code(source, filename="<minetest policy>")
+    started = time.perf_counter()
+    obs = world.reset(seed, inventory=inventory)
+    reset_s = time.perf_counter() - started
+    skills = VoxelSkills(obs, world.node_rules, world.game_rules)
+
+    def step(action: str) -> bool:
+        obs, _, done, info = world.step(action)
+        skills._observe(obs, info)
+        return bool(done)
+
+    outcome = sandbox.run_policy(
+        compiled,
+        skills,
+        step,
+        max_steps=max_steps,
+        wall_s=wall_s,
+        allowed_actions=world.action_names,
+    )
+    success = outcome.returned is True
+    failure = outcome.failure
+    if success:
+        cause, detail, line = SUCCESS, "", 0
+    elif failure is not None:
+        cause, detail, line = failure.cause, failure.detail, failure.line or 0
+    elif outcome.episode_done:
+        cause, detail, line = (
+            EPISODE_DONE,
+            "the episode ended (the body died or its length ran out)",
+            0,
+        )
+    else:
+        cause, detail, line = POLICY_FINISHED, "the policy returned without success", 0
+    return {
+        "steps": outcome.steps,
+        "success": success,
+        "cause": cause,
+        "detail": detail,
+        "line": line,
+        "output": outcome.output,
+        "inventory": skills.inventory(),
+        "status": skills.status(),
+        "position": skills.position(),
+        "reset_s": reset_s,
+        "wall_s": outcome.wall_s,
     }
