@@ -435,6 +435,11 @@ class Fault:
 Emit = Callable[[RunnerBegin | RunnerEpisode], None]
 
 
+MINETEST_LENGTH = 1_000_000
+"""The Minetest world's own episode limit in a runner: far above any request's cap (a
+final episode's ``[task] episode_steps``), so that the cap, not the world, ends it."""
+
+
 class Rollouts:
     """The rollouts themselves, in this process: one world, one batch at a time. The
     runner drives it; a benchmark may too (no process in between)."""
@@ -497,7 +502,8 @@ class Rollouts:
             from worlds.minetest.skills import VoxelSkills
             from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld
 
-            self.minetest = MinetestWorld(radius=PLAYER_RADIUS)
+            # The request's caps end its episodes: the world's own limit stays out of reach.
+            self.minetest = MinetestWorld(radius=PLAYER_RADIUS, length=MINETEST_LENGTH)
             self.voxel_skills = VoxelSkills
         world = self.minetest
         return world, lambda obs, actions, s: self.voxel_skills(

@@ -188,17 +188,20 @@ class OfflineBackend:
                     "target": req["sub_target"],
                     "reason": "the config asks for it to be learned with RL"
                     if learned
+                    else f"the Minetest template library has code for {step['kind']} {step['item']}"
+                    if self.world == "minetest"
                     else f"the skill library has a template for {step['kind']} "
                     f"{step['item']}: code first, RL if it stays under its target",
                 }
             )
             previous.append(step["name"])
+        watched = [need["stat"] for need in req["needs"]]
         return {
             "subactions": subactions,
-            "needs": [need["stat"] for need in req["needs"]],
+            "needs": watched,
             "reason": f"{len(subactions)} steps found by searching the recipe data backwards "
-            f"from {req['target']}; survival needs watched: "
-            + ", ".join(need["stat"] for need in req["needs"]),
+            f"from {req['target']}; "
+            + (f"survival needs watched: {', '.join(watched)}" if watched else "no survival need"),
         }
 
     def _slow_revise(self, req: dict[str, Any]) -> dict[str, Any]:

@@ -210,7 +210,13 @@ def _headline(
         f"second{' (this session of a resumed run)' if summary.get('session_resumed') else ''};"
         f" {summary.get('core_utilisation', 0):.0%} of {summary.get('cores', 0)} cores busy "
         f"({summary.get('cpu_s', 0):,.0f} CPU-seconds, every process of the run)",
-        f"- Crafter score: {summary.get('score_all_episodes', 0):.1f}% over the "
+        (
+            "- Crafter score: "
+            if settings.task.world == "crafter"
+            else "- Score (Crafter's "
+            "formula over the chain's achievements, obtain_tree ... obtain_diamond): "
+        )
+        + f"{summary.get('score_all_episodes', 0):.1f}% over the "
         f"{summary.get('scoreboard_episodes', 0):,} episodes the run stepped within its budget "
         f"({summary.get('scoreboard_steps', 0):,} env steps; the scoreboard protocol, as "
         "Crafter's own `read_metrics` computes it from `rollouts/stats.jsonl`), "
