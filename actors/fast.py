@@ -552,7 +552,7 @@ class FastAgent(Actor):
                 f"{c.target:.2f}); write different code that fixes what failed",
                 "causes": dict(c.causes) or ({c.cause: c.count} if c.cause else {}),
                 "failed_episode": seen.trace,
-                "skill_api": skill_names(),
+                "skill_api": skill_names(self.settings.task.world),
             },
         }
         reply = await self.agents.call("fast", "code", again, temperature=REASK_TEMPERATURE)

@@ -17,9 +17,11 @@ function the contract asks for); the sandbox's checks run later, in the environm
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, get_args
 
 from llm.errors import ContractError
@@ -384,7 +386,7 @@ def _achievement(item: dict[str, Any], where: str, has_goal: bool) -> str:
     if found is not None or has_goal:
         return found or ""
     raise ContractError(
-        f"{where}.achievement: expected one of Crafter's achievements "
+        f"{where}.achievement: expected one of the game's achievements "
         f"({', '.join(_achievements())}), found {json.dumps(text)}"
     )
 
@@ -448,13 +450,61 @@ _FILLER = frozenset({"a", "an", "the", "some", "one", "two", "three", "more", "o
 _WAKE = frozenset({"sleep", "wake", "wake_up", "rest", "sleeping"})
 
 
+WORLD: contextvars.ContextVar[str] = contextvars.ContextVar("contract_world", default="crafter")
+"""The game whose names the contracts check (``[task] world``): set for a call by
+:func:`game`; Crafter's unless said."""
+
+
+@contextlib.contextmanager
+def game(world: str) -> Iterator[None]:
+    """Check replies against ``world``'s items and achievements inside the block."""
+    token = WORLD.set(world)
+    try:
+        yield
+    finally:
+        WORLD.reset(token)
+
+
 def _achievements() -> tuple[str, ...]:
+    if WORLD.get() == "minetest":
+        from worlds.minetest.world import CHAIN, short
+
+        return tuple(f"obtain_{short(item)}" for item in CHAIN)
     from crafter import constants
 
     return tuple(constants.achievements)
 
 
+def _minetest_items() -> tuple[str, ...]:
+    """Minetest's items a plan may name: the chain's and those its actions make or place."""
+    from worlds.minetest.world import CHAIN, CRAFT_ITEMS, PLACE_ITEMS, SMELT_ITEMS
+
+    return tuple(dict.fromkeys([*CHAIN, *CRAFT_ITEMS, *PLACE_ITEMS, *SMELT_ITEMS,
+                                "default:pine_tree", "default:dirt", "default:stone"]))  # fmt: skip
+
+
+def _minetest_item(text: str) -> str | None:
+    """Minetest's full name of an item a model named (``"default:tree"``, ``"tree"``,
+    ``"Pick Wood"``), or of alternatives joined by ``|``; None when one names none."""
+    if "|" in text:
+        names = [_minetest_item(part) for part in text.split("|")]
+        return None if None in names else "|".join(n for n in names if n)
+    items = _minetest_items()
+    name = "_".join(text.strip().lower().replace("default:", "").split())
+    full = f"default:{name}"
+    return full if full in items else None
+
+
+def _minetest_achievement(text: str) -> str | None:
+    """``obtain_<item>`` for a model's ``"obtain_tree"``, ``"obtain default:tree"``."""
+    words = "_".join(text.strip().lower().replace("default:", "").split())
+    name = words if words.startswith("obtain_") else f"obtain_{words}"
+    return name if name in _achievements() else None
+
+
 def _items() -> tuple[str, ...]:
+    if WORLD.get() == "minetest":
+        return _minetest_items()
     from crafter import constants
 
     return tuple(constants.items)
@@ -468,6 +518,8 @@ def _words(text: str) -> list[str]:
 def resolve_item(text: str) -> str | None:
     """Crafter's name of an item a model named (``"Wood"``, ``"logs"``, ``"wooden
     pickaxe"`` → ``wood``, ``wood``, ``wood_pickaxe``); None when it names none."""
+    if WORLD.get() == "minetest":
+        return _minetest_item(text)
     words = [_NOUNS.get(w, w) for w in _words(text) if w not in _FILLER]
     joined = "_".join(w for w in words if w)
     items = _items()
@@ -479,6 +531,8 @@ def resolve_achievement(text: str) -> str | None:
     common synonyms normalised (``"Collect Wood"``, ``"get_logs"``, ``"craft a
     crafting table"``, ``"kill zombie"`` → ``collect_wood``, ``collect_wood``,
     ``place_table``, ``defeat_zombie``); None when it names none or several."""
+    if WORLD.get() == "minetest":
+        return _minetest_achievement(text)
     achievements = _achievements()
     words = [w for w in _words(text) if w not in _FILLER]
     if not words:
@@ -531,12 +585,17 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required}
 
 
-def json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+def json_schemas(world: str = "crafter") -> dict[tuple[str, str], dict[str, Any]]:
     """Each contract as a JSON Schema, for servers that constrain their output to one
     (structured output). Looser than :func:`validate` where a schema cannot say it (code
     that compiles, names of earlier sub-actions, a goal or an achievement), stricter where
     that helps a constrained model (optional keys required, achievements by name): the
-    validator still checks every reply."""
+    validator still checks every reply. ``world``: whose achievements are named."""
+    with game(world):
+        return _json_schemas()
+
+
+def _json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     steps = {"type": "integer", "minimum": 1, "maximum": MAX_STEPS_LIMIT}
     subaction = _object(
         {

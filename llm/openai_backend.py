@@ -73,7 +73,7 @@ import openai
 import trio
 
 from llm.backend import CallResult
-from llm.contracts import PURPOSES, json_schemas, validate
+from llm.contracts import PURPOSES, game, json_schemas, validate
 from llm.errors import (
     BackendConfigError,
     ContextOverflow,
@@ -168,6 +168,7 @@ class OpenAIBackend:
         temperature: float | None = 0.2,
         prompts_dir: Path = PROMPTS_DIR,
         *,
+        world: str = "crafter",
         max_repairs: int = 2,
         backoff_s: float = 1.0,
         backoff_max_s: float = 30.0,
@@ -189,6 +190,8 @@ class OpenAIBackend:
         :param temperature: sampling temperature (low: replies follow the contract);
             None: not sent (the server's default).
         :param prompts_dir: folder of the prompt files (default: ``llm/prompts``).
+        :param world: the game the prompts teach (``[task] world``: its skill API, facts
+            and worked examples; :class:`~llm.prompts.PromptSet`).
         :param max_repairs: invalid replies sent back for correction before giving up.
         :param backoff_s: first retry delay; doubles per retry (with jitter).
         :param backoff_max_s: longest wait between tries, ``Retry-After`` included.
@@ -242,8 +245,10 @@ class OpenAIBackend:
             LOCAL_CONCURRENT if self.loopback else REMOTE_CONCURRENT
         )
         self.tokens_per_s = tokens_per_s
-        self.prompts = PromptSet(prompts_dir)
-        self.schemas = json_schemas()
+        self.prompts = PromptSet(prompts_dir, world)
+        self.world = world
+        """The game the prompts teach and the replies are checked against."""
+        self.schemas = json_schemas(world)
         self._endpoint = _Endpoint()
         self._listed = False  # whether the model listing was read for the context
         self._limiter = trio.CapacityLimiter(self.max_concurrent)
@@ -347,7 +352,8 @@ class OpenAIBackend:
             try:
                 parsed, mended = self._parse(reply, role, purpose)
                 local += mended
-                data = validate(role, purpose, parsed)
+                with game(self.world):
+                    data = validate(role, purpose, parsed)
             except ContractError as exc:
                 error = str(exc)
             else:

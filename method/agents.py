@@ -45,7 +45,8 @@ def make_backend(
     """The backend the config names (imported only when chosen: ``openai`` pulls in its
     client, ``offline`` the skill library). ``local`` is ``openai`` pointed at the
     ``endpoint`` of the server the driver started (:mod:`llm.local_server`). ``world``
-    (``[task] world``): the game whose template library the offline backend codes from."""
+    (``[task] world``): the game a model's prompts teach, or whose template library the
+    offline backend codes from."""
     if settings.backend == "local":
         if endpoint is None:
             raise BackendConfigError("the local backend needs its server's endpoint")
@@ -54,7 +55,8 @@ def make_backend(
             dataclasses.replace(
                 settings, backend="openai", base_url=endpoint.base_url, model=endpoint.alias,
                 api_key_env=LOCAL_KEY_ENV, n_ctx=settings.n_ctx or LOCAL_N_CTX,
-            )
+            ),
+            world=world,
         )  # fmt: skip
         backend.name = "local"  # recorded with every call and shown in the report
         # A failed connection waits for the supervised server's restart under way, and
@@ -64,14 +66,14 @@ def make_backend(
     if settings.backend == "replay":
         from method.replay import ReplayBackend
 
-        replay = ReplayBackend(settings.replay)
+        replay = ReplayBackend(settings.replay, world)
         log.info("replay_loaded", path=str(replay.path), calls=replay.calls,
                  recorded_by=replay.recorded_by)  # fmt: skip
         return replay
     if settings.backend == "openai":
         from llm.openai_backend import OpenAIBackend
 
-        return OpenAIBackend.from_settings(settings)
+        return OpenAIBackend.from_settings(settings, world=world)
     from llm.offline import OfflineBackend
 
     return OfflineBackend(

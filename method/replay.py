@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llm.backend import CallResult
-from llm.contracts import validate
+from llm.contracts import game, validate
 from llm.errors import ContractError, ModelReplyError, ModelUnavailable
 from llm.openai_backend import parse_reply
 from method.journal import CALLS_FILE, call_key, call_problem
@@ -66,8 +66,10 @@ class ReplayBackend:
 
     name = "replay"
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, world: str = "crafter") -> None:
         self.path = recording_path(path)
+        self.world = world
+        """The game the recorded replies are checked against (``[task] world``)."""
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
@@ -115,7 +117,8 @@ class ReplayBackend:
         try:
             # A raw reply goes through today's parser; the offline backend records none.
             parsed, mended = parse_reply(raw, role, purpose) if raw else (record["reply"], False)
-            data = validate(role, purpose, parsed)
+            with game(self.world):
+                data = validate(role, purpose, parsed)
         except ContractError as exc:
             raise ModelReplyError(
                 f"the recorded reply breaks today's contract for {role}/{purpose}: {exc}",

@@ -176,9 +176,10 @@ class TaskSettings:
     """The game: ``crafter`` (2-D, the default) or ``minetest`` (3-D, a headless
     ``minetestserver`` per environment actor: ``apt-get install -y minetest-server
     minetest-data lua-socket``). In Minetest a step's code runs over the 3-D skill API
-    (:class:`worlds.minetest.skills.VoxelSkills`), written by the offline backend from
-    the Minetest template library (the model prompts teach Crafter's skill API), and no
-    step is learned with RL: the learner's RL interface is Crafter's."""
+    (:class:`worlds.minetest.skills.VoxelSkills`): the offline backend's from the
+    Minetest template library, a model's from prompts that teach that API and the
+    game's facts (``llm/prompts/minetest/``); no step is learned with RL there: the
+    learner's RL interface is Crafter's."""
     target: str = "diamond"
     """What success means: an item to hold (``diamond``) or an achievement name
     (``collect_diamond``, ``place_table``); ``achievements`` plans the curriculum of all
@@ -418,12 +419,6 @@ def _check_target(s: MethodSettings) -> None:
             raise ConfigError(
                 s.source, "task.world", "a world this machine can run", '"minetest"', problem
             )
-        if s.agents.backend in ("openai", "local"):
-            raise ConfigError(
-                s.source, "agents.backend", 'in Minetest, "offline" or "replay"',
-                repr(s.agents.backend), "the model prompts teach Crafter's skill API, not the "
-                '3-D one: use backend = "offline" (the Minetest template library)',
-            )  # fmt: skip
         if s.task.learn:
             raise ConfigError(
                 s.source, "task.learn", "no step to learn in Minetest", repr(s.task.learn),

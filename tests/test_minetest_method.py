@@ -93,7 +93,6 @@ def _config(tmp_path: Path, task: str, extra: str = "") -> Path:
         ('world = "minecraft"', "task.world", "crafter"),
         ('world = "minetest"\ntarget = "emerald"', "task.target", "pick_steel"),
         ('world = "minetest"\nlearn = ["obtain_tree"]', "task.learn", "Crafter's"),
-        ('world = "minetest"\n[agents]\nbackend = "local"', "agents.backend", "3-D"),
     ],
 )
 def test_a_bad_minetest_setting_names_its_key_and_the_fix(
@@ -146,3 +145,53 @@ def test_minetest_diamond_toml_runs_the_method_in_the_3d_world(tmp_path: Path) -
     assert summary["env_steps"] > 0
     assert set(summary["final_achievements"]) <= set(games.achievements("minetest"))
     assert summary["final_success"] > 0, summary
+
+
+def test_a_models_prompts_for_minetest_teach_the_3d_skill_api_and_the_games_actions() -> None:
+    """The fast agent's prompt in Minetest: the game's name, every public method of the
+    3-D skills with its docstring, every action the world takes, and a worked example
+    whose code the sandbox accepts; Crafter's prompts keep their text."""
+    import sandbox
+    from llm.prompts import PromptSet, skill_names
+    from worlds.minetest.world import CRAFT_ITEMS, MOVES, PLACE_ITEMS, SMELT_ITEMS, short
+
+    prompts = PromptSet(world="minetest")
+    system = prompts.render("fast", "code", {"subaction": {"name": "obtain_stick"}})[0]["content"]
+    assert "the game Minetest" in system and "Crafter" not in system
+    for name in skill_names("minetest"):
+        assert f"skills.{name}(" in system, name
+    assert "skills.mine(item, n=1, level=None, patience=300)" in system
+    actions = [*MOVES] + [f"{verb}_{short(i)}" for verb, items in
+               (("place", PLACE_ITEMS), ("craft", CRAFT_ITEMS), ("smelt", SMELT_ITEMS))
+               for i in items]  # fmt: skip
+    text = " ".join(system.split())
+    for action in actions:
+        assert f" {action}," in text or f" {action}." in text, action
+    example = json.loads(system.split("Example reply:", 1)[1].split("=== user", 1)[0])
+    sandbox.compile_code(example["code"])
+    plan = prompts.render("slow", "plan", {})[0]["content"]
+    assert '"default:pick_wood"' in plan and "place_table" not in plan
+    crafter = PromptSet().render("fast", "code", {})[0]["content"]
+    assert "the game Crafter" in crafter and "skills.mine(" not in crafter
+
+
+def test_a_models_minetest_plan_is_checked_against_minetests_names() -> None:
+    """Under the game's contracts a plan names Minetest's items and achievements (a short
+    or spaced name normalised to the full one); Crafter's names are refused there, and
+    Minetest's under Crafter's contracts."""
+    from llm.contracts import game, json_schemas, validate
+    from llm.errors import ContractError
+
+    sub = {"name": "obtain_tree", "description": "", "mode": "code", "depends": [],
+           "goal": {"tree|Pine Tree": 2}, "achievement": "obtain default:tree",
+           "max_steps": 3000}  # fmt: skip
+    with game("minetest"):
+        clean = validate("slow", "plan", {"subactions": [sub], "needs": []})
+        assert clean["subactions"][0]["goal"] == {"default:tree|default:pine_tree": 2}
+        assert clean["subactions"][0]["achievement"] == "obtain_tree"
+        with pytest.raises(ContractError, match="expected an item of the game"):
+            validate("slow", "plan", {"subactions": [{**sub, "goal": {"wood_pickaxe": 1}}]})
+    with pytest.raises(ContractError, match="expected an item of the game"):
+        validate("slow", "plan", {"subactions": [sub]})
+    enum = json_schemas("minetest")["slow", "plan"]["properties"]["subactions"]["items"]
+    assert "obtain_diamond" in enum["properties"]["achievement"]["enum"]

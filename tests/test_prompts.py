@@ -17,8 +17,8 @@ from actors.fast import code_request, rl_config, rl_request
 from actors.slow import needs_table, plan_name, plan_request, revise_request
 from knowledge import recipes
 from knowledge.options import options_for
-from llm import PROMPTS_DIR, PURPOSES, ContractError, PromptSet, validate
-from llm.contracts import resolve_achievement, subtask_achievement
+from llm import PURPOSES, ContractError, PromptSet, validate
+from llm.contracts import game, resolve_achievement, subtask_achievement
 from llm.offline import OfflineBackend
 from llm.prompts import estimate_tokens, skill_reference
 from messages.plan import Critique, Plan, Review, RunTask, SubAction, SubActionOutcome
@@ -91,8 +91,8 @@ def real_requests() -> dict[tuple[str, str], list[dict[str, Any]]]:
     }  # fmt: skip
 
 
-def _example_request(role: str, purpose: str) -> dict[str, Any]:
-    text = (PROMPTS_DIR / f"{role}_{purpose}.txt").read_text()
+def _example_request(role: str, purpose: str, world: str = "crafter") -> dict[str, Any]:
+    text = PromptSet(world=world).render(role, purpose, {})[0]["content"]
     block = text.split("Example request:", 1)[1].split("Example reply:", 1)[0]
     return json.loads(block)
 
@@ -116,10 +116,13 @@ def _paths(value: Any, prefix: str = "") -> set[str]:
     return out
 
 
+@pytest.mark.parametrize("world", ["crafter", "minetest"])
 @pytest.mark.parametrize(("role", "purpose"), sorted(PURPOSES))
-def test_each_worked_example_uses_only_keys_the_real_request_has(role: str, purpose: str) -> None:
+def test_each_worked_example_uses_only_keys_the_real_request_has(
+    role: str, purpose: str, world: str
+) -> None:
     real = set().union(*(_paths(r) for r in real_requests()[role, purpose]))
-    example = _paths(_example_request(role, purpose))
+    example = _paths(_example_request(role, purpose, world))
     assert example, f"{role}_{purpose}.txt: no example request found"
     invented = sorted(example - real)
     assert not invented, f"{role}_{purpose}.txt's example uses keys no real request has: {invented}"
@@ -239,10 +242,13 @@ def test_every_contract_has_a_json_schema_naming_its_required_keys() -> None:
     assert set(schemas) == set(PURPOSES)
     for (role, purpose), schema in schemas.items():
         assert schema["type"] == "object"
-        example = (PROMPTS_DIR / f"{role}_{purpose}.txt").read_text().split("Example reply:")[1]
-        reply, _ = json.JSONDecoder().raw_decode(example.strip())
-        missing = [key for key in schema["required"] if key not in reply]
-        assert not missing, (role, purpose, missing)
+        for world in ("crafter", "minetest"):
+            text = PromptSet(world=world).render(role, purpose, {})[0]["content"]
+            reply, _ = json.JSONDecoder().raw_decode(text.split("Example reply:")[1].strip())
+            with game(world):
+                validate(role, purpose, reply)  # the example obeys its own contract
+            missing = [key for key in schema["required"] if key not in reply]
+            assert not missing, (world, role, purpose, missing)
         assert re.fullmatch(r"[a-z_]+", f"{role}_{purpose}")
 
 

@@ -13,6 +13,10 @@ parts are ``string.Template`` text (so JSON braces need no escaping; a literal d
   drift from the code (:func:`skill_reference`);
 - ``$skills_brief`` — the same methods' signatures only (for the planner, which needs to
   know what code can do, not how);
+- ``$example`` — the call's worked example, from ``{role}_{purpose}.example.txt``;
+- ``$game`` — the game's name (Crafter, or Minetest for ``world = "minetest"``, whose own
+  files in ``llm/prompts/minetest/`` replace the ones that differ: the skill API of
+  :class:`worlds.minetest.skills.VoxelSkills` and the worked examples);
 - ``$role``, ``$purpose``.
 
 A prompt has a size: :func:`estimate_tokens` is the estimate every context check uses
@@ -42,6 +46,8 @@ PROMPTS_DIR = Path(__file__).resolve().parent
 """The repository's prompt files (``llm/prompts``)."""
 USER_MARKER = "=== user ==="
 SKILLS_API_FILE = "skills_api.txt"
+EXAMPLE_SUFFIX = ".example.txt"
+"""``{role}_{purpose}.example.txt``: a call's worked example, rendered as ``$example``."""
 REPAIR_FILE = "repair.txt"
 # How many '{' positions to try when a reply wraps its object in prose: a handful covers
 # "Here is the plan {…}" replies without quadratic work on a long, broken reply.
@@ -73,15 +79,29 @@ def _doc(text: str | None) -> str:
     return " ".join(text.replace("``", "").split())
 
 
-def _skill_methods() -> list[tuple[str, str, bool, str]]:
-    """(name, call signature, is a generator, docstring) of every public method of
-    :class:`skills.skills.Skills`, in the order the class defines them."""
+GAMES = {"crafter": "Crafter", "minetest": "Minetest"}
+"""The worlds a prompt set is for (``[task] world``) and the game's name the prompts say."""
+
+
+def _skill_class(world: str = "crafter") -> type:
+    """The skill API a world's coded policies call."""
     # Here, not at the top: the skill API brings Crafter and numba's compiled search
     # (~0.6 s), which every process that imports the model layer would pay at start.
+    if world == "minetest":
+        from worlds.minetest.skills import VoxelSkills
+
+        return VoxelSkills
     from skills.skills import Skills
 
+    return Skills
+
+
+def _skill_methods(world: str = "crafter") -> list[tuple[str, str, bool, str]]:
+    """(name, call signature, is a generator, docstring) of every public method of the
+    world's skill API (:class:`skills.skills.Skills` in Crafter), in the order the class
+    defines them."""
     out = []
-    for name, member in vars(Skills).items():
+    for name, member in vars(_skill_class(world)).items():
         if name.startswith("_") or not inspect.isfunction(member):
             continue
         sig = inspect.signature(member)
@@ -92,40 +112,51 @@ def _skill_methods() -> list[tuple[str, str, bool, str]]:
     return out
 
 
-def skill_reference() -> str:
-    """The skill API, one line per method: signature and docstring (generated from
-    :class:`skills.skills.Skills`). Generators are marked: call them with ``yield from``."""
-    plain = [f"- {call}: {doc}" for _, call, gen, doc in _skill_methods() if not gen]
-    moving = [f"- {call}: {doc}" for _, call, gen, doc in _skill_methods() if gen]
+def skill_reference(world: str = "crafter") -> str:
+    """The skill API, one line per method: signature and docstring (generated from the
+    world's skills class). Generators are marked: call them with ``yield from``."""
+    methods = _skill_methods(world)
+    plain = [f"- {call}: {doc}" for _, call, gen, doc in methods if not gen]
+    moving = [f"- {call}: {doc}" for _, call, gen, doc in methods if gen]
     return "\n".join(
         ["Plain calls (answers are fresh copies):", *plain, "",
          "Generators of actions (use with `yield from`; True when they got there):", *moving]
     )  # fmt: skip
 
 
-def skill_names() -> list[str]:
+def skill_names(world: str = "crafter") -> list[str]:
     """The skill API's method names (``skills.NAME``), in the order the class defines them."""
-    return [name for name, _, _, _ in _skill_methods()]
+    return [name for name, _, _, _ in _skill_methods(world)]
 
 
-def skill_brief() -> str:
+def skill_brief(world: str = "crafter") -> str:
     """The skill API's signatures only, on a few lines (what code can do, for the planner)."""
-    plain = [call for _, call, gen, _ in _skill_methods() if not gen]
-    moving = [call for _, call, gen, _ in _skill_methods() if gen]
+    methods = _skill_methods(world)
+    plain = [call for _, call, gen, _ in methods if not gen]
+    moving = [call for _, call, gen, _ in methods if gen]
     return "Queries: " + ", ".join(plain) + "\nActions (yield from): " + ", ".join(moving)
 
 
 class PromptSet:
-    """The prompt files of one directory, read and checked once."""
+    """The prompt files of one directory, read and checked once.
 
-    def __init__(self, directory: Path = PROMPTS_DIR) -> None:
+    ``world``: the game the prompts are for. Its own folder inside the directory
+    (``minetest/``) holds the files that differ (the skill API's facts, the worked
+    examples); every other file is the directory's, with ``$game`` the game's name."""
+
+    def __init__(self, directory: Path = PROMPTS_DIR, world: str = "crafter") -> None:
+        if world not in GAMES:
+            raise BackendConfigError(f"no prompts for world {world!r}: {', '.join(GAMES)}")
         self.directory = Path(directory)
+        self.world = world
         self.skills_api = Template(self._read(SKILLS_API_FILE)).substitute(
-            reference=skill_reference()
+            reference=skill_reference(world)
         )
-        self.skills_brief = skill_brief()
+        self.skills_brief = skill_brief(world)
         self.repair = Template(self._read(REPAIR_FILE))
         self.templates: dict[tuple[str, str], tuple[Template, Template]] = {}
+        self.examples: dict[tuple[str, str], str] = {}
+        """(role, purpose) → its worked example (``$example``), the world's own if it has one."""
         for role, purpose in sorted(PURPOSES):
             text = self._read(f"{role}_{purpose}.txt")
             if USER_MARKER not in text:
@@ -135,17 +166,26 @@ class PromptSet:
                 )
             system, user = text.split(USER_MARKER, 1)
             self.templates[(role, purpose)] = (Template(system.strip()), Template(user.strip()))
+            example = f"{role}_{purpose}{EXAMPLE_SUFFIX}"
+            if (self.directory / example).is_file() or (
+                self.directory / self.world / example
+            ).is_file():
+                self.examples[(role, purpose)] = self._read(example).strip()
             try:  # a misspelt $name fails here, at start, not in the middle of a run
                 self.render(role, purpose, {})
             except (KeyError, ValueError) as exc:
                 raise BackendConfigError(
                     f"{self.directory / f'{role}_{purpose}.txt'}: bad template ({exc!r}); "
-                    "known names: $request $schema $skills_api $skills_brief $role $purpose, "
+                    "known names: $request $schema $skills_api $skills_brief $game $example "
+                    "$role $purpose, "
                     "'$$' for '$'"
                 ) from None
 
     def _read(self, name: str) -> str:
         path = self.directory / name
+        own = self.directory / self.world / name
+        if self.world != "crafter" and own.is_file():
+            path = own
         try:
             return path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -162,6 +202,8 @@ class PromptSet:
             "schema": SCHEMAS[(role, purpose)],
             "skills_api": self.skills_api.strip(),
             "skills_brief": self.skills_brief,
+            "game": GAMES[self.world],
+            "example": self.examples.get((role, purpose), ""),
             "role": role,
             "purpose": purpose,
         }

@@ -140,12 +140,16 @@ class VoxelSkills:
         return (fx, -fy)
 
     def inventory(self) -> dict[str, int]:
+        """Item → count carried (full names: ``default:wood``); the chain's items are
+        always listed, at 0 when none is carried."""
         return dict(self._obs.inventory)
 
     def status(self) -> dict[str, float]:
+        """``health`` (0–20) and ``breath`` (0–10: under water it runs down, then health)."""
         return dict(self._obs.status)
 
     def steps(self) -> int:
+        """Primitive steps taken this episode."""
         return self._steps
 
     def node(self, x: int, y: int, z: int) -> str | None:
@@ -160,6 +164,7 @@ class VoxelSkills:
         return tuple(found)
 
     def nearest(self, name: str) -> Voxel | None:
+        """The nearest remembered node called ``name``; None if none was seen."""
         found = self.seen(name)
         return found[0] if found else None
 
