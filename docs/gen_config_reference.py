@@ -47,7 +47,9 @@ bare name (`.toml` optional) found in `rlgpt/configs/`. The shipped configs:
   played on to the env-step budget (the Crafter scoreboard protocol);
 - `diamond-local.toml`: the diamond task with a local model (`backend = "local"`,
   Qwen2.5-Coder-1.5B), 1 environment actor and 1 learner, since the model server
-  computes on every core.
+  computes on every core;
+- `minetest-diamond.toml`: the diamond chain in the 3-D world (`world = "minetest"`),
+  offline backend, one `minetestserver` per environment actor, no learner.
 
 `deploy/attach-demo.toml` and `deploy/cluster-demo.toml` are the examples of
 [machines.md](machines.md).
