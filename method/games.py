@@ -7,7 +7,7 @@ server reports them (:class:`worlds.minetest.world.GameRules`). A step here is a
 loops are the same code for both.
 
 Minetest's steps are the diamond chain (:data:`worlds.minetest.world.CHAIN`), each tested
-by what the inventory carries when the chain moves on (``chain.START_STATES``), not by an
+by what the inventory carries when the chain moves on (``templates.START_STATES``), not by an
 achievement: the game's achievement for a trunk holds at the first of the four the
 planks need. Where either of two items does (a pine trunk for an apple-tree trunk, pine
 planks for planks), the goal's key names both (``"default:tree|default:pine_tree"``,
@@ -17,9 +17,16 @@ planks for planks), the goal's key names both (``"default:tree|default:pine_tree
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from knowledge import recipes
 from knowledge.recipes import Step
+
+if TYPE_CHECKING:
+    from worlds.minetest.world import GameRules, Recipe
+
+# The Minetest modules are imported where they are used: they bring numpy (~0.14 s of
+# the command line's start, which every actor process pays) into a run that is Crafter's.
 
 WORLDS = ("crafter", "minetest")
 """What ``[task] world`` may name."""
@@ -74,14 +81,14 @@ def plan_steps(world: str, target: str) -> list[Step]:
 
 def minetest_steps(target: str) -> list[Step]:
     """The Minetest diamond chain up to ``target``, described from the game's recipes."""
-    from worlds.minetest import chain
+    from worlds.minetest import templates
     from worlds.minetest.world import CHAIN, short
 
     rules = minetest_rules()
     steps: list[Step] = []
     for i, item in enumerate(CHAIN[: CHAIN.index(target) + 1]):
         after = CHAIN[i + 1] if i + 1 < len(CHAIN) else None
-        count = chain.START_STATES.get(after, {}).get(item, 0) if after else 0
+        count = templates.START_STATES.get(after, {}).get(item, 0) if after else 0
         key = EITHER.get(item, item)
         kind = _kind(item, rules)
         steps.append(
@@ -93,20 +100,20 @@ def minetest_steps(target: str) -> list[Step]:
                 achievement="",
                 depends=(steps[-1].name,) if steps else (),
                 description=_describe(item, kind, max(1, count), rules),
-                max_steps=_budget(item, chain.PATIENCE),
+                max_steps=_budget(item, templates.PATIENCE),
             )
         )
     return steps
 
 
-def _kind(item: str, rules) -> str:
+def _kind(item: str, rules: GameRules) -> str:
     if item in MINED or item == "default:diamond":
         return "collect"
     recipe = _recipe(item, rules)
     return "smelt" if recipe is not None and recipe.method == "cooking" else "craft"
 
 
-def _recipe(item: str, rules):
+def _recipe(item: str, rules: GameRules) -> Recipe | None:
     """The game's recipe for ``item`` that the chain can use: every ingredient an earlier
     chain item (or a group one of them belongs to); the first such, None if none."""
     from worlds.minetest.world import CHAIN
@@ -131,7 +138,7 @@ def _budget(item: str, patience: dict[str, int]) -> int:
     }.get(item, CRAFT_STEPS)
 
 
-def _describe(item: str, kind: str, count: int, rules) -> str:
+def _describe(item: str, kind: str, count: int, rules: GameRules) -> str:
     """One sentence from the game's definitions: a recipe's ingredients, an ore's depths."""
     name = item.removeprefix(MINETEST_PREFIX)
     if kind in ("craft", "smelt"):
@@ -150,7 +157,7 @@ def _describe(item: str, kind: str, count: int, rules) -> str:
 
 
 @functools.cache
-def minetest_rules():
+def minetest_rules() -> GameRules:
     """minetest_game's rules as a server reports them (one short-lived server, cached)."""
     from worlds.minetest.world import MinetestWorld
 
