@@ -42,8 +42,10 @@ def test_the_wheel_holds_configs_prompts_licence_and_the_console_script(tmp_path
     shipped = {p.name for p in (ROOT / "rlgpt" / "configs").glob("*.toml")}
     assert shipped >= {"diamond.toml", "crafter.toml"}
     assert {f"rlgpt/configs/{name}" for name in shipped} <= names
-    prompts = {f"llm/prompts/{p.name}" for p in (ROOT / "llm" / "prompts").glob("*.txt")}
-    assert prompts and prompts <= names
+    folder = ROOT / "llm" / "prompts"
+    prompts = {f"llm/prompts/{p.relative_to(folder)}" for p in folder.rglob("*.txt")}
+    assert "llm/prompts/minetest/skills_api.txt" in prompts  # a world's own prompt files
+    assert prompts <= names
     assert {"rlgpt/cli.py", "rlgpt/__main__.py", "rlgpt/view.py"} <= names
     mod = ROOT / "worlds" / "minetest" / "mod" / "rlgpt_agent"
     lua = {f"worlds/minetest/mod/rlgpt_agent/{p.name}" for p in mod.iterdir() if p.is_file()}
