@@ -222,6 +222,7 @@ def scores(
         ledger.write_stats(run_dir, names)
     return {
         "target": target,
+        "world": world,
         "env_steps": every["steps"],
         "env_steps_by_kind": ledger.steps_by_kind(lines),
         "env_step_budget": budget,

@@ -459,10 +459,12 @@ def print_summary(
         how = ", ".join(str(x) for x in (stop, f"{wall} s" if wall is not None else None) if x)
         lines.append(f"run {run_dir.name} finished" + (f" ({how})" if how else ""))
         if "final_success" in report:
+            # Minetest's score is Crafter's formula over the chain's achievements.
             lines.append(
                 f"  final success {report['final_success']:.2f} on "
-                f"{report.get('final_episodes', '?')} unseen worlds · Crafter score "
-                f"{report.get('score_final', '?')} (final policy), "
+                f"{report.get('final_episodes', '?')} unseen worlds · "
+                + ("Crafter score " if report.get("world", "crafter") == "crafter" else "score ")
+                + f"{report.get('score_final', '?')} (final policy), "
                 f"{report.get('score_all_episodes', '?')} (every episode)"
             )
             lines.append(
