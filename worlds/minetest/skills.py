@@ -960,7 +960,8 @@ def run_voxel_policy(
 ) -> dict:
     """Reset ``world`` (carrying ``inventory`` at the start, to run one step of a chain
     from the state it needs) and run trusted ``policy(skills)`` in-process for at most
-    ``max_steps`` actions (tests and benchmarks; untrusted code goes through the sandbox).
+    ``max_steps`` actions (tests' own policies, closures that record what they saw; policy
+    source, the chain's templates included, goes through the sandbox: :func:`run_voxel_code`).
     Returns the steps taken, whether the policy returned True, the final inventory,
     vitals and position, and how long the reset took."""
     started = time.perf_counter()
