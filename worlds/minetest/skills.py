@@ -965,7 +965,8 @@ def run_voxel_policy(
 ) -> dict:
     """Reset ``world`` (carrying ``inventory`` at the start, to run one step of a chain
     from the state it needs) and run trusted ``policy(skills)`` in-process for at most
-    ``max_steps`` actions (tests and benchmarks; untrusted code goes through the sandbox).
+    ``max_steps`` actions (tests' own policies, closures that record what they saw; policy
+    source, the chain's templates included, goes through the sandbox: :func:`run_voxel_code`).
     Returns the steps taken, whether the policy returned True, the final inventory,
     vitals and position, and how long the reset took."""
     started = time.perf_counter()
@@ -1022,7 +1023,14 @@ def run_voxel_code(
     Returns what :func:`run_voxel_policy` does (success: the policy returned True) and
     the runner's ``cause`` with its ``detail`` and ``line`` (success, the sandbox's
     failure, the episode's end, or the policy's return without success), what the code
-    printed (``output``) and the wall time of the run (``wall_s``, the reset excluded)."""
+    printed (``output``) and the wall time of the run (``wall_s``, the reset excluded).
+
+    The skills plan in host code, outside the sandbox's meter: a long plan inside one
+    call (up to ~2 s on the development seeds) counts only against ``wall_s``, and of the
+    per-call limits only the memory budget applies (a plan grows the process by a few
+    MiB, the budget is 512 MiB). The guards cost ~0.1-0.2 ms a step, mostly the resident
+    memory read as each call into the code is armed, against 5-10 ms a step of the world
+    and the planning."""
     compiled = sandbox.compile_code(source, filename="<minetest policy>")
     started = time.perf_counter()
     obs = world.reset(seed, inventory=inventory)
