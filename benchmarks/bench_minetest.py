@@ -54,8 +54,17 @@ sys.path.insert(0, str(ROOT))
 
 from worlds.minetest import CHAIN, MinetestWorld, minetest_missing  # noqa: E402
 from worlds.minetest.skills import run_voxel_code  # noqa: E402
-from worlds.minetest.templates import PATIENCE as CHAIN_PATIENCE  # noqa: E402
-from worlds.minetest.templates import START_STATES, chain_code, record, step_code  # noqa: E402
+from worlds.minetest.templates import (  # noqa: E402
+    CHAIN_BUDGET,
+    CRAFT_BUDGET,
+    START_STATES,
+    STEP_BUDGETS,
+    chain_code,
+    record,
+    step_budget,
+    step_code,
+)
+from worlds.minetest.world import PLAYER_RADIUS  # noqa: E402
 
 CHAIN_STEPS = tuple(CHAIN)
 
@@ -118,22 +127,6 @@ def bench_seed(seed: int, actions: int) -> dict:
 
 DEV_SEEDS = (0, 99)
 """The seeds the chain was developed on (first, last): a report range must avoid them."""
-STEP_BUDGETS = {
-    "default:tree": CHAIN_PATIENCE["trees"],
-    "default:cobble": CHAIN_PATIENCE["stone"],
-    "default:coal_lump": CHAIN_PATIENCE["coal"],
-    "default:iron_lump": CHAIN_PATIENCE["iron"],
-    "default:diamond": CHAIN_PATIENCE["down"] + CHAIN_PATIENCE["diamond"],
-}
-"""Steps each step may take alone: its skills' own patience (what the chain gives it);
-a craft or a smelt takes a few steps, so gets CRAFT_BUDGET."""
-CRAFT_BUDGET = 50
-CHAIN_BUDGET = sum(STEP_BUDGETS.values()) + CRAFT_BUDGET * (len(CHAIN_STEPS) - len(STEP_BUDGETS))
-"""The whole chain's steps: the sum of its steps' budgets (about 10,000: the scripted
-probe with an ore oracle needed 260–463; exploring for trees and strip-mining for ores
-without one takes thousands, and 10,000 steps run in under a minute)."""
-
-
 CHAIN_WALL_S = 1800.0
 """Wall-clock budget of one episode in the sandbox: no limit in practice (the whole chain
 takes seconds to a minute), only a guard against a policy that stops acting."""
@@ -162,10 +155,7 @@ def run_episode(world, source: str, budget: int, seed: int, inventory=None) -> d
     }
 
 
-CHAIN_RADIUS = 8
-"""The chain's voxel window reaches 8 nodes around (17 × 17 × 8 nodes): a player sees
-trees from much further, and with the default 4 the search for trees alone failed on
-half the development seeds (the window is the only way the agent finds anything)."""
+CHAIN_RADIUS = PLAYER_RADIUS
 
 
 def bench_chain_seed(seed: int, steps: list[str], radius: int = CHAIN_RADIUS) -> dict:
@@ -185,7 +175,7 @@ def bench_chain_seed(seed: int, steps: list[str], radius: int = CHAIN_RADIUS) ->
             alone[item] = run_episode(
                 world,
                 step_code(item),
-                STEP_BUDGETS.get(item, CRAFT_BUDGET),
+                step_budget(item),
                 seed,
                 inventory=START_STATES[item],
             )
@@ -272,7 +262,7 @@ def write_chain(
                 "report_seeds": [first, last],
                 "chain_budget": CHAIN_BUDGET,
                 "window_radius": radius,
-                "step_budgets": {item: STEP_BUDGETS.get(item, CRAFT_BUDGET) for item in steps},
+                "step_budgets": {item: step_budget(item) for item in steps},
                 "chain_steps": list(CHAIN_STEPS),
                 "start_states": {item: START_STATES[item] for item in steps},
                 "results": rows,

@@ -32,8 +32,6 @@ WORLDS = ("crafter", "minetest")
 """What ``[task] world`` may name."""
 MINETEST_PREFIX = "default:"
 """minetest_game's item names: ``default:diamond``; a config may leave the prefix out."""
-CRAFT_STEPS = 50
-"""Step cap of a step that only crafts or smelts (a few actions)."""
 EITHER = {
     "default:tree": "default:tree|default:pine_tree",
     "default:wood": "default:wood|default:pine_wood",
@@ -100,7 +98,7 @@ def minetest_steps(target: str) -> list[Step]:
                 achievement="",
                 depends=(steps[-1].name,) if steps else (),
                 description=_describe(item, kind, max(1, count), rules),
-                max_steps=_budget(item, templates.PATIENCE),
+                max_steps=templates.step_budget(item),
             )
         )
     return steps
@@ -125,17 +123,6 @@ def _recipe(item: str, rules: GameRules) -> Recipe | None:
         if all(k in known or k in groups for k in recipe.needs()):
             return recipe
     return None
-
-
-def _budget(item: str, patience: dict[str, int]) -> int:
-    """The step's cap: the template's own patience for a search, a few steps for a craft."""
-    return {
-        "default:tree": patience["trees"],
-        "default:cobble": patience["stone"],
-        "default:coal_lump": patience["coal"],
-        "default:iron_lump": patience["iron"],
-        "default:diamond": patience["down"] + patience["diamond"],
-    }.get(item, CRAFT_STEPS)
 
 
 def _describe(item: str, kind: str, count: int, rules: GameRules) -> str:

@@ -195,3 +195,16 @@ def test_a_models_minetest_plan_is_checked_against_minetests_names() -> None:
         validate("slow", "plan", {"subactions": [sub]})
     enum = json_schemas("minetest")["slow", "plan"]["properties"]["subactions"]["items"]
     assert "obtain_diamond" in enum["properties"]["achievement"]["enum"]
+
+
+def test_the_shipped_config_caps_an_episode_at_the_chains_budget() -> None:
+    """``minetest-diamond.toml``'s final episodes get what the chain's steps may take
+    together (the benchmark's chain budget), not Crafter's 10,000."""
+    from worlds.minetest import templates
+
+    need_minetest()
+    settings = load_settings(str(CONFIG))
+    assert settings.task.world == "minetest"
+    assert settings.task.episode_steps == templates.CHAIN_BUDGET
+    steps = games.plan_steps("minetest", settings.task.target)
+    assert sum(s.max_steps for s in steps) == templates.CHAIN_BUDGET

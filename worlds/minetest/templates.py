@@ -10,7 +10,8 @@ of the file, comments and docstrings included, is the policy as it is.
   :func:`chain_code` — the chain from nothing up to an item.
 - :func:`record` — the steps a run of either reported, from what it printed.
 - :data:`START_STATES`, :data:`PATIENCE` — the file's own constants, for a caller that
-  budgets or starts a step the way the chain does.
+  budgets or starts a step the way the chain does; :func:`step_budget` and
+  :data:`CHAIN_BUDGET`, the budgets the benchmark and the method give a step and the chain.
 """
 
 from __future__ import annotations
@@ -92,3 +93,24 @@ START_STATES: dict[str, dict[str, int]] = _parts()[1]["START_STATES"]  # type: i
 """What the chain carries on reaching each step: the inventory to run its step alone from."""
 PATIENCE: dict[str, int] = _parts()[1]["PATIENCE"]  # type: ignore[assignment]
 """The steps each part of the chain may take before it gives up (its budget's parts)."""
+
+CRAFT_BUDGET = 50
+"""Steps a step that only crafts or smelts may take (it takes a few)."""
+STEP_BUDGETS: dict[str, int] = {
+    "default:tree": PATIENCE["trees"],
+    "default:cobble": PATIENCE["stone"],
+    "default:coal_lump": PATIENCE["coal"],
+    "default:iron_lump": PATIENCE["iron"],
+    "default:diamond": PATIENCE["down"] + PATIENCE["diamond"],
+}
+"""Steps each searching step may take: its skills' own patience (what the chain gives
+it); every other step gets :data:`CRAFT_BUDGET`."""
+CHAIN_BUDGET = sum(STEP_BUDGETS.get(item, CRAFT_BUDGET) for item in CHAIN)
+"""The whole chain's steps, the sum of its steps' budgets (11,250): the scripted probe
+with an ore oracle needed 260–463; exploring for trees and strip-mining for ores without
+one takes thousands, and 10,000 steps run in under a minute."""
+
+
+def step_budget(item: str) -> int:
+    """The steps the step that obtains ``item`` may take."""
+    return STEP_BUDGETS.get(item, CRAFT_BUDGET)
