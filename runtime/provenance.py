@@ -43,6 +43,7 @@ PACKAGES = (
 """The top-level packages a wheel holds (``[tool.setuptools.packages.find]``)."""
 PACKAGE_DATA = {
     "llm/prompts": "*.txt",
+    "llm/prompts/minetest": "*.txt",  # a world's own prompt files
     "rlgpt/configs": "*.toml",
     "worlds/minetest/mod/rlgpt_agent": "*",  # the Lua mod: the Minetest agent's body
 }

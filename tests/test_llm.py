@@ -22,7 +22,6 @@ from fake_openai import Behaviour, FakeOpenAI
 from structlog.testing import capture_logs
 
 from llm import (
-    PROMPTS_DIR,
     PURPOSES,
     BackendConfigError,
     CallResult,
@@ -107,9 +106,11 @@ def closed_port() -> int:
 
 
 def example_replies() -> list[tuple[str, str, str]]:
+    """Each call's worked example reply, as its prompt renders it (Crafter's)."""
     out = []
+    prompts = PromptSet()
     for role, purpose in sorted(PURPOSES):
-        text = (PROMPTS_DIR / f"{role}_{purpose}.txt").read_text()
+        text = prompts.render(role, purpose, {})[0]["content"]
         out.append((role, purpose, text.split("Example reply:", 1)[1]))
     return out
 
