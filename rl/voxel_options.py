@@ -12,11 +12,17 @@ each option, the skills behind a read-only proxy):
 
 - ``head_n`` … ``head_nw``: head :data:`REACH` nodes towards one of eight compass
   directions with the skills' own planning (tunnelling through leaves and soil, climbing
-  on placed blocks as the coded search does), stopping early once a trunk not seen
-  before comes into view;
+  on placed blocks as the coded search does); once a trunk not seen before comes into
+  view it digs the trunks seen, as ``collect`` does (digging what is seen is coded: the
+  learner chooses only where to look);
 - ``collect``: dig the nearest seen trunk, and the next, until the step's goal is
   carried or no seen trunk is within reach (nothing to do when none is seen);
-- ``explore``: walk towards the nearest ground next to unseen land (``skills.explore``).
+- ``explore``: walk towards the nearest ground next to unseen land (``skills.explore``),
+  then dig the trunks seen;
+- ``collect_drop``, ``explore_drop``: the same, letting plans drop as far as the body
+  survives and dig down (``tunnel(True)``): off plateaus and cliffs the coded search
+  never leaves (it drops one node at most, since a pit may hold a body with no
+  pickaxe), at that risk.
 
 Each option runs until it returns or :data:`OPTION_CAP` primitive steps; every
 primitive step counts against the episode's :data:`BUDGET` (the coded search's own
@@ -25,8 +31,10 @@ primitive step counts against the episode's :data:`BUDGET` (the coded search's o
 The observation is what the player could know: counts of remembered trunk, leaf, water,
 sand, snow and grass columns and of all columns seen, per eighth of the compass around
 the player (log-scaled), whether a trunk is seen and how far, the height over the start,
-the fraction of the budget used, the trunks carried against the goal and the last option
-taken. No find, teleport or give; nothing of the map the player did not see.
+the fraction of the budget used, the trunks carried against the goal, the last option
+taken and how far it moved, and which headings were blocked (tried from near here and
+moved the feet under :data:`BLOCKED_MOVE` nodes). No find, teleport or give; nothing of
+the map the player did not see.
 
 Reward: +1 for each trunk obtained (up to the goal), minus :data:`STEP_COST` per
 primitive step and :data:`DECISION_COST` per option taken. An episode succeeds when the
@@ -90,7 +98,12 @@ HEADINGS = {
     "w": (-1, 0),
     "nw": (-1, 1),
 }
-OPTIONS = tuple(f"head_{h}" for h in HEADINGS) + ("collect", "explore")
+OPTIONS = tuple(f"head_{h}" for h in HEADINGS) + (
+    "collect",
+    "explore",
+    "collect_drop",
+    "explore_drop",
+)
 """The action space: an option's generator function in :data:`OPTIONS_SOURCE` each."""
 
 _HEAD_FUNCTIONS = "\n".join(
@@ -102,17 +115,18 @@ OPTIONS_SOURCE = (
 
 # From the host at load: START_Y (the start's altitude), CLIMB, REACH, LOOK, WANT.
 TRUNKS = ("default:tree", "default:pine_tree")
-SKIPPED = []  # trunks that proved out of reach this episode
+SKIPPED = {False: [], True: []}  # trunks out of reach this episode, walking / dropping
 
 
-def prepare(skills):
-    # Through leaves and soil by hand, never down a pit; climb out of stone hollows.
-    skills.tunnel(True, down=False)
+def prepare(skills, drop=False):
+    # Through leaves and soil by hand, never down a pit unless dropping is chosen (falls
+    # the body survives, digging down: a pit may then hold it); climb out of hollows.
+    skills.tunnel(True, down=drop)
     skills.build(True, below=START_Y + CLIMB)
 
 
-def trunks_seen(skills):
-    return [v for name in TRUNKS for v in skills.seen(name) if v not in SKIPPED]
+def trunks_seen(skills, drop=False):
+    return [v for name in TRUNKS for v in skills.seen(name) if v not in SKIPPED[drop]]
 
 
 def carried(skills):
@@ -128,18 +142,19 @@ def head(skills, dx, dz):
         before = skills.steps()
         there = yield from skills.head_for(x + REACH * dx, z + REACH * dz, patience=LOOK)
         if len(trunks_seen(skills)) > known:
-            return True
+            # Digging what is seen is coded, not learned: the learner picks directions.
+            return (yield from gather(skills, False))
         if there or skills.steps() - before < LOOK:
             return there
 
 
-def collect(skills):
-    prepare(skills)
+def gather(skills, drop):
+    prepare(skills, drop)
     got = False
     while carried(skills) < WANT:
         x, y, z = skills.position()
         seen = sorted(
-            trunks_seen(skills),
+            trunks_seen(skills, drop),
             key=lambda v: abs(v[0] - x) + abs(v[1] - y) + abs(v[2] - z),
         )
         if not seen:
@@ -147,13 +162,28 @@ def collect(skills):
         if (yield from skills.dig_node(seen[0][0], seen[0][1], seen[0][2], patience=100)):
             got = True
         else:
-            SKIPPED.append(seen[0])
+            SKIPPED[drop].append(seen[0])
     return True
+
+
+def collect(skills):
+    return (yield from gather(skills, False))
+
+
+def collect_drop(skills):
+    return (yield from gather(skills, True))
 
 
 def explore(skills):
     prepare(skills)
-    return (yield from skills.explore(steps=2 * LOOK, patience=2 * LOOK))
+    yield from skills.explore(steps=2 * LOOK, patience=2 * LOOK)
+    return (yield from gather(skills, False))
+
+
+def explore_drop(skills):
+    prepare(skills, True)
+    yield from skills.explore(steps=2 * LOOK, patience=2 * LOOK)
+    return (yield from gather(skills, True))
 
 
 '''
@@ -179,7 +209,10 @@ CATEGORIES = {
 SECTORS = 8
 GRID = 400
 """Columns remembered for the observation reach this far from the start each way."""
-OBS_SIZE = SECTORS * (len(CATEGORIES) + 1) + 6 + len(OPTIONS)
+BLOCKED_MOVE = 4
+"""A heading option that moved the feet fewer nodes than this (across) was blocked; the
+observation says so while the player is still within this many nodes of where it tried."""
+OBS_SIZE = SECTORS * (len(CATEGORIES) + 1) + 6 + len(OPTIONS) + len(HEADINGS)
 
 
 class ColumnMap:
@@ -286,6 +319,7 @@ class VoxelTreeOptions(gym.Env):
         self.steps, self.decisions, self.option_steps, self.failures = 0, 0, [], []
         self._last = -1
         self._last_moved = 0.0
+        self._tried: dict[int, tuple[tuple[int, int, int], int]] = {}
         return self._features(), self._info()
 
     def step(self, action):
@@ -293,7 +327,10 @@ class VoxelTreeOptions(gym.Env):
             raise RuntimeError("reset() before step()")
         option = OPTIONS[int(action)]
         before = _carried(self._obs)
+        start = self.skills.position()
         taken = self._run_option(option)
+        here = self.skills.position()
+        self._tried[int(action)] = (start, abs(here[0] - start[0]) + abs(here[2] - start[2]))
         self.decisions += 1
         self.option_steps.append(taken)
         self._last, self._last_moved = int(action), taken / OPTION_CAP
@@ -378,7 +415,14 @@ class VoxelTreeOptions(gym.Env):
             min(_carried(self._obs) / max(self.want, 1), 1.0),
             min(self._last_moved, 1.0),
         ]
-        vec = np.concatenate([counts.reshape(-1), np.asarray(extra, np.float32), last])
+        blocked = np.zeros(len(HEADINGS), np.float32)
+        for i in range(len(HEADINGS)):
+            start, moved = self._tried.get(i, (None, BLOCKED_MOVE))
+            if start is not None and moved < BLOCKED_MOVE:
+                near = abs(here[0] - start[0]) + abs(here[2] - start[2]) < BLOCKED_MOVE
+                blocked[i] = 1.0 if near else 0.0
+        parts = [counts.reshape(-1), np.asarray(extra, np.float32), last, blocked]
+        vec = np.concatenate(parts)
         return np.clip(vec, 0.0, 1.0).astype(np.float32)
 
     def _info(self) -> dict[str, Any]:
