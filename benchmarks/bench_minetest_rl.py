@@ -11,17 +11,21 @@ start (the spawn point, an empty inventory) and within the same budget (the code
 search's 3,000 primitive steps):
 
 - ``coded``: ``worlds/minetest/chain.py``'s ``get_trees`` alone;
-- ``learned``: the trained policy (deterministic) choosing among the options.
+- ``learned``: the trained policy choosing among the options (its distribution sampled,
+  torch seeded by the world seed; ``--deterministic`` for its argmax);
+- ``random`` (with ``--arms``): the options chosen uniformly at random, a control for
+  what learning adds over the options themselves.
 
-Success for both: the step's goal carried (4 trunks, the chain's start state for
-planks). Reports successes with 95 % Wilson intervals, the paired difference (learned
-minus coded) with the worlds each gained and lost, an exact McNemar p-value and the
-exact (Clopper–Pearson, conditional on the discordant worlds) interval of the
-difference, the median primitive steps of successes, training steps and wall time.
+Success for every arm: the step's goal carried (4 trunks, the chain's start state for
+planks). Reports successes with 95 % Wilson intervals, the paired difference (each arm
+minus coded, learned minus random) with the worlds each gained and lost, an exact
+McNemar p-value, the exact (Clopper–Pearson, conditional on the discordant worlds)
+interval of the difference and Newcombe's paired score interval, the median primitive
+steps of successes, training steps and wall time.
 
 ``--arms coded`` or ``--arms learned`` runs one arm (``--policy`` loads a trained
-policy instead of training with ``--train-steps 0``); ``--combine A.json B.json``
-joins two such runs' rows into the paired figures. Progress goes to stderr.
+policy instead of training with ``--train-steps 0``); ``--combine A.json B.json …``
+joins such runs' rows (by seed) into the paired figures. Progress goes to stderr.
 
 Development looked at seeds 0–999 only (``DEV_SEEDS``); training uses 10,000–10,999.
 Exits 2 without Minetest.
@@ -49,6 +53,7 @@ from rl.voxel_options import (  # noqa: E402
     TRAIN_SEEDS,
     TRUNKS,
     WANT,
+    RandomOptions,
     VoxelTreeOptions,
     run_learned,
 )
@@ -119,8 +124,8 @@ def carried(inventory: dict) -> int:
     return sum(inventory.get(t, 0) for t in TRUNKS)
 
 
-def evaluate(seeds: list[int], arms: list[str], model) -> list[dict]:
-    """Each arm on each seed in one reused world (a seed's server serves both arms)."""
+def evaluate(seeds: list[int], arms: list[str], model, deterministic: bool) -> list[dict]:
+    """Each arm on each seed in one reused world (a seed's server serves every arm)."""
     rows = []
     with MinetestWorld(radius=RADIUS) as world:
         env = VoxelTreeOptions(world=world, seeds=())
@@ -136,7 +141,9 @@ def evaluate(seeds: list[int], arms: list[str], model) -> list[dict]:
                     "wall_s": time.perf_counter() - started - result["reset_s"],
                 }
             if "learned" in arms:
-                row["learned"] = run_learned(env, model, seed)
+                row["learned"] = run_learned(env, model, seed, deterministic)
+            if "random" in arms:
+                row["random"] = run_learned(env, RandomOptions(seed), seed)
             rows.append(row)
             say(
                 f"eval seed {seed}: "
@@ -167,35 +174,77 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     return low, high
 
 
-def paired(rows: list[dict]) -> dict:
-    """The paired figures of learned against coded over the rows holding both arms."""
-    both = [r for r in rows if "coded" in r and "learned" in r]
-    n = len(both)
-    out: dict = {"worlds": n}
-    for arm in ("coded", "learned"):
-        k = sum(r[arm]["success"] for r in both)
-        low, high = wilson_interval(k, n)
-        steps = [r[arm]["steps"] for r in both if r[arm]["success"]]
-        out[arm] = {
-            "successes": k,
-            "rate": k / n if n else 0.0,
-            "wilson95": [low, high],
-            "median_steps_successes": statistics.median(steps) if steps else None,
-            "wall_s": sum(r[arm]["wall_s"] for r in both),
-        }
-    gained = [r["seed"] for r in both if r["learned"]["success"] and not r["coded"]["success"]]
-    lost = [r["seed"] for r in both if r["coded"]["success"] and not r["learned"]["success"]]
+ARMS = ("coded", "learned", "random")
+
+
+def arm_figures(rows: list[dict], arm: str) -> dict:
+    """Successes (95 % Wilson), median primitive steps of successes, wall time."""
+    n = len(rows)
+    k = sum(r[arm]["success"] for r in rows)
+    low, high = wilson_interval(k, n)
+    steps = [r[arm]["steps"] for r in rows if r[arm]["success"]]
+    return {
+        "successes": k,
+        "worlds": n,
+        "rate": k / n if n else 0.0,
+        "wilson95": [low, high],
+        "median_steps_successes": statistics.median(steps) if steps else None,
+        "wall_s": sum(r[arm]["wall_s"] for r in rows),
+    }
+
+
+def difference(rows: list[dict], arm: str, base: str) -> dict:
+    """``arm`` minus ``base`` world for world: the worlds gained and lost, the exact
+    McNemar p-value, and the exact interval of the paired difference (Clopper–Pearson
+    on the gained share of the discordant worlds, scaled by their share of all)."""
+    n = len(rows)
+    gained = [r["seed"] for r in rows if r[arm]["success"] and not r[base]["success"]]
+    lost = [r["seed"] for r in rows if r[base]["success"] and not r[arm]["success"]]
     b, c = len(gained), len(lost)
     m = b + c
     p_value = min(1.0, 2 * sum(math.comb(m, i) for i in range(min(b, c) + 1)) / 2**m) if m else 1.0
     low, high = clopper_pearson(b, m) if m else (0.5, 0.5)
-    out["difference"] = {
-        "learned_minus_coded": (b - c) / n if n else 0.0,
+    return {
+        "difference": (b - c) / n if n else 0.0,
         "gained_worlds": gained,
         "lost_worlds": lost,
         "mcnemar_exact_p": p_value,
-        "exact95": [m / n * (2 * low - 1), m / n * (2 * high - 1)] if n else [0.0, 0.0],
+        # None with no discordant world: the conditional interval says nothing then.
+        "exact95": [m / n * (2 * low - 1), m / n * (2 * high - 1)] if m else None,
+        "newcombe95": newcombe_paired(rows, arm, base),
     }
+
+
+def newcombe_paired(rows: list[dict], arm: str, base: str) -> list[float]:
+    """Newcombe's (1998, method 10) score interval of a paired difference in shares,
+    ``arm`` minus ``base``: defined with no discordant world too."""
+    n = len(rows)
+    if not n:
+        return [-1.0, 1.0]
+    both = sum(r[arm]["success"] and r[base]["success"] for r in rows)
+    only_arm = sum(r[arm]["success"] and not r[base]["success"] for r in rows)
+    only_base = sum(r[base]["success"] and not r[arm]["success"] for r in rows)
+    neither = n - both - only_arm - only_base
+    p1, p2 = (both + only_arm) / n, (both + only_base) / n
+    l1, u1 = wilson_interval(both + only_arm, n)
+    l2, u2 = wilson_interval(both + only_base, n)
+    margins = (both + only_arm) * (only_base + neither) * (both + only_base) * (only_arm + neither)
+    phi = (both * neither - only_arm * only_base) / math.sqrt(margins) if margins else 0.0
+    d = p1 - p2
+    below = (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2
+    above = (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2
+    return [max(-1.0, d - math.sqrt(max(below, 0.0))), min(1.0, d + math.sqrt(max(above, 0.0)))]
+
+
+def paired(rows: list[dict]) -> dict:
+    """Each arm's figures over the worlds every arm present ran, and each other arm
+    against the code (and the learned policy against the random control)."""
+    arms = [a for a in ARMS if rows and all(a in r for r in rows)]
+    out: dict = {"worlds": len(rows), "arms": {a: arm_figures(rows, a) for a in arms}}
+    pairs = [(a, "coded") for a in arms if a != "coded" and "coded" in arms]
+    if "learned" in arms and "random" in arms:
+        pairs.append(("learned", "random"))
+    out["differences"] = {f"{a}-{b}": difference(rows, a, b) for a, b in pairs}
     return out
 
 
@@ -218,20 +267,21 @@ def read(path: Path) -> dict:
 
 def report(data: dict) -> None:
     figures = data["paired"]
-    n = figures["worlds"]
-    for arm in ("coded", "learned"):
-        f = figures[arm]
+    for arm, f in figures["arms"].items():
         low, high = f["wilson95"]
         print(
-            f"{arm}: {f['successes']}/{n} = {f['rate']:.0%} [{low:.0%}, {high:.0%}], "
-            f"median steps of successes {f['median_steps_successes']}"
+            f"{arm}: {f['successes']}/{f['worlds']} = {f['rate']:.0%} [{low:.0%}, {high:.0%}], "
+            f"median steps of successes {f['median_steps_successes']}, {f['wall_s']:.0f} s"
         )
-    d = figures["difference"]
-    print(
-        f"learned − coded: {d['learned_minus_coded']:+.0%} "
-        f"[{d['exact95'][0]:+.0%}, {d['exact95'][1]:+.0%}] (gained {d['gained_worlds']}, "
-        f"lost {d['lost_worlds']}; exact McNemar p = {d['mcnemar_exact_p']:.3g})"
-    )
+    for name, d in figures["differences"].items():
+        exact = d["exact95"]
+        exact_text = f"[{exact[0]:+.0%}, {exact[1]:+.0%}]" if exact else "(no discordant world)"
+        low, high = d["newcombe95"]
+        print(
+            f"{name}: {d['difference']:+.0%}, exact {exact_text}, Newcombe [{low:+.0%}, "
+            f"{high:+.0%}] (gained {d['gained_worlds']}, lost {d['lost_worlds']}; "
+            f"exact McNemar p = {d['mcnemar_exact_p']:.3g})"
+        )
     if data.get("training"):
         t = data["training"]
         print(
@@ -247,24 +297,35 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--train-steps", type=int, default=1024, help="PPO decisions")
     parser.add_argument("--train-first-seed", type=int, default=TRAIN_SEEDS[0])
     parser.add_argument("--ppo-seed", type=int, default=0)
-    parser.add_argument("--arms", default="coded,learned", help="coded, learned or both")
+    parser.add_argument(
+        "--arms", default="coded,learned", help="of coded, learned, random (comma-separated)"
+    )
+    parser.add_argument(
+        "--deterministic", action="store_true", help="the policy's argmax, not samples"
+    )
     parser.add_argument("--policy", type=Path, help="load this policy (no training)")
     parser.add_argument("--save-policy", type=Path, help="save the trained policy here")
     parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--combine", type=Path, nargs=2, help="join two runs' rows")
+    parser.add_argument("--combine", type=Path, nargs="+", help="join runs' rows by seed")
     parser.add_argument("--dev", action="store_true", help="allow the development seeds")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.json is not None and not args.json.parent.is_dir():
+        say(f"bench_minetest_rl: --json {args.json}: its folder does not exist")
+        return 2
     if args.combine:
-        a, b = (read(p) for p in args.combine)
-        by_seed = {r["seed"]: dict(r) for r in a["rows"]}
-        for r in b["rows"]:
-            by_seed.setdefault(r["seed"], {"seed": r["seed"]}).update(r)
+        runs = [read(p) for p in args.combine]
+        by_seed: dict[int, dict] = {}
+        for run in runs:
+            for r in run["rows"]:
+                by_seed.setdefault(r["seed"], {"seed": r["seed"]}).update(r)
         rows = [by_seed[s] for s in sorted(by_seed)]
-        data = {**a, "rows": rows, "training": a.get("training") or b.get("training")}
+        training = next((run["training"] for run in runs if run.get("training")), None)
+        data = {**runs[0], "rows": rows, "training": training}
+        data["runs"] = [{k: v for k, v in run.items() if k != "rows"} for run in runs]
         data["combined_from"] = [str(p) for p in args.combine]
         data["paired"] = paired(rows)
         report(data)
@@ -283,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     arms = args.arms.split(",")
     model, training = None, None
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        say(f"bench_minetest_rl: unknown arms {sorted(unknown)} (of {', '.join(ARMS)})")
+        return 2
     if "learned" in arms:
         from stable_baselines3 import PPO
 
@@ -292,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             model, training = train(
                 args.train_steps, args.train_first_seed, args.ppo_seed, args.save_policy
             )
-    rows = evaluate(list(range(first, last + 1)), arms, model)
+    rows = evaluate(list(range(first, last + 1)), arms, model, args.deterministic)
     data = {
         "bench": "bench_minetest_rl",
         "argv": sys.argv[1:] if argv is None else argv,
@@ -301,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         "want_trunks": WANT,
         "options": list(OPTIONS),
         "window_radius": RADIUS,
+        "deterministic": args.deterministic,
         "training": training,
         "rows": rows,
         "paired": paired(rows),

@@ -436,15 +436,35 @@ class VoxelTreeOptions(gym.Env):
         }
 
 
-def run_learned(env: VoxelTreeOptions, policy, world_seed: int) -> dict[str, Any]:
-    """One episode of ``policy`` (anything with SB3's ``predict``, deterministic) on
-    ``world_seed``: success, primitive steps, trunks, options taken and their counts."""
+class RandomOptions:
+    """A control that chooses among the options uniformly at random (SB3's ``predict``
+    shape), seeded: what the options alone give without learning."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def predict(self, obs, deterministic: bool = False):
+        return int(self._rng.integers(len(OPTIONS))), None
+
+
+def run_learned(
+    env: VoxelTreeOptions, policy, world_seed: int, deterministic: bool = False
+) -> dict[str, Any]:
+    """One episode of ``policy`` (anything with SB3's ``predict``) on ``world_seed``:
+    success, primitive steps, trunks, options taken and their counts. By default the
+    policy's own distribution is sampled (PPO's policy is stochastic; its argmax can
+    repeat an option that does nothing, from an observation that then does not change),
+    with torch's generator seeded by the world seed so that a run repeats."""
+    if not deterministic and hasattr(policy, "policy"):
+        import torch
+
+        torch.manual_seed(world_seed)
     obs, info = env.reset(options={"world_seed": world_seed})
     started = time.perf_counter()
     taken: list[str] = []
     done = False
     while not done:
-        action, _ = policy.predict(obs, deterministic=True)
+        action, _ = policy.predict(obs, deterministic=deterministic)
         taken.append(OPTIONS[int(action)])
         obs, _, terminated, truncated, info = env.step(action)
         done = terminated or truncated

@@ -4,9 +4,12 @@ and stable-baselines3's real PPO on a tiny budget; development seeds only."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
-from helpers import missing_here
+from helpers import ROOT, missing_here
 
 from rl.voxel_options import (
     OBS_SIZE,
@@ -92,3 +95,45 @@ def test_ppo_updates_run_and_the_saved_policy_loads_and_acts(world, tmp_path) ->
     result = run_learned(env, loaded, DEV_SEED)
     assert result["decisions"] >= 1 and 0 <= result["steps"] <= 300
     assert set(result["options"]) <= set(OPTIONS)
+
+
+# ------------------------------------------------------------------ the bench's figures
+
+
+def _bench():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_minetest_rl
+
+    return bench_minetest_rl
+
+
+def test_the_bench_s_exact_intervals() -> None:
+    bench = _bench()
+    low, high = bench.clopper_pearson(3, 10)
+    assert abs(low - 0.0667) < 1e-3 and abs(high - 0.6525) < 1e-3  # the tables' values
+    assert bench.clopper_pearson(0, 5)[0] == 0.0 and bench.clopper_pearson(5, 5)[1] == 1.0
+    rows = [
+        {"seed": i, "coded": {"success": i % 3 != 0}, "learned": {"success": i % 4 != 0}}
+        for i in range(50)
+    ]
+    d = bench.difference(rows, "learned", "coded")
+    assert len(d["gained_worlds"]) == 12 and len(d["lost_worlds"]) == 8
+    assert d["difference"] == (12 - 8) / 50
+    assert d["exact95"][0] < d["difference"] < d["exact95"][1]
+    assert d["newcombe95"][0] < d["difference"] < d["newcombe95"][1]
+    assert abs(d["mcnemar_exact_p"] - 0.5034) < 1e-3
+    same = bench.difference(
+        [{"seed": 0, "coded": {"success": True}, "learned": {"success": True}}], "learned", "coded"
+    )
+    assert same["exact95"] is None and same["newcombe95"][0] < 0 < same["newcombe95"][1]
+
+
+def test_the_bench_refuses_evaluation_seeds_it_developed_or_trained_on(tmp_path) -> None:
+    for first in ("0", "10500"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "bench_minetest_rl.py"),
+             "--first-seed", first, "--seeds", "3", "--train-steps", "0"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert "overlap" in done.stderr or "Minetest" in done.stderr
