@@ -19,6 +19,9 @@ each option, the skills behind a read-only proxy):
   carried or no seen trunk is within reach (nothing to do when none is seen);
 - ``explore``: walk towards the nearest ground next to unseen land (``skills.explore``),
   then dig the trunks seen;
+- ``search``: one leg (up to four looks) of the coded search's own square spiral of
+  waypoints around the start, then dig the trunks seen: the code's systematic way to
+  cover ground, offered as one option among the others;
 - ``collect_drop``, ``explore_drop``: the same, letting plans drop as far as the body
   survives and dig down (``tunnel(True)``): off plateaus and cliffs the coded search
   never leaves (it drops one node at most, since a pit may hold a body with no
@@ -73,6 +76,8 @@ OPTION_CAP = 150
 """Primitive steps one option may take before the host stops it."""
 LOOK = 16
 """Steps a heading option walks between looks for new trunks (the chain's LOOK_EVERY)."""
+SPIRAL = 24
+"""Nodes between the rings of the ``search`` option's waypoints (the chain's SPIRAL)."""
 CLIMB_ABOVE_START = 4
 """Options build their way up only below this many nodes over the start (as the chain)."""
 STEP_COST = 0.0005
@@ -101,6 +106,7 @@ HEADINGS = {
 OPTIONS = tuple(f"head_{h}" for h in HEADINGS) + (
     "collect",
     "explore",
+    "search",
     "collect_drop",
     "explore_drop",
 )
@@ -116,6 +122,12 @@ OPTIONS_SOURCE = (
 # From the host at load: START_Y (the start's altitude), CLIMB, REACH, LOOK, WANT.
 TRUNKS = ("default:tree", "default:pine_tree")
 SKIPPED = {False: [], True: []}  # trunks out of reach this episode, walking / dropping
+AROUND = ((1, 0), (1, 1), (0, 1), (-1, 1), (-1, 0), (-1, -1), (0, -1), (1, -1))
+WAYPOINTS = [(SPIRAL * r * dx, SPIRAL * r * dz) for r in range(1, 9) for dx, dz in AROUND]
+FAR = 100000
+CLOSEST = [FAR, 0]  # how near the current waypoint the search got, looks since
+STALLS = 3
+LEG = 4 * LOOK
 
 
 def prepare(skills, drop=False):
@@ -172,6 +184,30 @@ def collect(skills):
 
 def collect_drop(skills):
     return (yield from gather(skills, True))
+
+
+def search(skills):
+    # One leg of the coded tree search's square spiral of waypoints around the start
+    # (chain.py's get_trees): on to the next waypoint, dropping one it gets no nearer to.
+    prepare(skills)
+    known = len(trunks_seen(skills))
+    start = skills.steps()
+    while WAYPOINTS and skills.steps() - start < LEG:
+        wx, wz = WAYPOINTS[0]
+        before = skills.steps()
+        arrived = yield from skills.head_for(wx, wz, patience=LOOK)
+        x, y, z = skills.position()
+        gap = abs(x - wx) + abs(z - wz)
+        if gap < CLOSEST[0]:
+            CLOSEST[0], CLOSEST[1] = gap, 0
+        else:
+            CLOSEST[1] += 1
+        if arrived or skills.steps() - before < LOOK or CLOSEST[1] >= STALLS:
+            WAYPOINTS.pop(0)
+            CLOSEST[0], CLOSEST[1] = FAR, 0
+        if len(trunks_seen(skills)) > known:
+            return (yield from gather(skills, False))
+    return len(WAYPOINTS) > 0
 
 
 def explore(skills):
@@ -357,6 +393,7 @@ class VoxelTreeOptions(gym.Env):
             "CLIMB": CLIMB_ABOVE_START,
             "REACH": REACH,
             "LOOK": LOOK,
+            "SPIRAL": SPIRAL,
             "WANT": self.want,
         }
         return load(self.compiled, api_names=api)
