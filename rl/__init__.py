@@ -10,6 +10,8 @@
   by env); :mod:`rl.env_workers` — a learner's envs in worker processes.
 - :mod:`rl.artifacts` — policy files by content (SB3 zips, read without unpickling);
   :mod:`rl.held_out` — a learned policy played on chosen worlds.
+- :mod:`rl.voxel_options` — the 3-D world's tree search as PPO over coded options
+  (sandboxed policy text over ``worlds.minetest``'s skills): learning where to look.
 
 The learner trains with it; the runner process plays learned stages through it; the head
 composes setup code, checks reward code (in a child process) and stores policy files.
