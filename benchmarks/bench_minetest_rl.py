@@ -10,7 +10,8 @@ from 10,000 on each episode), then runs paired on each evaluation seed, from the
 start (the spawn point, an empty inventory) and within the same budget (the coded tree
 search's 3,000 primitive steps):
 
-- ``coded``: ``worlds/minetest/chain.py``'s ``get_trees`` alone;
+- ``coded``: the chain's tree step alone (``worlds/minetest/chain.py``'s ``get_trees``, as
+  policy source in the sandbox: ``templates.step_code``);
 - ``learned``: the trained policy choosing among the options (its distribution sampled,
   torch seeded by the world seed; ``--deterministic`` for its argmax);
 - ``random`` (with ``--arms``): the options chosen uniformly at random, a control for
@@ -58,8 +59,8 @@ from rl.voxel_options import (  # noqa: E402
     run_learned,
 )
 from worlds.minetest import MinetestWorld, minetest_missing  # noqa: E402
-from worlds.minetest.chain import get_trees  # noqa: E402
-from worlds.minetest.skills import run_voxel_policy  # noqa: E402
+from worlds.minetest.skills import run_voxel_code  # noqa: E402
+from worlds.minetest.templates import step_code  # noqa: E402
 
 DEV_SEEDS = (0, 999)
 PPO_SETTINGS = {
@@ -133,7 +134,7 @@ def evaluate(seeds: list[int], arms: list[str], model, deterministic: bool) -> l
             row: dict = {"seed": seed}
             if "coded" in arms:
                 started = time.perf_counter()
-                result = run_voxel_policy(world, get_trees, BUDGET, seed=seed)
+                result = run_voxel_code(world, step_code("default:tree"), BUDGET, seed=seed)
                 row["coded"] = {
                     "success": carried(result["inventory"]) >= WANT,
                     "steps": result["steps"],

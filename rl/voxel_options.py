@@ -61,8 +61,8 @@ import numpy as np
 
 from sandbox import Failure, Namespace, ReadOnlyProxy, SandboxError, compile_code, load
 from worlds.minetest import MinetestWorld, VoxelObservation
-from worlds.minetest.chain import PATIENCE, START_STATES
 from worlds.minetest.skills import VoxelSkills
+from worlds.minetest.templates import PATIENCE, START_STATES
 
 TRUNKS = ("default:tree", "default:pine_tree")
 """The trunks the coded search digs (the common tree and the snowy land's pine)."""
