@@ -448,8 +448,6 @@ class Rollouts:
         self.world = CrafterWorld()
         self.minetest: Any = None
         """The Minetest world (and its server), started by the first request for it."""
-        self.voxel_skills: Any = None
-        """Minetest's skills class, imported with its world."""
         self.run_dir = run_dir
         self.fault = fault
         self.starts = resolve_start_states(True)
@@ -498,17 +496,15 @@ class Rollouts:
             raise ValueError(f"no world {req.world!r}: crafter or minetest")
         if req.policy_path or any(stage.policy_path for stage in req.stages):
             raise ValueError("a learned policy runs in crafter only (its RL interface)")
-        if self.minetest is None:
-            from worlds.minetest.skills import VoxelSkills
-            from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld
+        # Imported here: a Crafter run's runner never loads Minetest's modules.
+        from worlds.minetest.skills import VoxelSkills
+        from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld
 
+        if self.minetest is None:
             # The request's caps end its episodes: the world's own limit stays out of reach.
             self.minetest = MinetestWorld(radius=PLAYER_RADIUS, length=MINETEST_LENGTH)
-            self.voxel_skills = VoxelSkills
         world = self.minetest
-        return world, lambda obs, actions, s: self.voxel_skills(
-            obs, world.node_rules, world.game_rules
-        )
+        return world, lambda obs, actions, s: VoxelSkills(obs, world.node_rules, world.game_rules)
 
     def _code(self, req: RolloutRequest, emit: Emit) -> RunnerDone:
         if req.world != "crafter":

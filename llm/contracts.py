@@ -467,9 +467,9 @@ def game(world: str) -> Iterator[None]:
 
 def _achievements() -> tuple[str, ...]:
     if WORLD.get() == "minetest":
-        from worlds.minetest.world import CHAIN, short
+        from worlds.minetest.world import ACHIEVEMENTS
 
-        return tuple(f"obtain_{short(item)}" for item in CHAIN)
+        return ACHIEVEMENTS
     from crafter import constants
 
     return tuple(constants.achievements)

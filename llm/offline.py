@@ -91,13 +91,9 @@ def _minetest_code(sub: dict[str, Any], previous: dict[str, Any] | None) -> dict
     """The Minetest template for a chain step (the sub-action ``obtain_<item>``); a
     revision has nothing else to offer, so it is the same code, marked unchanged."""
     from worlds.minetest.templates import step_code
-    from worlds.minetest.world import CHAIN, short
+    from worlds.minetest.world import CHAIN, achievement, short
 
-    items = {f"obtain_{short(item)}": item for item in CHAIN}
-    item = items.get(sub["name"])
-    if item is None:
-        for key in sub.get("goal") or {}:
-            item = next((i for i in key.split("|") if i in CHAIN), None) or item
+    item = {achievement(item): item for item in CHAIN}.get(sub["name"])
     if item is None:
         raise ValueError(f"no Minetest chain step is named {sub['name']!r}")
     if previous:

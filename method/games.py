@@ -60,9 +60,9 @@ def targets(world: str) -> tuple[str, ...]:
 def achievements(world: str) -> tuple[str, ...]:
     """The achievements ``world`` reports (Minetest: ``obtain_<item>`` along the chain)."""
     if world == "minetest":
-        from worlds.minetest.world import CHAIN, short
+        from worlds.minetest.world import ACHIEVEMENTS
 
-        return tuple(f"obtain_{short(item)}" for item in CHAIN)
+        return ACHIEVEMENTS
     from crafter import constants
 
     return tuple(constants.achievements)
@@ -80,7 +80,7 @@ def plan_steps(world: str, target: str) -> list[Step]:
 def minetest_steps(target: str) -> list[Step]:
     """The Minetest diamond chain up to ``target``, described from the game's recipes."""
     from worlds.minetest import templates
-    from worlds.minetest.world import CHAIN, short
+    from worlds.minetest.world import CHAIN, achievement
 
     rules = minetest_rules()
     steps: list[Step] = []
@@ -91,7 +91,7 @@ def minetest_steps(target: str) -> list[Step]:
         kind = _kind(item, rules)
         steps.append(
             Step(
-                name=f"obtain_{short(item)}",
+                name=achievement(item),
                 kind=kind,
                 item=item,
                 goal={key: max(1, count)},

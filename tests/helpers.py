@@ -143,6 +143,15 @@ def missing_here(problem: str) -> None:
     pytest.skip(problem)
 
 
+def need_minetest() -> None:
+    """Skip (under CI: fail) where Minetest is not installed, naming the install command."""
+    from worlds.minetest import minetest_missing
+
+    problem = minetest_missing()
+    if problem:
+        missing_here(problem)
+
+
 def edited_world(
     seed: int,
     walls: dict,

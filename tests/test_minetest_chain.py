@@ -15,10 +15,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from helpers import missing_here
+from helpers import need_minetest
 
 import sandbox
-from worlds.minetest import CHAIN, MinetestWorld, minetest_missing
+from worlds.minetest import CHAIN, MinetestWorld
 from worlds.minetest.skills import VoxelSkills, run_voxel_code, run_voxel_policy
 from worlds.minetest.templates import START_STATES, chain_code, record, step_code
 from worlds.minetest.world import FACINGS, GameRules, NodeRules, VoxelObservation
@@ -188,9 +188,7 @@ def test_the_descent_never_drops_into_a_cave_deeper_than_a_safe_fall() -> None:
 
 @pytest.fixture(scope="module")
 def world():
-    problem = minetest_missing()
-    if problem:
-        missing_here(problem)
+    need_minetest()
     with MinetestWorld() as made:
         yield made
 

@@ -11,23 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import missing_here
+from helpers import need_minetest
 
 from knowledge import recipes
 from messages.task import Subtask
 from method import games
 from method.settings import load as load_settings
 from runtime.config import ConfigError
-from worlds.minetest import minetest_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "rlgpt" / "configs" / "minetest-diamond.toml"
-
-
-def need_minetest() -> None:
-    problem = minetest_missing()
-    if problem:
-        missing_here(problem)
 
 
 def test_a_goal_key_may_name_alternatives_whose_counts_add_up() -> None:

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import ROOT, missing_here
+from helpers import ROOT, need_minetest
 
 from rl.voxel_options import (
     OBS_SIZE,
@@ -22,7 +22,7 @@ from rl.voxel_options import (
     run_learned,
 )
 from sandbox import compile_code
-from worlds.minetest import MinetestWorld, minetest_missing
+from worlds.minetest import MinetestWorld
 
 DEV_SEED = 5  # a development seed with trees a few options away from the spawn point
 
@@ -36,9 +36,7 @@ def test_the_options_are_sandbox_code_with_a_generator_for_each_action() -> None
 
 @pytest.fixture(scope="module")
 def world():
-    problem = minetest_missing()
-    if problem:
-        missing_here(problem)
+    need_minetest()
     with MinetestWorld(radius=RADIUS) as made:
         yield made
 

@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, missing_here
+from helpers import ROOT, need_minetest
 
-from worlds.minetest import INSTALL_COMMAND, MinetestError, MinetestWorld, minetest_missing
+from worlds.minetest import INSTALL_COMMAND, MinetestError, MinetestWorld
 from worlds.world import UnknownActionError, World
 
 # Seed 0's world has a tree two nodes west and one south of where the agent starts.
@@ -29,9 +29,7 @@ DIGS = ("dig", "dig_high", "dig_low", "dig_down", "dig_up")
 
 @pytest.fixture(scope="module")
 def world():
-    problem = minetest_missing()
-    if problem:
-        missing_here(problem)
+    need_minetest()
     with MinetestWorld() as made:
         yield made
 
@@ -164,9 +162,7 @@ def test_digging_a_tree_by_hand_gives_wood_that_crafts_into_planks(world) -> Non
 
 
 def test_a_furnace_of_cobble_smelts_with_planks_for_fuel() -> None:
-    problem = minetest_missing()
-    if problem:
-        missing_here(problem)
+    need_minetest()
     # Cobble → stone is the cooking recipe within reach of one tree and a wooden pickaxe.
     with MinetestWorld(smelt_items=("default:stone",)) as world:
         obs = face_and_reach(world, world.reset(TREE_SEED), "default:tree")
@@ -209,9 +205,7 @@ def test_closing_a_world_stops_its_server(world) -> None:
 
 
 def test_no_server_outlives_an_owner_killed_by_sigkill(tmp_path) -> None:
-    problem = minetest_missing()
-    if problem:
-        missing_here(problem)
+    need_minetest()
     script = (
         "import sys, time\n"
         "from worlds.minetest import MinetestWorld\n"

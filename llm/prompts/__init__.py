@@ -166,11 +166,9 @@ class PromptSet:
                 )
             system, user = text.split(USER_MARKER, 1)
             self.templates[(role, purpose)] = (Template(system.strip()), Template(user.strip()))
-            example = f"{role}_{purpose}{EXAMPLE_SUFFIX}"
-            if (self.directory / example).is_file() or (
-                self.directory / self.world / example
-            ).is_file():
-                self.examples[(role, purpose)] = self._read(example).strip()
+            example = self._path(f"{role}_{purpose}{EXAMPLE_SUFFIX}")
+            if example.is_file():
+                self.examples[(role, purpose)] = self._read(example.name).strip()
             try:  # a misspelt $name fails here, at start, not in the middle of a run
                 self.render(role, purpose, {})
             except (KeyError, ValueError) as exc:
@@ -181,11 +179,13 @@ class PromptSet:
                     "'$$' for '$'"
                 ) from None
 
-    def _read(self, name: str) -> str:
-        path = self.directory / name
+    def _path(self, name: str) -> Path:
+        """The file ``name`` of this world: its own folder's, else the directory's."""
         own = self.directory / self.world / name
-        if self.world != "crafter" and own.is_file():
-            path = own
+        return own if self.world != "crafter" and own.is_file() else self.directory / name
+
+    def _read(self, name: str) -> str:
+        path = self._path(name)
         try:
             return path.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -144,6 +144,15 @@ def short(item: str) -> str:
     return item.split(":", 1)[1] if item.startswith("default:") else item.replace(":", "_")
 
 
+def achievement(item: str) -> str:
+    """The achievement obtaining ``item`` unlocks: ``default:tree`` → ``obtain_tree``."""
+    return f"obtain_{short(item)}"
+
+
+ACHIEVEMENTS: tuple[str, ...] = tuple(achievement(item) for item in CHAIN)
+"""Every achievement the world reports, one per :data:`CHAIN` item, in its order."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoxelObservation(Observation):
     """world → agent: an :class:`~worlds.world.Observation` plus the 3-D view a player has."""
@@ -490,7 +499,7 @@ class MinetestWorld:
         actions += list(self._verbs)
         self._action_names = tuple(actions)
         self._action_set = frozenset(actions)
-        self._achievement_names = tuple(f"obtain_{short(item)}" for item in CHAIN)
+        self._achievement_names = ACHIEVEMENTS
         self._seed: int | None = None
         self._start = (0, 0, 0)
         self._steps = 0
@@ -565,7 +574,7 @@ class MinetestWorld:
         gained = []
         for item in CHAIN:
             if obs.inventory.get(item, 0) > before.get(item, 0):
-                name = f"obtain_{short(item)}"
+                name = achievement(item)
                 gained.append(name)
                 self._counts[name] += 1
         unlocked = [name for name in gained if name not in self._unlocked]
@@ -602,7 +611,7 @@ class MinetestWorld:
     def progress(self) -> int:
         """How far along :data:`CHAIN` the episode got: the index of the furthest item
         obtained, plus one (0: nothing yet)."""
-        reached = [i for i, item in enumerate(CHAIN) if self._counts.get(f"obtain_{short(item)}")]
+        reached = [i for i, item in enumerate(CHAIN) if self._counts.get(achievement(item))]
         return max(reached) + 1 if reached else 0
 
     def close(self) -> None:
