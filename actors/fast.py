@@ -147,6 +147,9 @@ def rl_config(
     world_actions: list[str],
     setup: list[Stage],
     needs: Sequence[Need] = (),
+    *,
+    world: str = "crafter",
+    option_steps: int = OPTION_STEPS,
 ) -> RLConfig:
     """The RL config a ``fast/rl`` reply describes: the offered coded actions it chose,
     the world's primitives it chose — less any that a chosen coded action shares a name
@@ -156,7 +159,8 @@ def rl_config(
     resumable for up to :data:`knowledge.options.STAGE_CODE_STEPS` steps a choice. Its
     setup runs the coded ``setup`` stages with the run's survival ``needs`` served as
     the final policy serves them (:func:`rl.setup_code.compose_setup`), and its
-    training episodes serve them too (:attr:`RLConfig.needs`)."""
+    training episodes serve them too (:attr:`RLConfig.needs`). ``world``: the game the
+    config plays; ``option_steps``: the cap of one library option's call."""
     for n in needs:
         if not in_training(n):
             # Served in play (until its stage's test holds); setup and training serve a
@@ -174,7 +178,7 @@ def rl_config(
             p for p in dict.fromkeys(reply["primitives"]) if p in world_actions and p not in options
         ],
         coded_actions=[
-            CodedAction(n, sources[n], max_steps=OPTION_STEPS, description=d)
+            CodedAction(n, sources[n], max_steps=option_steps, description=d)
             if n != STAGE_CODE
             else CodedAction(
                 n, sources[n], max_steps=STAGE_CODE_STEPS, description=d, resumable=True
@@ -185,6 +189,7 @@ def rl_config(
         reward_code=reply.get("reward_code", ""),
         setup_code=compose_setup(setup, needs),
         needs=need_rules(needs),
+        world=world,
     )
 
 
@@ -572,19 +577,11 @@ class FastAgent(Actor):
 
     async def _rl_loop(self, work: WorkOn, loop: _InnerLoop) -> None:
         sub = work.subaction
-        meant = subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
-        if meant is None:
-            # A name the model made up: no step of the game, so no coded actions to offer
-            # and nothing to train towards. This sub-action fails, with its cause.
-            log.error(
-                "subaction_failed", subaction=sub.name, cause="unknown_subtask",
-                detail=f"{sub.name!r} (achievement {sub.subtask.achievement!r}, goal "
-                f"{sub.subtask.goal}) names no Crafter achievement or item to learn",
-            )  # fmt: skip
+        world = self.settings.task.world
+        found = self._learning_menu(sub)
+        if found is None:
             return
-        step = recipes.achievement_step(meant)
-        offered = self._menu(sub, step)
-        world_actions = _world_actions()
+        offered, world_actions, step, option_steps = found
         previous: dict[str, Any] | None = None
         critique: Critique | None = None
         for version in range(1, work.revisions + 2):
@@ -602,8 +599,9 @@ class FastAgent(Actor):
             request = rl_request(sub, version, offered, world_actions, previous, critique)
             reply = await self.agents.call("fast", "rl", request)
             config = rl_config(
-                sub, reply, offered, world_actions, work.setup or work.before, work.needs
-            )
+                sub, reply, offered, world_actions, work.setup or work.before, work.needs,
+                world=world, option_steps=option_steps,
+            )  # fmt: skip
             config, checked = await self._checked_reward(sub, version, config, step)
             loop.versions += 1
             log.info(
@@ -645,6 +643,48 @@ class FastAgent(Actor):
             if not checked.ok:
                 previous["reward_check"] = f"your reward_code was not used: {checked.detail}"
 
+    def _learning_menu(
+        self, sub: SubAction
+    ) -> tuple[list[tuple[str, str, str]], tuple[str, ...], Step | None, int] | None:
+        """What a learned version of ``sub`` is built from: the coded actions offered,
+        the world's actions, the recipe step (Crafter's; None in Minetest) and the step
+        cap of one option's call. None (the failure logged) when ``sub`` names no step
+        of the game: a name a model made up has no options and nothing to train for."""
+        if self.settings.task.world == "minetest":
+            from rl.voxel_options import OPTION_CAP
+            from worlds.minetest.world import ACTIONS
+
+            item = minetest_item_of(sub.name)
+            if item is None:
+                log.error(
+                    "subaction_failed", subaction=sub.name, cause="unknown_subtask",
+                    detail=f"{sub.name!r} names no step of Minetest's diamond chain to learn",
+                )  # fmt: skip
+                return None
+            return self._voxel_menu(sub, item), ACTIONS, None, OPTION_CAP
+        meant = subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
+        if meant is None:
+            log.error(
+                "subaction_failed", subaction=sub.name, cause="unknown_subtask",
+                detail=f"{sub.name!r} (achievement {sub.subtask.achievement!r}, goal "
+                f"{sub.subtask.goal}) names no Crafter achievement or item to learn",
+            )  # fmt: skip
+            return None
+        step = recipes.achievement_step(meant)
+        return self._menu(sub, step), _world_actions(), step, OPTION_STEPS
+
+    def _voxel_menu(self, sub: SubAction, item: str) -> list[tuple[str, str, str]]:
+        """The coded actions a learned Minetest step is offered: the step's own best code
+        (resumable) and the 3-D options (:func:`rl.voxel_options.menu`)."""
+        # Imported here: a Crafter run's head never loads the 3-D world's modules.
+        from rl.voxel_options import menu
+
+        offered = menu(item, sum(sub.subtask.goal.values()) or 1)
+        own = self.best_code.get(sub.name)
+        if own is not None:
+            offered = [stage_code_option(own[1]), *offered]
+        return offered
+
     def _menu(self, sub: SubAction, step: Step) -> list[tuple[str, str, str]]:
         """The coded actions a learned version of ``sub`` is offered: the step's menu (or
         the plan's own choice from it), with the stage's best coded version first."""
@@ -662,13 +702,19 @@ class FastAgent(Actor):
         return offered
 
     async def _checked_reward(
-        self, sub: SubAction, version: int, config: RLConfig, step: Step
+        self, sub: SubAction, version: int, config: RLConfig, step: Step | None
     ) -> tuple[RLConfig, RewardCheck]:
         """``config`` with its shaped reward tried on scripted transitions before a step
         is trained on it: one that pays for standing still or never for this step's
         progress is dropped (the success reward stays), and the next version is told why.
         In a child process: reward code that crashes its process fails the check, never
-        the head (where this agent runs)."""
+        the head (where this agent runs). The transitions are Crafter's: a Minetest
+        step (``step`` None) trains on its reward unchecked, and the log says so."""
+        if step is None:
+            detail = "not checked: the scripted transitions are Crafter's"
+            if config.reward_code:
+                log.info("reward_check_skipped", subaction=sub.name, version=version)
+            return config, RewardCheck(True, detail)
         checked = await self.run_blocking(check_reward_apart, config.reward_code, step)
         if not checked.ok:
             log.warning(
@@ -987,3 +1033,10 @@ def _failed_trace(result: RolloutResult) -> list[dict[str, Any]]:
 
 def _world_actions() -> tuple[str, ...]:
     return tuple(constants.actions)
+
+
+def minetest_item_of(name: str) -> str | None:
+    """The chain item of a Minetest step's name (``obtain_tree`` → ``default:tree``)."""
+    from worlds.minetest.world import CHAIN, achievement
+
+    return next((item for item in CHAIN if achievement(item) == name), None)

@@ -877,7 +877,10 @@ def unplanned(plan: Plan, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
         subtask_achievement(sub.name, sub.subtask.achievement, sub.subtask.goal)
         for sub in plan.subactions
     }
-    reached |= {item for sub in plan.subactions for item in sub.subtask.goal}
+    # A goal key may name alternatives (Minetest's "default:wood|default:pine_wood").
+    reached |= {
+        item for sub in plan.subactions for key in sub.subtask.goal for item in key.split("|")
+    }
     covers = [step.get("achievement") in reached or step.get("item") in reached for step in steps]
     if not steps or covers[-1]:
         return []

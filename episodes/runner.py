@@ -494,8 +494,6 @@ class Rollouts:
             return self.world, lambda obs, actions, s: TracingSkills(obs, actions, seed=s)
         if req.world != "minetest":
             raise ValueError(f"no world {req.world!r}: crafter or minetest")
-        if req.policy_path or any(stage.policy_path for stage in req.stages):
-            raise ValueError("a learned policy runs in crafter only (its RL interface)")
         # Imported here: a Crafter run's runner never loads Minetest's modules.
         from worlds.minetest.skills import VoxelSkills
         from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld

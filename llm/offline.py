@@ -298,6 +298,8 @@ class OfflineBackend:
 
     def _fast_rl(self, req: dict[str, Any]) -> dict[str, Any]:
         sub = req["subaction"]
+        if self.world == "minetest":
+            return _minetest_rl(req)
         options = [o["name"] for o in req["options"]]
         primitives = [p for p in RL_PRIMITIVES if p in req["primitives"]]
         previous = req.get("previous")
@@ -470,6 +472,44 @@ def _revise_one(step: Any, params: Any, cause: str, detail: str) -> tuple[Any, s
         revised = dataclasses.replace(revised, **more)
         reason += "; also " + ", ".join(f"{k}={v}" for k, v in sorted(more.items()))
     return revised, reason
+
+
+MINETEST_STEP_COST = 0.0005
+"""What a Minetest step's reward charges per primitive step: a tree step's whole budget
+(2,250 steps) costs about what its goal pays."""
+
+
+def _minetest_rl(req: dict[str, Any]) -> dict[str, Any]:
+    """The Minetest RL config: every offered option (the step's code and the 3-D options),
+    ``dig`` as the one primitive, the parts that count kinds of node around the player,
+    and from the first version a reward for progress towards the step's goal (a share of
+    1 per goal item, up to the goal) less a cost per step: a 3-D step runs thousands of
+    steps, where success alone is too rare a signal. The library has one such config:
+    a revision keeps it."""
+    sub = req["subaction"]
+    goal = dict(sorted(sub["goal"].items()))
+    reward = (
+        f"GOAL = {goal!r}\n\n\n"
+        "def reward(before, after):\n"
+        "    gained = 0.0\n"
+        "    for key, want in GOAL.items():\n"
+        "        names = key.split('|')\n"
+        "        b = min(sum(before['inventory'].get(n, 0) for n in names), want)\n"
+        "        a = min(sum(after['inventory'].get(n, 0) for n in names), want)\n"
+        "        gained += (a - b) / want\n"
+        f"    return gained - {MINETEST_STEP_COST!r}\n"
+    )
+    note = "the 3-D options, dig, progress towards the goal less a cost per step"
+    if req.get("previous"):
+        note = "the Minetest library has one RL config for a step: kept"
+    return {
+        "options": [o["name"] for o in req["options"]],
+        "primitives": [p for p in ("dig",) if p in req["primitives"]],
+        "observation": ["view", "map", "inventory", "status"],
+        "reward_code": reward,
+        "max_steps": int(sub["max_steps"]),
+        "note": note,
+    }
 
 
 def _progress_reward(step: Any) -> str:

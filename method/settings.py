@@ -178,8 +178,8 @@ class TaskSettings:
     minetest-data lua-socket``). In Minetest a step's code runs over the 3-D skill API
     (:class:`worlds.minetest.skills.VoxelSkills`): the offline backend's from the
     Minetest template library, a model's from prompts that teach that API and the
-    game's facts (``llm/prompts/minetest/``); no step is learned with RL there: the
-    learner's RL interface is Crafter's."""
+    game's facts (``llm/prompts/minetest/``); a learned step trains PPO over coded 3-D
+    options (:mod:`rl.voxel_options`) on a learner's own servers."""
     target: str = "diamond"
     """What success means: an item to hold (``diamond``) or an achievement name
     (``collect_diamond``, ``place_table``); ``achievements`` plans the curriculum of all
@@ -419,11 +419,6 @@ def _check_target(s: MethodSettings) -> None:
             raise ConfigError(
                 s.source, "task.world", "a world this machine can run", '"minetest"', problem
             )
-        if s.task.learn:
-            raise ConfigError(
-                s.source, "task.learn", "no step to learn in Minetest", repr(s.task.learn),
-                "the learner's RL interface is Crafter's: remove learn for world = \"minetest\"",
-            )  # fmt: skip
         return
     if target != ALL_ACHIEVEMENTS and target not in games.targets("crafter"):
         raise ConfigError(

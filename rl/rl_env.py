@@ -160,6 +160,7 @@ if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecEnv
 
     from rl.env_workers import EnvWorkers
+    from rl.voxel_obs import VoxelParts
 
 OBSERVATION_PARTS: tuple[str, ...] = get_args(ObservationPart)
 """The parts ``RLConfig.observation`` may name."""
@@ -265,24 +266,72 @@ class _Option:
     resumable: bool = False
 
 
+def minetest_layout() -> Layout:
+    """Minetest's names for the parts that keep them (:mod:`rl.voxel_obs`): its window's
+    node names grow as the server meets them, so no tile list is fixed."""
+    from rl.voxel_obs import INVENTORY, STATUS
+
+    return Layout(
+        tile_names=(), creature_kinds=(), inventory_names=INVENTORY, status_names=STATUS,
+        view_shape=(0, 0),
+    )  # fmt: skip
+
+
+MINETEST_LENGTH = 1_000_000
+"""A training world's own episode limit in Minetest: far above any subtask's cap."""
+
+
+def _minetest_world() -> World:
+    from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld
+
+    return MinetestWorld(radius=PLAYER_RADIUS, length=MINETEST_LENGTH)
+
+
+WORLDS: dict[str, Callable[[], World]] = {"crafter": CrafterWorld, "minetest": _minetest_world}
+"""The worlds with an RL backend: Crafter, and Minetest (a ``minetestserver`` of the env's
+own, the window of the skills' reach). The MineDojo adapter is a stand-in, not for training."""
+
+
 def _world_and_layout(
     config: RLConfig, world_factory: Callable[[], World] | None, layout: Layout | None
 ) -> tuple[Callable[[], World], Layout]:
-    """The world and layout an env of ``config`` plays: Crafter's unless both are given
-    (no other world has an RL backend)."""
+    """The world and layout an env of ``config`` plays: its world's own unless given."""
     if world_factory is None:
-        if config.world != "crafter":
+        if config.world not in WORLDS:
             raise ValueError(
-                f"world {config.world!r} has no RL backend yet (the MineDojo adapter is a"
-                " stand-in, not for training): use world='crafter' or pass world_factory"
-                " and layout"
+                f"world {config.world!r} has no RL backend (the MineDojo adapter is a"
+                f" stand-in, not for training): use one of {sorted(WORLDS)} or pass"
+                " world_factory and layout"
             )
-        world_factory = CrafterWorld
+        world_factory = WORLDS[config.world]
     if layout is None:
-        if config.world != "crafter":
+        if config.world == "minetest":
+            layout = minetest_layout()
+        elif config.world == "crafter":
+            layout = crafter_layout()
+        else:
             raise ValueError(f"pass a layout for world {config.world!r}")
-        layout = crafter_layout()
     return world_factory, layout
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Budgets:
+    """Wall-clock and step budgets of an env's code, per world."""
+
+    option_wall_s: float
+    setup_max_steps: int
+    setup_wall_s: float
+
+
+def world_budgets(world: str) -> Budgets:
+    """Crafter's steps take ~1 ms and its options ~50 ms. A Minetest option walks up to
+    150 steps with 3-D path planning between them (seconds), and a setup plays the whole
+    chain before a deep step (the chain's own step budget, minutes)."""
+    if world == "minetest":
+        from worlds.minetest.templates import CHAIN_BUDGET
+
+        return Budgets(option_wall_s=60.0, setup_max_steps=CHAIN_BUDGET, setup_wall_s=900.0)
+    return Budgets(DEFAULT_OPTION_WALL_S, DEFAULT_SETUP_MAX_STEPS, DEFAULT_SETUP_WALL_S)
 
 
 class SubtaskEnv(gym.Env):
@@ -296,9 +345,11 @@ class SubtaskEnv(gym.Env):
         flatten: one ``Box`` of all parts (``MlpPolicy``) instead of a ``Dict``.
         seed: world seed of the first ``reset()`` called without one (vectorised envs
             use ``seed + i``); later episodes draw fresh seeds from it.
-        option_wall_s: wall-clock budget of one coded-action call, its env steps included.
+        option_wall_s: wall-clock budget of one coded-action call, its env steps included
+            (None: the world's, :func:`world_budgets`).
         reward_wall_s: wall-clock budget of one ``reward(before, after)`` call.
-        setup_max_steps, setup_wall_s: budgets of ``setup_code`` per reset.
+        setup_max_steps, setup_wall_s: budgets of ``setup_code`` per reset (None: the
+            world's).
         setup_retries: further seeds to try when setup fails before raising SetupError.
         setup_retry_stride: how far apart those seeds are (default
             :data:`RETRY_SEED_STRIDE`; a run's learner passes its seed table's).
@@ -332,10 +383,10 @@ class SubtaskEnv(gym.Env):
         layout: Layout | None = None,
         flatten: bool = False,
         seed: int | None = None,
-        option_wall_s: float = DEFAULT_OPTION_WALL_S,
+        option_wall_s: float | None = None,
         reward_wall_s: float = DEFAULT_REWARD_WALL_S,
-        setup_max_steps: int = DEFAULT_SETUP_MAX_STEPS,
-        setup_wall_s: float = DEFAULT_SETUP_WALL_S,
+        setup_max_steps: int | None = None,
+        setup_wall_s: float | None = None,
         setup_retries: int = 0,
         setup_retry_stride: int | None = None,
         setup_redraws: int = 0,
@@ -344,17 +395,21 @@ class SubtaskEnv(gym.Env):
         render_mode: str | None = None,
         pool_only: bool = False,
     ) -> None:
+        self._own_world = world_factory is None
         world_factory, layout = _world_and_layout(config, world_factory, layout)
+        budgets = world_budgets(config.world)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', not {render_mode!r}")
         self.config = config
         self.layout = layout
         self.render_mode = render_mode
         self._flatten = flatten
-        self._option_wall_s = option_wall_s
+        self._option_wall_s = budgets.option_wall_s if option_wall_s is None else option_wall_s
         self._reward_wall_s = reward_wall_s
-        self._setup_max_steps = setup_max_steps
-        self._setup_wall_s = setup_wall_s
+        self._setup_max_steps = (
+            budgets.setup_max_steps if setup_max_steps is None else setup_max_steps
+        )
+        self._setup_wall_s = budgets.setup_wall_s if setup_wall_s is None else setup_wall_s
         self._setup_retries = setup_retries
         self._retry_stride = RETRY_SEED_STRIDE if setup_retry_stride is None else setup_retry_stride
         self._redraws = setup_redraws
@@ -364,6 +419,12 @@ class SubtaskEnv(gym.Env):
         self._pool_only = pool_only and bool(self._world_pool)
         self._world = world_factory()
         self._world_actions = tuple(self._world.action_names)
+        self._voxel: VoxelParts | None = None
+        """Minetest's observation parts and the columns seen this episode (None: Crafter)."""
+        if config.world == "minetest":
+            from rl.voxel_obs import VoxelParts
+
+            self._voxel = VoxelParts()
 
         self._compile_menu()
         self._make_spaces(flatten)
@@ -567,6 +628,13 @@ class SubtaskEnv(gym.Env):
             return self._world.render()
         return None
 
+    def close(self) -> None:
+        """Stop the world this env made (a Minetest server); an attached world, or one from
+        the caller's factory, is the caller's."""
+        self._drop_suspended()
+        if self._own_world and self._voxel is not None:
+            self._world.close()  # type: ignore[attr-defined]
+
     # ------------------------------------------------------------------ inspection
 
     @property
@@ -613,6 +681,9 @@ class SubtaskEnv(gym.Env):
         self._ended = True  # until attached
         self._close_world_episode()  # the attached episode is the caller's to book
         self._drop_suspended()
+        if world is not self._world and self._own_world:
+            self.close()  # its own world is left for the caller's
+            self._own_world = False
         self._world = world
         self._obs = obs
         self._counts = dict(achievements or {})
@@ -628,7 +699,9 @@ class SubtaskEnv(gym.Env):
         self._success = False
         self._terminated = self._truncated = self._died = False
         if skills is None and (self._options or self._needs or "map" in self._parts):
-            skills = Skills(obs, self._world_actions, seed=self._world_seed)
+            skills = self._new_skills(obs, self._world_seed)
+        if self._voxel is not None:
+            self._voxel.begin(obs)
         self._need_cool = [0] * len(self._needs)
         self._skills = skills
         self._proxy = ReadOnlyProxy(skills) if skills is not None else None
@@ -659,7 +732,9 @@ class SubtaskEnv(gym.Env):
 
     def _check_subtask(self) -> None:
         subtask = self.config.subtask
-        unknown = sorted(set(subtask.goal) - set(self.layout.inventory_names))
+        # A goal key may name alternatives whose counts add up: "default:tree|default:pine_tree".
+        named = {name for key in subtask.goal for name in key.split("|")}
+        unknown = sorted(named - set(self.layout.inventory_names))
         if unknown:
             raise ValueError(f"subtask goal names unknown items {unknown}")
         achievements = self._world.achievement_names
@@ -737,6 +812,10 @@ class SubtaskEnv(gym.Env):
 
     def _part_size(self, part: str) -> int:
         layout = self.layout
+        if self._voxel is not None and part in ("view", "map", "inventory", "status"):
+            from rl.voxel_obs import SIZES
+
+            return SIZES[part]
         rows, cols = layout.view_shape
         return {
             "view": rows * cols * layout.view_channels,
@@ -805,9 +884,9 @@ class SubtaskEnv(gym.Env):
             or bool(self._needs)
             or "map" in self._parts
         )
-        self._skills = (
-            Skills(self._obs, self._world_actions, seed=world_seed) if needs_skills else None
-        )
+        self._skills = self._new_skills(self._obs, world_seed) if needs_skills else None
+        if self._voxel is not None:
+            self._voxel.begin(self._obs)
         self._proxy = ReadOnlyProxy(self._skills) if needs_skills else None
         if self._setup is None:
             return
@@ -839,6 +918,16 @@ class SubtaskEnv(gym.Env):
         self._start_restored = True
         self.starts_restored += 1
 
+    def _new_skills(self, obs: Observation, world_seed: int) -> Any:
+        """The episode's skill object: Crafter's :class:`Skills`, or Minetest's
+        :class:`~worlds.minetest.skills.VoxelSkills` under the game's rules."""
+        if self._voxel is not None:
+            from worlds.minetest.skills import VoxelSkills
+
+            world: Any = self._world
+            return VoxelSkills(obs, world.node_rules, world.game_rules)
+        return Skills(obs, self._world_actions, seed=world_seed)
+
     def _load_reward(self) -> None:
         self._reward_ns, self._reward_load_failure = None, None
         if self._reward_code is not None:
@@ -851,6 +940,11 @@ class SubtaskEnv(gym.Env):
 
     def _check_layout(self, obs: Observation) -> None:
         layout = self.layout
+        if self._voxel is not None:
+            # Minetest's node names grow as the server meets them; the parts count kinds.
+            if not hasattr(obs, "voxels"):
+                raise ValueError("a Minetest env needs the world's voxel observations")
+            return
         if tuple(obs.names) != layout.tile_names or obs.view.shape != layout.view_shape:
             raise ValueError("the world's tiles or view shape differ from the env's layout")
         if tuple(obs.inventory) != layout.inventory_names:
@@ -889,6 +983,8 @@ class SubtaskEnv(gym.Env):
             self._counts[name] = self._counts.get(name, 0) + 1
         if self._skills is not None:
             self._skills._observe(obs, info)
+        if self._voxel is not None:
+            self._voxel.observe(obs)  # type: ignore[arg-type]
 
     def _primitive(self, action: str) -> None:
         """One world step with its bookkeeping: success, death, cap and reward."""
@@ -1071,6 +1167,8 @@ class SubtaskEnv(gym.Env):
 
     def _encode_part(self, part: str, obs: Observation) -> np.ndarray:
         layout = self.layout
+        if self._voxel is not None and part in ("view", "map", "inventory", "status"):
+            return self._voxel.encode(part, obs)  # type: ignore[arg-type]
         if part == "view":
             rows, cols = layout.view_shape
             channels = layout.view_channels

@@ -119,8 +119,10 @@ _HEAD_FUNCTIONS = "\n".join(
 OPTIONS_SOURCE = (
     '''"""Coded options for the tree search: where to go is the learner's choice."""
 
-# From the host at load: START_Y (the start's altitude), CLIMB, REACH, LOOK, WANT.
+# From the host at load: START_Y (the start's altitude, or None: where the first option
+# began), CLIMB, REACH, LOOK, WANT.
 TRUNKS = ("default:tree", "default:pine_tree")
+START = [START_Y]
 SKIPPED = {False: [], True: []}  # trunks out of reach this episode, walking / dropping
 AROUND = ((1, 0), (1, 1), (0, 1), (-1, 1), (-1, 0), (-1, -1), (0, -1), (1, -1))
 WAYPOINTS = [(SPIRAL * r * dx, SPIRAL * r * dz) for r in range(1, 9) for dx, dz in AROUND]
@@ -133,8 +135,10 @@ LEG = 4 * LOOK
 def prepare(skills, drop=False):
     # Through leaves and soil by hand, never down a pit unless dropping is chosen (falls
     # the body survives, digging down: a pit may then hold it); climb out of hollows.
+    if START[0] is None:
+        START[0] = skills.position()[1]
     skills.tunnel(True, down=drop)
-    skills.build(True, below=START_Y + CLIMB)
+    skills.build(True, below=START[0] + CLIMB)
 
 
 def trunks_seen(skills, drop=False):
@@ -514,3 +518,66 @@ def run_learned(
         "options": {name: taken.count(name) for name in OPTIONS if name in taken},
         "wall_s": time.perf_counter() - started,
     }
+
+
+# ---------------------------------------------------------------------- in a run's menu
+
+OPTION_DESCRIPTIONS = {
+    **{
+        f"head_{h}": f"head {REACH} nodes {h.upper()} (tunnelling through leaves and soil,"
+        " climbing out of hollows); if trunks come into view, dig them"
+        for h in HEADINGS
+    },
+    "collect": "dig the nearest trunk seen, and the next, until the goal is carried",
+    "explore": "walk to the nearest ground next to land not yet seen, then dig trunks seen",
+    "search": "one leg of a square spiral of waypoints around the start, then dig trunks seen",
+    "collect_drop": "as collect, dropping down slopes the body survives and digging down",
+    "explore_drop": "as explore, dropping down slopes the body survives and digging down",
+}
+"""What each tree-search option does, for the fast agent's menu."""
+
+MOVE_SOURCE = '''"""Head REACH nodes one way: the move is coded, the way learned."""
+
+
+def run(skills):
+    x, y, z = skills.position()
+    skills.tunnel(True, down=False)
+    return (yield from skills.head_for(x + REACH * DX, z + REACH * DZ, patience=2 * LOOK))
+'''
+
+
+def _header(**names: object) -> str:
+    return "".join(f"{k} = {v!r}\n" for k, v in names.items()) + "\n"
+
+
+def tree_option_source(name: str, want: int = WANT) -> str:
+    """Option ``name`` of :data:`OPTIONS` as a coded action of an RL config: the options'
+    module with its host constants written in and ``run(skills)`` calling ``name``.
+
+    A coded action starts afresh at every call (:class:`~rl.rl_env.SubtaskEnv`), so what
+    the benchmark's env keeps across the options of an episode (trunks out of reach, the
+    search's next waypoint) lasts one call here, and the climbing limit is measured from
+    where the call began."""
+    if name not in OPTIONS:
+        raise KeyError(f"no tree option {name!r}: one of {', '.join(OPTIONS)}")
+    head = _header(
+        START_Y=None, CLIMB=CLIMB_ABOVE_START, REACH=REACH, LOOK=LOOK, SPIRAL=SPIRAL, WANT=want
+    )
+    return head + OPTIONS_SOURCE + f"\n\ndef run(skills):\n    return (yield from {name}(skills))\n"
+
+
+def move_option_source(heading: str) -> str:
+    """A plain move towards ``heading`` (a key of :data:`HEADINGS`) as a coded action."""
+    dx, dz = HEADINGS[heading]
+    return _header(REACH=REACH, LOOK=LOOK, DX=dx, DZ=dz) + MOVE_SOURCE
+
+
+def menu(item: str, goal: int) -> list[tuple[str, str, str]]:
+    """(name, description, source) of the coded actions a learned Minetest step is offered:
+    the tree search's options for the trunks (``goal`` of them), plain moves for any
+    other step (beside the step's own code, which the fast agent adds)."""
+    if item == "default:tree":
+        return [(n, OPTION_DESCRIPTIONS[n], tree_option_source(n, goal)) for n in OPTIONS]
+    return [
+        (f"move_{h}", f"head {REACH} nodes {h.upper()}", move_option_source(h)) for h in HEADINGS
+    ]

@@ -156,8 +156,7 @@ async def _start_agents(head: Head, agents: Agents) -> SlowAgent:
         agents=agents,
         settings=s,
         environments=environments,
-        # The learner's RL interface is Crafter's: in Minetest every step stays code.
-        can_learn=bool(learners or s.runtime.listen) and s.task.world == "crafter",
+        can_learn=bool(learners or s.runtime.listen),
         name="slow",
         capacity=SLOW_CAPACITY,
         **common,

@@ -85,7 +85,7 @@ def _config(tmp_path: Path, task: str, extra: str = "") -> Path:
     [
         ('world = "minecraft"', "task.world", "crafter"),
         ('world = "minetest"\ntarget = "emerald"', "task.target", "pick_steel"),
-        ('world = "minetest"\nlearn = ["obtain_tree"]', "task.learn", "Crafter's"),
+        ('world = "minetest"\nlearn = ["obtain_wod"]', "task.learn[0]", "obtain_wood"),
     ],
 )
 def test_a_bad_minetest_setting_names_its_key_and_the_fix(

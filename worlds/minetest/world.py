@@ -153,6 +153,21 @@ ACHIEVEMENTS: tuple[str, ...] = tuple(achievement(item) for item in CHAIN)
 """Every achievement the world reports, one per :data:`CHAIN` item, in its order."""
 
 
+def verb_actions(
+    place_items: Sequence[str] = PLACE_ITEMS,
+    craft_items: Sequence[str] = CRAFT_ITEMS,
+    smelt_items: Sequence[str] = SMELT_ITEMS,
+) -> dict[str, tuple[str, str]]:
+    """The actions beyond :data:`MOVES`: ``place_<item>``, ``craft_<item>``,
+    ``smelt_<item>`` → (verb, full item name)."""
+    verbs = (("place", place_items), ("craft", craft_items), ("smelt", smelt_items))
+    return {f"{verb}_{short(item)}": (verb, item) for verb, items in verbs for item in items}
+
+
+ACTIONS: tuple[str, ...] = (*MOVES, *verb_actions())
+"""A world's actions with the default items (what :class:`MinetestWorld` offers)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class VoxelObservation(Observation):
     """world → agent: an :class:`~worlds.world.Observation` plus the 3-D view a player has."""
@@ -490,13 +505,8 @@ class MinetestWorld:
         self.node_rules = NodeRules(frozenset(), frozenset(), frozenset(), frozenset())
         self.game_rules = GameRules(recipes={}, ores={})
         """The game's node rules; filled when the first server starts (the first reset)."""
-        actions = list(MOVES)
-        self._verbs: dict[str, tuple[str, str]] = {}
-        verbs = (("place", place_items), ("craft", craft_items), ("smelt", smelt_items))
-        for verb, items in verbs:
-            for item in items:
-                self._verbs[f"{verb}_{short(item)}"] = (verb, item)
-        actions += list(self._verbs)
+        self._verbs = verb_actions(place_items, craft_items, smelt_items)
+        actions = [*MOVES, *self._verbs]
         self._action_names = tuple(actions)
         self._action_set = frozenset(actions)
         self._achievement_names = ACHIEVEMENTS
