@@ -101,9 +101,11 @@ def test_a_bad_minetest_setting_names_its_key_and_the_fix(
 
 @pytest.mark.slow
 def test_minetest_diamond_toml_runs_the_method_in_the_3d_world(tmp_path: Path) -> None:
-    """The shipped config, cut to the chain's first six steps and a few worlds: the slow
-    agent plans from the game's recipes, every step's code runs in the sandbox over the
-    3-D skills on real servers, and the final policy composes them."""
+    """The shipped config, cut to the chain's first six steps, a few worlds and a tiny
+    PPO job: the slow agent plans from the game's recipes, every step's code runs in the
+    sandbox over the 3-D skills on real servers, a learner trains the tree search over
+    coded 3-D options on servers of its own, the learned version plays composed episodes
+    against the code, and the final policy composes the steps kept."""
     need_minetest()
     text = CONFIG.read_text()
     for old, new in (
@@ -111,6 +113,9 @@ def test_minetest_diamond_toml_runs_the_method_in_the_3d_world(tmp_path: Path) -
         ("code_episodes = 10", "code_episodes = 2"),
         ("eval_episodes = 50", "eval_episodes = 3"),
         ("iterations = 2", "iterations = 1"),
+        ("train_steps = 4096", "train_steps = 32"),
+        ("decide_episodes = 40", "decide_episodes = 2"),
+        ("[actors.learner]", "[training.ppo]\nn_steps = 16\nbatch_size = 16\n\n[actors.learner]"),
         ('name = "minetest-diamond"', f'name = "mt"\nruns_dir = "{tmp_path}"'),
     ):
         assert old in text, old
@@ -126,13 +131,20 @@ def test_minetest_diamond_toml_runs_the_method_in_the_3d_world(tmp_path: Path) -
     summary = json.loads((run_dir / "summary.json").read_text())
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     plan = next(e for e in events if e["event"] == "plan_made")
-    assert plan["subactions"] == [
-        f"obtain_{name}:code"
-        for name in ("tree", "wood", "stick", "pick_wood", "cobble", "pick_stone")
+    assert plan["subactions"] == ["obtain_tree:rl"] + [
+        f"obtain_{name}:code" for name in ("wood", "stick", "pick_wood", "cobble", "pick_stone")
     ]
     finished = [e for e in events if e["event"] == "evaluation_finished"]
     assert {e["subaction"] for e in finished} >= {"obtain_tree", "obtain_pick_stone"}
-    assert all(e["kind"] == "coded" for e in finished)
+    kinds = {(e["subaction"], e["kind"]) for e in finished}
+    # The tree search: its code first, then PPO over the 3-D options on the learner,
+    # the learned version played in composed episodes and compared with the code.
+    assert {("obtain_tree", "coded"), ("obtain_tree", "learned")} <= kinds
+    trained = [e for e in events if e["event"] == "training_result"]
+    assert [e["job"] for e in trained] == ["obtain_tree-it1-v1"]
+    assert trained[0]["decisions"] >= 32 and trained[0]["world_steps"] > 0
+    assert any(e["event"] == "incumbent_compared" for e in events)
+    assert summary["env_steps"] >= trained[0]["world_steps"]
     assert summary["final_episodes"] == 3
     # Every env step is counted: the steps the ledger booked are the ones the runs took.
     assert summary["env_steps"] > 0
