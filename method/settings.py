@@ -419,6 +419,15 @@ def _check_target(s: MethodSettings) -> None:
             raise ConfigError(
                 s.source, "task.world", "a world this machine can run", '"minetest"', problem
             )
+        # The Minetest template library has one version of each step: the Crafter
+        # library's switches would do nothing there, without a word.
+        for key, default in (("offline_first", "full"), ("offline_revise", "top")):
+            if getattr(s.agents, key) != default:
+                raise ConfigError(
+                    s.source, f"agents.{key}", f"{default!r} (the default) in Minetest",
+                    repr(getattr(s.agents, key)), f"remove {key}: the Minetest template "
+                    "library has one version of each step, so this would do nothing",
+                )  # fmt: skip
         return
     if target != ALL_ACHIEVEMENTS and target not in games.targets("crafter"):
         raise ConfigError(

@@ -86,6 +86,16 @@ def _config(tmp_path: Path, task: str, extra: str = "") -> Path:
         ('world = "minecraft"', "task.world", "crafter"),
         ('world = "minetest"\ntarget = "emerald"', "task.target", "pick_steel"),
         ('world = "minetest"\nlearn = ["obtain_wod"]', "task.learn[0]", "obtain_wood"),
+        (
+            'world = "minetest"\n[agents]\noffline_first = "simplest"',
+            "agents.offline_first",
+            "one version of each step",
+        ),
+        (
+            'world = "minetest"\n[agents]\noffline_revise = "every"',
+            "agents.offline_revise",
+            "would do nothing",
+        ),
     ],
 )
 def test_a_bad_minetest_setting_names_its_key_and_the_fix(
