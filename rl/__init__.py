@@ -10,8 +10,10 @@
   by env); :mod:`rl.env_workers` — a learner's envs in worker processes.
 - :mod:`rl.artifacts` — policy files by content (SB3 zips, read without unpickling);
   :mod:`rl.held_out` — a learned policy played on chosen worlds.
-- :mod:`rl.voxel_options` — the 3-D world's tree search as PPO over coded options
-  (sandboxed policy text over ``worlds.minetest``'s skills): learning where to look.
+- :mod:`rl.voxel_options` — the 3-D world's coded options (sandboxed policy text over
+  ``worlds.minetest``'s skills): a learned Minetest step's menu, and the tree search as
+  a gym env of its own for the benchmark; :mod:`rl.voxel_obs` — what a learned
+  Minetest step sees (kinds of node by direction).
 
 The learner trains with it; the runner process plays learned stages through it; the head
 composes setup code, checks reward code (in a child process) and stores policy files.

@@ -103,8 +103,12 @@ fails, the player dies, the step budget runs out) raises :class:`SetupError` fro
 one (deterministically, so the same seed still gives the same episode), and after those,
 for a pool-only env whose setup has worked before, ``setup_redraws`` further pool worlds.
 
-Crafter is the only backend with a ready :class:`Layout`; other worlds need an explicit
-``world_factory`` and ``layout``.
+Worlds: Crafter, and Minetest (``config.world = "minetest"``: a ``minetestserver`` of the
+env's own, stopped by :meth:`SubtaskEnv.close`; the episode's skills are
+:class:`~worlds.minetest.skills.VoxelSkills`, and ``view``, ``map``, ``inventory`` and
+``status`` are the 3-D world's own parts, :mod:`rl.voxel_obs`: kinds of node counted by
+direction instead of one-hot tiles). Any other world needs an explicit ``world_factory``
+and ``layout``.
 """
 
 from __future__ import annotations
