@@ -435,11 +435,6 @@ class Fault:
 Emit = Callable[[RunnerBegin | RunnerEpisode], None]
 
 
-MINETEST_LENGTH = 1_000_000
-"""The Minetest world's own episode limit in a runner: far above any request's cap (a
-final episode's ``[task] episode_steps``), so that the cap, not the world, ends it."""
-
-
 class Rollouts:
     """The rollouts themselves, in this process: one world, one batch at a time. The
     runner drives it; a benchmark may too (no process in between)."""
@@ -496,11 +491,11 @@ class Rollouts:
             raise ValueError(f"no world {req.world!r}: crafter or minetest")
         # Imported here: a Crafter run's runner never loads Minetest's modules.
         from worlds.minetest.skills import VoxelSkills
-        from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld
+        from worlds.minetest.world import PLAYER_RADIUS, UNCAPPED, MinetestWorld
 
         if self.minetest is None:
             # The request's caps end its episodes: the world's own limit stays out of reach.
-            self.minetest = MinetestWorld(radius=PLAYER_RADIUS, length=MINETEST_LENGTH)
+            self.minetest = MinetestWorld(radius=PLAYER_RADIUS, length=UNCAPPED)
         world = self.minetest
         return world, lambda obs, actions, s: VoxelSkills(obs, world.node_rules, world.game_rules)
 

@@ -83,6 +83,9 @@ class Bundle:
     skip_failed: bool
     """A stage that gives up is dropped and the next one runs (the 22-achievement
     curriculum), instead of ending the episode."""
+    world: str = "crafter"
+    """The game the policy plays (``[task] world``; bundles from before it was recorded
+    are Crafter's)."""
 
     @property
     def recorded(self) -> dict[int, dict[str, Any]]:
@@ -279,12 +282,13 @@ def load_bundle(where: str | Path) -> Bundle:
             for n in manifest["needs"]
         ]
         wall_s, skip_failed = float(episode["wall_s"]), bool(episode["skip_failed"])
+        world = str(episode.get("world", "crafter"))
     except (KeyError, TypeError, ValueError, SchemaError) as exc:
         detail = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
         raise BundleError(f"{manifest_path} is malformed: {detail}") from None
     if not stages:
         raise BundleError(f"{manifest_path} names no stage: there is no policy to play")
-    return Bundle(folder, manifest, goal, stages, needs, wall_s, skip_failed)
+    return Bundle(folder, manifest, goal, stages, needs, wall_s, skip_failed, world)
 
 
 def verify_files(folder: Path, files: dict[str, Any]) -> None:

@@ -105,9 +105,32 @@ def _writable(folder: Path) -> bool:
     return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
 
 
+def play_world(bundle: Bundle) -> tuple[Any, Any]:
+    """The world ``bundle`` plays and the skills factory of its episodes: Crafter's, or a
+    Minetest server of this process's own (as an environment actor's runner starts)."""
+    if bundle.world == "minetest":
+        from worlds.minetest.skills import VoxelSkills
+        from worlds.minetest.world import PLAYER_RADIUS, UNCAPPED, MinetestWorld
+
+        # As the run's runners play it: the bundle's episode cap ends an episode.
+        world = MinetestWorld(radius=PLAYER_RADIUS, length=UNCAPPED)
+        return world, lambda obs, actions, s: VoxelSkills(obs, world.node_rules, world.game_rules)
+    return CrafterWorld(), lambda obs, actions, s: TracingSkills(obs, actions, seed=s)
+
+
 def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> Iterator[tuple[Any, Any]]:
     """Play one episode per seed, yielding (ComposedEpisode, Clip or None) as each ends."""
-    world = CrafterWorld()
+    world, skills_factory = play_world(bundle)
+    try:
+        yield from _play(bundle, seeds, world, skills_factory, video)
+    finally:
+        if bundle.world == "minetest":
+            world.close()
+
+
+def _play(
+    bundle: Bundle, seeds: Any, world: Any, skills_factory: Any, video: bool
+) -> Iterator[tuple[Any, Any]]:
     stages = prepare_stages(bundle.stages, world)
     need_stages = prepare_stages([n.stage for n in bundle.needs], world)
     for seed in seeds:
@@ -120,7 +143,7 @@ def play(bundle: Bundle, seeds: Any, *, video: bool = False) -> Iterator[tuple[A
             bundle.goal,
             int(seed),
             wall_s=bundle.wall_s,
-            skills_factory=lambda obs, actions, s: TracingSkills(obs, actions, seed=s),
+            skills_factory=skills_factory,
             on_step=unlocked,
             frames=frames,
             need_stages=need_stages,

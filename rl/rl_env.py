@@ -281,14 +281,10 @@ def minetest_layout() -> Layout:
     )  # fmt: skip
 
 
-MINETEST_LENGTH = 1_000_000
-"""A training world's own episode limit in Minetest: far above any subtask's cap."""
-
-
 def _minetest_world() -> World:
-    from worlds.minetest.world import PLAYER_RADIUS, MinetestWorld
+    from worlds.minetest.world import PLAYER_RADIUS, UNCAPPED, MinetestWorld
 
-    return MinetestWorld(radius=PLAYER_RADIUS, length=MINETEST_LENGTH)
+    return MinetestWorld(radius=PLAYER_RADIUS, length=UNCAPPED)
 
 
 WORLDS: dict[str, Callable[[], World]] = {"crafter": CrafterWorld, "minetest": _minetest_world}

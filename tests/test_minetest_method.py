@@ -155,6 +155,16 @@ def test_minetest_diamond_toml_runs_the_method_in_the_3d_world(tmp_path: Path) -
     assert trained[0]["decisions"] >= 32 and trained[0]["world_steps"] > 0
     assert any(e["event"] == "incumbent_compared" for e in events)
     assert summary["env_steps"] >= trained[0]["world_steps"]
+    # The bundle replays in the 3-D world it was played in: the same final episodes.
+    records = tmp_path / "replay.jsonl"
+    replay = [sys.executable, str(ROOT / "run.py"), "play", str(run_dir), "--episodes", "2"]
+    done = subprocess.run(
+        [*replay, "--records", str(records)], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    replayed = [json.loads(line) for line in records.read_text().splitlines()]
+    assert [r["recorded"] for r in replayed] == ["same", "same"], replayed
     assert summary["final_episodes"] == 3
     # Every env step is counted: the steps the ledger booked are the ones the runs took.
     assert summary["env_steps"] > 0

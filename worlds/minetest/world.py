@@ -86,6 +86,9 @@ MOVES: tuple[str, ...] = (
     "dig_up",  # the node above the head
     "dig_down",  # the node under the feet (the body then drops into it)
 )
+UNCAPPED = 1_000_000
+"""A world's own episode limit where a caller's cap ends episodes (a runner's, a learner's
+training env, a replay): far above any cap, so that the same episode plays the same."""
 PLACE_ITEMS = ("default:cobble", "default:dirt", "default:wood", "default:furnace")
 """Nodes ``place_<name>`` puts in front at foot height: building and the furnace."""
 CRAFT_ITEMS = (
