@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from knowledge.recipes import Step
 from llm.contracts import subtask_achievement
 from llm.prompts import skill_names
 from messages import Envelope, preferring
+from messages.base import to_wire
 from messages.control import Failure
 from messages.plan import Critique, Review, SubAction, SubActionOutcome, WorkOn
 from messages.rollout import EpisodeReport, RolloutRequest, RolloutResult
@@ -603,6 +605,12 @@ class FastAgent(Actor):
                 world=world, option_steps=option_steps,
             )  # fmt: skip
             config, checked = await self._checked_reward(sub, version, config, step)
+            # Beside the code versions: what each training job trained on, whole (a
+            # learned version the run did not keep can still be played and checked).
+            self._save(
+                f"code/{sub.name}-it{work.iteration}-v{version}.rl.json",
+                json.dumps(to_wire(config), indent=1) + "\n",
+            )
             loop.versions += 1
             log.info(
                 "rl_config_written",

@@ -9,6 +9,12 @@ run never played.
     python benchmarks/bench_confirm.py RUN_DIR --stage collect_diamond --setup library
                                                                the stages before it as the
                                                                library's complete code
+    python benchmarks/bench_confirm.py RUN_DIR --job obtain_tree-it1-v1 --through
+                                                               a learned version the run
+                                                               trained but did not keep,
+                                                               against the code it kept,
+                                                               each episode ending at the
+                                                               stage
 
 A run keeps a learned version over its code when their paired comparison, on the run's
 *code* worlds, says the learned one is better (``method.paired.compare``); report.md
@@ -22,6 +28,13 @@ the version report.md compares it with). The stages before it are the same code 
 so both reach the stage on the same worlds in the same state; the stage's outcome there
 is paired world for world (the method's own bound, and the upper end the other way),
 and the whole task's success beside it.
+
+``--job NAME`` checks a learned version a training job of the run made, kept or not
+(its RL config from ``RUN_DIR/code/NAME.rl.json``, its policy as the journal recorded
+it), against the stage the bundle plays (the code the run kept). ``--through`` plays the
+stages up to the checked one only, each episode ending when its test holds or the
+stages' caps are spent: the stage's own comparison, without the rest of the task (whose
+columns then say the same). The bundle's world is played (Crafter or Minetest).
 
 Not a test: it prints a table (``--json`` writes the per-world outcomes) and exits 0;
 2 if the run has no bundle or no stage to check.
@@ -59,6 +72,45 @@ def own_code(bundle: Bundle, name: str) -> str | None:
                 if action.name == OPTION:
                     return action.code
     return None
+
+
+def learned_version(run_dir: str, job: str, bundle: Bundle) -> tuple[str, Any]:
+    """(sub-action, learned Stage) of training job ``job`` of the run: its RL config, the
+    policy the journal recorded for it, the bundle's test and cap of that sub-action."""
+    from messages.base import build
+    from messages.plan import Stage
+    from messages.task import RLConfig
+    from method.journal import named_result
+
+    name = job.rsplit("-it", 1)[0]
+    stage = next((s for s in bundle.stages if s.subtask.name == name), None)
+    if stage is None:
+        raise ValueError(f"{job}: the bundle has no stage {name!r}")
+    path = Path(run_dir) / "code" / f"{job}.rl.json"
+    try:
+        config = build(RLConfig, json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{job}: no RL config readable at {path} ({exc})") from None
+    result = named_result(Path(run_dir), job, "TrainResult")
+    if result is None or not result.policy_path:
+        raise ValueError(f"{job}: the run's journal records no policy for it")
+    learned = Stage(
+        stage.subtask,
+        policy_path=result.policy_path,
+        policy_sha256=result.sha256,
+        config=config,
+    )
+    return name, learned
+
+
+def through(bundle: Bundle, name: str) -> Bundle:
+    """``bundle`` cut after stage ``name``: its episodes end when that stage's test holds
+    (or the kept stages' caps are spent)."""
+    names = [s.subtask.name for s in bundle.stages]
+    kept = bundle.stages[: names.index(name) + 1]
+    cap = sum(s.subtask.max_steps for s in kept)
+    goal = dataclasses.replace(kept[-1].subtask, max_steps=cap)
+    return dataclasses.replace(bundle, stages=kept, goal=goal)
 
 
 def checkable(bundle: Bundle) -> list[str]:
@@ -113,11 +165,15 @@ def play_worlds(
     seeds: list[int],
     code: str | None = None,
     library_setup: bool = False,
+    job: str = "",
+    cut: bool = False,
 ) -> list[dict[str, Any]]:
     """In a worker process: every world of ``seeds`` played by the bundle as it is and by
     each ``names`` stage's code variant (``code``: the one stage's code to play instead
     of its own; ``library_setup``: the stages before the one stage, in both variants, as
-    :func:`with_library_setup` plays them). One record per world."""
+    :func:`with_library_setup` plays them; ``job``: the learned variant is that training
+    job's version and the coded one the bundle as it is; ``cut``: both end at the one
+    stage, :func:`through`). One record per world."""
     import torch
 
     from method.play import play
@@ -127,7 +183,16 @@ def play_worlds(
     if library_setup:
         (name,) = names
         bundle = with_library_setup(bundle, name)
-    variants = {"learned": bundle, **{name: with_code(bundle, name, code) for name in names}}
+    if job:
+        (name,) = names
+        _, learned = learned_version(run_dir, job, bundle)
+        stages = [learned if s.subtask.name == name else s for s in bundle.stages]
+        variants = {"learned": dataclasses.replace(bundle, stages=stages), name: bundle}
+    else:
+        variants = {"learned": bundle, **{name: with_code(bundle, name, code) for name in names}}
+    if cut:
+        (name,) = names
+        variants = {label: through(variant, name) for label, variant in variants.items()}
     records: list[dict[str, Any]] = [{"seed": seed} for seed in seeds]
     for label, variant in variants.items():
         # One play() per variant: it loads the stages (a learned one's policy) once.
@@ -202,6 +267,18 @@ def main() -> int:
         "stage (the check is then of the stage from those starts, not of the run's "
         "whole policy); default 'run', the bundle's own stages",
     )
+    p.add_argument(
+        "--job",
+        default="",
+        metavar="NAME",
+        help="check the learned version training job NAME made (e.g. obtain_tree-it1-v1), "
+        "kept or not, against the bundle's stage of its sub-action",
+    )
+    p.add_argument(
+        "--through",
+        action="store_true",
+        help="with one stage: play the stages up to it only, each episode ending at its test",
+    )
     p.add_argument("--worlds", type=number(int, 1), default=400, help="confirm worlds to play")
     p.add_argument("--quick", action="store_true", help="20 worlds (a look, not a figure)")
     p.add_argument(
@@ -229,6 +306,23 @@ def main() -> int:
     except BundleError as exc:
         print(f"bench_confirm: {exc}", file=sys.stderr)
         return 2
+    if args.job:
+        try:
+            name, _ = learned_version(args.run_dir, args.job, bundle)
+        except ValueError as exc:
+            print(f"bench_confirm: --job {exc}", file=sys.stderr)
+            return 2
+        if args.code or args.setup != "run" or args.stage not in ([], [name]):
+            print(
+                "bench_confirm: --job plays the job's version against the bundle's stage: "
+                "no --code, --setup library or other --stage beside it",
+                file=sys.stderr,
+            )
+            return 2
+        args.stage = [name]
+    if args.through and len(args.stage) != 1:
+        print("bench_confirm: --through needs one --stage (or --job)", file=sys.stderr)
+        return 2
     names = args.stage or checkable(bundle)
     code = None
     if args.code:
@@ -249,6 +343,8 @@ def main() -> int:
         return 2
     learned = [s.subtask.name for s in bundle.stages if s.policy_path]
     missing = [n for n in names if n not in learned or (code is None and not own_code(bundle, n))]
+    if args.job:
+        missing = []
     if not names or missing:
         print(
             f"bench_confirm: {args.run_dir}: no learned stage with a {OPTION!r} option to "
@@ -298,7 +394,16 @@ def main() -> int:
     spawn = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
         futures = [
-            pool.submit(play_worlds, args.run_dir, names, piece, code, library_setup)
+            pool.submit(
+                play_worlds,
+                args.run_dir,
+                names,
+                piece,
+                code,
+                library_setup,
+                args.job,
+                args.through,
+            )  # fmt: skip
             for piece in pieces
         ]
         for future in concurrent.futures.as_completed(futures):
@@ -347,6 +452,8 @@ def main() -> int:
                     "run_seed": run_seed,
                     "seeds": [seeds[0], seeds[-1]],
                     "setup": args.setup,
+                    "job": args.job,
+                    "through": args.through,
                     "env_steps": steps,
                     "wall_s": round(wall, 1),
                     "rows": rows,

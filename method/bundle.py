@@ -214,19 +214,28 @@ def _write_stage(put: Any, base: str, stage: Stage, run_dir: Path) -> dict[str, 
 def observation_spec(config: RLConfig) -> dict[str, Any]:
     """What a learned stage's policy sees and picks from, as its learner built it (a dict
     observation of float parts in [0, 1], one discrete action per name)."""
-    env = SubtaskEnv(config)
+    env = SubtaskEnv(config)  # a Minetest env starts no server before its first reset
     layout = env.layout
-    return {
+    view: dict[str, Any] = {
+        "rows_cols": list(layout.view_shape),
+        "channels": [*layout.tile_names, *layout.creature_kinds, "other creature"],
+    }
+    if config.world == "minetest":
+        from rl.voxel_obs import VIEW_KINDS
+        from rl.voxel_options import CATEGORIES, SECTORS
+
+        view = {"kinds": list(VIEW_KINDS), "sectors": SECTORS}
+        view["map_kinds"] = [*CATEGORIES, "seen"]
+    spec = {
         "parts": {name: int(space.shape[0]) for name, space in env.observation_space.items()},
         "policy_input": "dict of float32 vectors in [0, 1] (SB3 MultiInputPolicy)",
-        "view": {
-            "rows_cols": list(layout.view_shape),
-            "channels": [*layout.tile_names, *layout.creature_kinds, "other creature"],
-        },
+        "view": view,
         "inventory": list(layout.inventory_names),
         "status": list(layout.status_names),
         "actions": list(env.action_names),
     }
+    env.close()
+    return spec
 
 
 def versions() -> dict[str, str]:

@@ -316,6 +316,23 @@ MAX_RESULT_BYTES = 1 << 31
 trimmed, training results carry no policy bytes), only a guard against a corrupt line."""
 
 
+def named_result(run_dir: Path, name: str, kind: str) -> Any | None:
+    """The last result of kind ``kind`` (``TrainResult``, ``RolloutResult``) the run
+    recorded under ``name`` (a training job's: ``collect_stone-it1-v2``), its paths this
+    machine's; None when there is none or it does not decode."""
+    found = None
+    for _, record in jsonl.read(Path(run_dir) / JOBS_FILE):
+        if isinstance(record, dict) and record.get("name") == name and record.get("kind") == kind:
+            found = record
+    if found is None:
+        return None
+    try:
+        result = codec.decode(base64.b64decode(found["result"]), max_frame=MAX_RESULT_BYTES)
+    except (codec.DecodeError, binascii.Error, TypeError):
+        return None
+    return local(result, Path(run_dir)) if type(result).__name__ == kind else None
+
+
 def _typed(record: dict[str, Any], types: dict[str, type | tuple[type, ...]]) -> str:
     """The first key of ``types`` that ``record`` lacks or holds with another type."""
     for key, kind in types.items():

@@ -148,3 +148,13 @@ def test_a_learned_stage_attaches_to_a_minetest_episode_under_way() -> None:
         env.close()
         assert world.server_pid is not None and _alive(world.server_pid)  # the caller's
         assert np.isfinite(env.encode(world.reset(DEV_SEED))).all()
+
+
+def test_a_bundle_describes_what_a_learned_minetest_stage_sees() -> None:
+    from method.bundle import observation_spec
+
+    spec = observation_spec(_config())
+    assert spec["parts"] == {p: SIZES[p] for p in ("view", "map", "inventory", "status")}
+    assert spec["view"]["sectors"] == 8 and "ore" in spec["view"]["kinds"]
+    assert "default:diamond" in spec["inventory"] and spec["status"] == ["health", "breath"]
+    assert spec["actions"] == ["dig", "stage_code", *OPTIONS]

@@ -165,6 +165,19 @@ def test_minetest_diamond_toml_runs_the_method_in_the_3d_world(tmp_path: Path) -
     assert done.returncode == 0, done.stderr[-3000:]
     replayed = [json.loads(line) for line in records.read_text().splitlines()]
     assert [r["recorded"] for r in replayed] == ["same", "same"], replayed
+    # The learned tree search the run trained (and did not keep: its code was as good on
+    # the code worlds) checked against the code, paired, on two confirm worlds.
+    assert (run_dir / "code" / "obtain_tree-it1-v1.rl.json").is_file()
+    out = tmp_path / "confirm.json"
+    confirm = [sys.executable, str(ROOT / "benchmarks" / "bench_confirm.py"), str(run_dir)]
+    args = ["--job", "obtain_tree-it1-v1", "--through", "--worlds", "2", "--jobs", "1"]
+    done = subprocess.run(
+        [*confirm, *args, "--json", str(out)], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["stage"] == "obtain_tree" and row["pairs"] == 2
     assert summary["final_episodes"] == 3
     # Every env step is counted: the steps the ledger booked are the ones the runs took.
     assert summary["env_steps"] > 0
