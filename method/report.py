@@ -109,9 +109,18 @@ OFFLINE_LESSONS_LINE = (
 """What the first line adds when a simplest start passes on what revisions taught."""
 
 
-def _offline_line(first: str, lessons: bool = False) -> str:
+MINETEST_OFFLINE_LINE = (
+    "every step's code is the Minetest template library's (`worlds/minetest/chain.py`, one "
+    "version a step, written and tuned by a person): what it keeps is not discovered"
+)
+"""The same line in Minetest, whose library has no simplest templates or revisions."""
+
+
+def _offline_line(first: str, lessons: bool = False, world: str = "crafter") -> str:
     """The backend line's words for the offline backend starting from ``first`` (with
-    ``lessons``: later first versions take earlier revisions' settings)."""
+    ``lessons``: later first versions take earlier revisions' settings) in ``world``."""
+    if world == "minetest":
+        return f" (knowledge-based offline stand-in, not a language model; {MINETEST_OFFLINE_LINE})"
     how = OFFLINE_FIRST_LINES.get(first, f"first versions: {first}")
     if lessons and first == "simplest":
         how += OFFLINE_LESSONS_LINE
@@ -183,7 +192,9 @@ def _headline(
         "",
         f"- Backend: **{summary['backend']}**"
         + (
-            _offline_line(settings.agents.offline_first, settings.agents.offline_lessons)
+            _offline_line(
+                settings.agents.offline_first, settings.agents.offline_lessons, settings.task.world
+            )
             if summary["backend"] == "offline"
             else f" (model {settings.agents.model})"
         ),
@@ -309,7 +320,10 @@ def _coded_against_learned(
             + "), and a learned version enters the final policy only when its comparison "
             "with the code says it is better. From a source checkout, `python "
             f"benchmarks/bench_confirm.py {run_dir}` plays the final policy's learned stages "
-            "against the code they learned over on worlds no run plays.",
+            "against the code they learned over on worlds no run plays; `--job NAME "
+            "--through` plays a learned version the policy did not keep (the training job "
+            "that `code/NAME.rl.json` names) against the stage it kept, each episode ending "
+            "at that stage.",
         ]
     else:
         lines.append("No sub-action was both coded and learned in this run.")

@@ -559,3 +559,7 @@ def test_the_report_says_where_the_offline_backend_starts():
     assert taught.startswith(simplest[:-1]) and "offline_lessons" in taught
     assert "the same rules applied sooner" in taught and "offline_lessons" not in simplest
     assert _offline_line("full", lessons=True) == full
+    # In Minetest: the template library named as what it is, with no Crafter switch.
+    minetest = _offline_line("full", world="minetest")
+    assert "not a language model" in minetest and "Minetest template library" in minetest
+    assert "not discovered" in minetest and "offline_first" not in minetest

@@ -110,6 +110,7 @@ def test_a_bad_minetest_setting_names_its_key_and_the_fix(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a run with a PPO job, a replay and a paired check: ~5 min
 def test_minetest_diamond_toml_runs_the_method_in_the_3d_world(tmp_path: Path) -> None:
     """The shipped config, cut to the chain's first six steps, a few worlds and a tiny
     PPO job: the slow agent plans from the game's recipes, every step's code runs in the
