@@ -197,10 +197,15 @@ def play_worlds(
     for label, variant in variants.items():
         # One play() per variant: it loads the stages (a learned one's policy) once.
         for record, (episode, _) in zip(records, play(variant, seeds), strict=True):
+            stages = {n: stage_outcome(episode, n) for n in names}
+            if cut and episode.success:
+                # The episode's test is the stage's: it may end the episode before the
+                # stage's own run reports its success.
+                stages = dict.fromkeys(names, 1)
             record[label] = {
                 "success": int(episode.success),
                 "steps": episode.steps,
-                "stages": {n: stage_outcome(episode, n) for n in names},
+                "stages": stages,
             }
     return records
 

@@ -399,6 +399,33 @@ def test_bench_confirm_plays_the_bundle_and_its_coded_variant_on_confirm_worlds(
     ]
 
 
+def test_bench_confirm_job_plays_a_trained_version_as_the_bundle_plays_the_kept_one(
+    learned_run: Path, tmp_path: Path
+) -> None:
+    """`--job NAME`: the training job's version, built from the run's own record of it
+    (`code/NAME.rl.json`, the journal's policy), against the bundle's stage. Here the
+    job's version is the one the bundle kept: both variants play alike, world for world.
+    `--through` ends each episode at that stage."""
+    assert (learned_run / "code" / "place_table-it1-v1.rl.json").is_file()
+    out = tmp_path / "job.json"
+    args = ["--job", "place_table-it1-v1", "--through", "--worlds", "2", "--jobs", "1"]
+    done = _confirm([str(learned_run), *args, "--json", str(out)], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["job"] == "place_table-it1-v1" and got["through"]
+    for record in got["records"]:
+        assert record["learned"] == record["place_table"]
+        # Through place_table: make_wood_pickaxe is never played.
+        assert record["learned"]["success"] == record["learned"]["stages"]["place_table"]
+    for bad, says in (
+        (["--job", "place_table-it9-v9"], "no RL config"),
+        (["--job", "no_such_stage-it1-v1"], "no stage 'no_such_stage'"),
+        (["--through"], "--through needs one --stage"),
+    ):
+        refused = _confirm([str(learned_run), *bad, "--worlds", "1"], tmp_path)
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+
+
 def test_bench_confirm_library_setup_plays_the_stages_before_the_checked_one_as_library_code(
     learned_run: Path, tmp_path: Path
 ) -> None:
