@@ -36,8 +36,8 @@ EITHER = {
     "default:tree": "default:tree|default:pine_tree",
     "default:wood": "default:wood|default:pine_wood",
 }
-"""The goal key of a chain item that another item stands in for (mapgen v6 grows pines
-where the land is snowy; their planks are group:wood like the others)."""
+"""The goal key of a chain item that another item stands in for
+(:data:`worlds.minetest.world.STAND_INS`, which a test holds this to)."""
 MINED = ("default:tree", "default:cobble", "default:coal_lump", "default:iron_lump")
 
 

@@ -161,6 +161,18 @@ def test_digging_a_tree_by_hand_gives_wood_that_crafts_into_planks(world) -> Non
     assert obs.inventory["default:pick_wood"] == 1
 
 
+def test_pine_planks_unlock_the_planks_achievement_as_the_planks_goal_counts_them(world) -> None:
+    from method.games import EITHER
+    from worlds.minetest.world import STAND_INS
+
+    # The plan's goal keys and the world's achievements agree on what stands in for what.
+    assert EITHER == {item: "|".join((item, *alts)) for item, alts in STAND_INS.items()}
+    obs = world.reset(TREE_SEED, inventory={"default:pine_tree": 1})
+    obs, reward, _, info = world.step("craft_pine_wood")
+    assert obs.inventory["default:pine_wood"] == 4, info["result"]
+    assert info["achievements"] == ("obtain_wood",) and reward == 1.0
+
+
 def test_a_furnace_of_cobble_smelts_with_planks_for_fuel() -> None:
     need_minetest()
     # Cobble → stone is the cooking recipe within reach of one tree and a wooden pickaxe.

@@ -86,6 +86,13 @@ MOVES: tuple[str, ...] = (
     "dig_up",  # the node above the head
     "dig_down",  # the node under the feet (the body then drops into it)
 )
+STAND_INS: dict[str, tuple[str, ...]] = {
+    "default:tree": ("default:pine_tree",),
+    "default:wood": ("default:pine_wood",),
+}
+"""Items that count as a chain item: mapgen v6 grows pines where the land is snowy, and
+their planks are group:wood like the others. Obtaining one unlocks the chain item's
+achievement, and a step's goal counts either."""
 UNCAPPED = 1_000_000
 """A world's own episode limit where a caller's cap ends episodes (a runner's, a learner's
 training env, a replay): far above any cap, so that the same episode plays the same."""
@@ -586,7 +593,8 @@ class MinetestWorld:
         self._last = obs
         gained = []
         for item in CHAIN:
-            if obs.inventory.get(item, 0) > before.get(item, 0):
+            names = (item, *STAND_INS.get(item, ()))
+            if sum(obs.inventory.get(n, 0) for n in names) > sum(before.get(n, 0) for n in names):
                 name = achievement(item)
                 gained.append(name)
                 self._counts[name] += 1
