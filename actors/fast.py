@@ -687,11 +687,7 @@ class FastAgent(Actor):
         # Imported here: a Crafter run's head never loads the 3-D world's modules.
         from rl.voxel_options import menu
 
-        offered = menu(item, sum(sub.subtask.goal.values()) or 1)
-        own = self.best_code.get(sub.name)
-        if own is not None:
-            offered = [stage_code_option(own[1]), *offered]
-        return offered
+        return self._with_own_code(sub, menu(item, sum(sub.subtask.goal.values()) or 1))
 
     def _menu(self, sub: SubAction, step: Step) -> list[tuple[str, str, str]]:
         """The coded actions a learned version of ``sub`` is offered: the step's menu (or
@@ -704,10 +700,14 @@ class FastAgent(Actor):
                 for n in sub.options
                 if n in known and n not in {o[0] for o in offered}
             ]
+        return self._with_own_code(sub, offered)
+
+    def _with_own_code(
+        self, sub: SubAction, offered: list[tuple[str, str, str]]
+    ) -> list[tuple[str, str, str]]:
+        """``offered`` with the stage's best coded version, resumable, first (if any)."""
         own = self.best_code.get(sub.name)
-        if own is not None:  # the stage's best coded version, resumable, beside the menu
-            offered = [stage_code_option(own[1]), *offered]
-        return offered
+        return offered if own is None else [stage_code_option(own[1]), *offered]
 
     async def _checked_reward(
         self, sub: SubAction, version: int, config: RLConfig, step: Step | None

@@ -27,12 +27,11 @@ import math
 import numpy as np
 
 from rl.voxel_options import CATEGORIES, SECTORS, ColumnMap
-from worlds.minetest.world import CHAIN, VoxelObservation
+from worlds.minetest.world import CHAIN, STAND_INS, VoxelObservation
 
 INVENTORY: tuple[str, ...] = (
     *CHAIN,
-    "default:pine_tree",
-    "default:pine_wood",
+    *(alt for alts in STAND_INS.values() for alt in alts),
     "default:dirt",
 )
 """Items the ``inventory`` part counts: the chain's, the snowy land's trunk and planks,
